@@ -1,0 +1,1 @@
+//! The chunked compressed container. (in progress)

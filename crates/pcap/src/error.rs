@@ -1,0 +1,33 @@
+use std::fmt;
+
+/// A defect in a capture file, with the byte offset where it was found.
+#[derive(Debug, thiserror::Error)]
+pub struct FormatError {
+    /// Offset from the start of the input (of the decompressed stream, for containers).
+    pub offset: u64,
+    pub kind: FormatErrorKind,
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at byte offset {}: {}", self.offset, self.kind)
+    }
+}
+
+impl FormatError {
+    pub fn new(offset: u64, kind: FormatErrorKind) -> Self {
+        FormatError { offset, kind }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FormatErrorKind {
+    #[error("not a pcap or pcapng file (magic {0:#010x})")]
+    UnknownMagic(u32),
+    #[error("file ends in the middle of {0}")]
+    Truncated(&'static str),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("read failed: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,19 @@
+//! Capture file formats: classic pcap and pcapng (encoding and strict reading), and the
+//! chunked compressed container tapdeck stores them in.
+//!
+//! Everything here works on byte slices and `std::io` traits; nothing spawns threads or
+//! touches the network. Readers treat their input as hostile: every length is checked
+//! before use and errors carry the byte offset of the defect.
+
+pub mod container;
+mod error;
+mod packet;
+pub mod pcapng;
+pub mod reader;
+pub mod validate;
+mod write;
+
+pub use error::{FormatError, FormatErrorKind};
+pub use packet::{Interface, InterfaceStats, Packet};
+pub use reader::TraceReader;
+pub use write::{Format, SectionInfo};
