@@ -1,1 +1,67 @@
+//! Packet sources: where the recorder's packets come from.
+//!
+//! A source hands packets to a [`PacketSink`] in batches (a kernel ring block, a buffer of
+//! a file) and must never block for long: the recorder polls it in a loop that also rotates
+//! files and flushes partial chunks. Sources own no disk I/O beyond their input.
 
+mod file;
+mod synthetic;
+
+pub use file::FileSource;
+pub use synthetic::{SyntheticProfile, SyntheticSource};
+pub use tapdeck_pcap::{Interface, Packet};
+
+/// Receives the packets a source delivers; implemented by the recorder's capture loop.
+pub trait PacketSink {
+    fn packet(&mut self, packet: &Packet<'_>);
+}
+
+/// What one call to [`PacketSource::poll`] achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    /// Delivered some packets (possibly zero); call again.
+    Delivered,
+    /// Nothing arrived within the source's short wait; the recorder may do housekeeping.
+    Idle,
+    /// The source is exhausted (end of file, or synthetic count reached).
+    End,
+}
+
+/// Per-interface counts from the source's own point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SourceCounters {
+    /// Packets the source saw: for a live socket, what the kernel counted (delivered plus
+    /// dropped); for a file, the records read.
+    pub seen: u64,
+    /// Packets the source lost before delivering them (kernel ring full).
+    pub dropped: u64,
+    /// Times the kernel froze the queue (TPACKET_V3 queue freezes).
+    pub freezes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{path}: {source}")]
+    Format { path: String, source: tapdeck_pcap::FormatError },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A source of packets for one stream of the recorder.
+pub trait PacketSource: Send {
+    /// The interfaces packets refer to by index. May grow while reading (a pcapng file can
+    /// declare interfaces late); the recorder re-reads it when a packet names a new one.
+    fn interfaces(&self) -> &[Interface];
+
+    /// Delivers the next batch of packets to `sink`. Returns promptly (within about 100 ms)
+    /// even when no packet arrives.
+    fn poll<K: PacketSink>(&mut self, sink: &mut K) -> Result<Poll, SourceError>;
+
+    /// Counters per interface, indexed as [`PacketSource::interfaces`].
+    fn counters(&self) -> Vec<SourceCounters>;
+
+    /// A short human description ("file capture.pcap", "synthetic 64-byte frames").
+    fn describe(&self) -> String;
+}
