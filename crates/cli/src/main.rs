@@ -1,1 +1,32 @@
-fn main() {}
+//! The `tapdeck` binary: parses flags and wires the libraries together, nothing more.
+
+mod args;
+mod extract;
+mod info;
+mod record;
+mod verify;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let result = match &cli.command {
+        Command::Record(a) => record::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Extract(a) => extract::run(a),
+        Command::Info(a) => info::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            // One line: what is wrong, and (in the message) what to do about it.
+            eprintln!("tapdeck: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

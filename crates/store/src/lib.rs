@@ -1,1 +1,12 @@
+//! The recorder and the trace store it writes.
+//!
+//! Data path: a source's packets are copied by the capture loop into segments of a
+//! preallocated staging pool; full segments go to a pool of compressors, which pick a codec
+//! from the backlog; a writer per stream lays the frames down with large aligned O_DIRECT
+//! writes, rotates files and applies retention. The capture loop never waits: when no
+//! segment is free the packet is dropped and counted.
 
+pub mod extract;
+pub mod meta;
+pub mod read;
+pub mod verify;

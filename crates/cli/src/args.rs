@@ -1,0 +1,178 @@
+//! Every flag of the `tapdeck` binary, with its documentation: `--help` is the manual.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tapdeck",
+    version,
+    about = "Record every packet to disk, losslessly, as standard seekable capture files",
+    long_about = "tapdeck records packets into a trace store: rotated pcapng or pcap files, \
+compressed in independent chunks (zstd or lz4, chosen per chunk from the backlog) with a \
+chunk index, so that `zstd -dc FILE | tcpdump -r -` reads any file and `tapdeck extract` \
+seeks to a time range without decompressing the rest. Every packet that reached the \
+recorder is either stored or counted as dropped, by cause."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log level (error, warn, info, debug, trace); also RUST_LOG.
+    #[arg(long, global = true, default_value = "info")]
+    pub log: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Record packets into a trace store.
+    Record(RecordArgs),
+    /// Check stored files strictly; optionally finalize files left incomplete by a crash.
+    Verify(VerifyArgs),
+    /// Write the packets of a time range (and a filter) as one standard capture file.
+    Extract(ExtractArgs),
+    /// List the files of a store with their time ranges, packet counts and drops.
+    Info(InfoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Replay a pcap or pcapng file (`-` for standard input) with its original timestamps.
+    #[arg(short = 'r', long = "read", value_name = "FILE", conflicts_with = "synthetic")]
+    pub read: Option<String>,
+
+    /// Generate packets in memory at full speed: 64, 1514 or mix.
+    #[arg(long, value_name = "PROFILE")]
+    pub synthetic: Option<String>,
+
+    /// Store directory: holds the manifest and, unless --dir is given, the data files.
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+
+    /// Data directory (repeat for several disks): new files go to them in round-robin; a
+    /// directory that fails is reported and skipped.
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+
+    /// File format: pcapng (several interfaces, statistics blocks) or pcap (nanosecond magic).
+    #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
+    pub format: String,
+
+    /// Codec ladder, strongest first: `zstd:6,zstd:1,lz4,raw`. Each chunk uses the first rung
+    /// whose threshold is above the staging backlog (`zstd:6@0.2` = while less than 20 % of
+    /// the pool is waiting); rungs without one are spread evenly below 75 %, and a raw rung
+    /// is used when the pool is 90 % full. `none` (or `raw` alone) writes plain files.
+    #[arg(long, default_value = "zstd:6,zstd:1,lz4,raw", value_name = "LADDER")]
+    pub codec: String,
+
+    /// Capture data per chunk (an independently decompressible unit), e.g. 4MiB.
+    #[arg(long, default_value = "4MiB", value_name = "SIZE")]
+    pub chunk_size: String,
+
+    /// Staging pool size; default: an eighth of RAM, between 64 MiB and 4 GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub staging: Option<String>,
+
+    /// Start a new file once this much capture data (before compression) is in it.
+    #[arg(long, value_name = "SIZE")]
+    pub rotate_size: Option<String>,
+
+    /// Start a new file at every multiple of this many seconds of packet time since the
+    /// epoch (60 cuts at :00 of each minute). With --rotate-size too, whichever comes first;
+    /// a size cut does not move the interval boundaries.
+    #[arg(long, value_name = "SECONDS")]
+    pub rotate_interval: Option<u64>,
+
+    /// Keep the store under this size, deleting the oldest complete files.
+    #[arg(long, value_name = "SIZE")]
+    pub max_bytes: Option<String>,
+
+    /// Keep at least this much free on each data directory's filesystem, deleting the
+    /// oldest complete files.
+    #[arg(long, value_name = "SIZE")]
+    pub min_free: Option<String>,
+
+    /// Compressor threads (default: one per core beyond the first).
+    #[arg(long, value_name = "N")]
+    pub compressors: Option<usize>,
+
+    /// Stop after this many packets.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+
+    /// Seconds between JSON-lines stats records.
+    #[arg(long, default_value = "5", value_name = "SECONDS")]
+    pub stats_interval: f64,
+
+    /// Where JSON-lines stats go (default: STORE/stats.jsonl; `-` for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<String>,
+
+    /// Hand a partly filled chunk to the writers after this many seconds, so a quiet link's
+    /// packets reach the disk promptly.
+    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    pub flush_interval: f64,
+
+    /// Use buffered writes instead of O_DIRECT.
+    #[arg(long)]
+    pub no_direct: bool,
+
+    /// No live progress line.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// Stored files, plain capture files, or store directories.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    /// Finalize files left incomplete by a crash (`.NAME.partial`): keep every complete
+    /// chunk, rebuild the index, rename to the final name.
+    #[arg(long)]
+    pub repair: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExtractArgs {
+    /// The store to read (its directory).
+    #[arg(value_name = "STORE")]
+    pub store: PathBuf,
+
+    /// Capture filter in tcpdump syntax (compiled by libpcap), e.g. `udp and port 53`.
+    #[arg(value_name = "FILTER", trailing_var_arg = true)]
+    pub filter: Vec<String>,
+
+    /// First packet time to include: RFC 3339 (`2026-11-23T05:57:34.5Z`) or seconds since
+    /// the epoch (`1795413454.5`).
+    #[arg(long, value_name = "TIME")]
+    pub start: Option<String>,
+
+    /// Packets at or after this time are left out; same forms as --start.
+    #[arg(long, value_name = "TIME")]
+    pub end: Option<String>,
+
+    /// Output file (`-` for standard output, e.g. `| tcpdump -r -`).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: String,
+
+    /// Output format (default: the store's).
+    #[arg(long, value_parser = ["pcapng", "pcap"])]
+    pub format: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// The store to describe.
+    #[arg(value_name = "STORE")]
+    pub store: PathBuf,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,195 @@
+//! What a stored file and a store say about themselves: the JSON metadata inside each
+//! file's chunk index, the store manifest, and how files are named.
+
+use serde::{Deserialize, Serialize};
+use tapdeck_pcap::container::Container;
+use tapdeck_pcap::{Format, Interface};
+
+/// Version of the store layout and of [`FileMeta`]; bumped on incompatible change.
+pub const STORE_VERSION: u32 = 1;
+pub const MANIFEST: &str = "manifest.json";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InterfaceMeta {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub linktype: u16,
+    pub snaplen: u32,
+}
+
+impl From<&Interface> for InterfaceMeta {
+    fn from(i: &Interface) -> Self {
+        InterfaceMeta {
+            name: i.name.clone(),
+            description: i.description.clone(),
+            linktype: i.linktype,
+            snaplen: i.snaplen,
+        }
+    }
+}
+
+impl From<&InterfaceMeta> for Interface {
+    fn from(i: &InterfaceMeta) -> Self {
+        Interface { name: i.name.clone(), description: i.description.clone(), linktype: i.linktype, snaplen: i.snaplen }
+    }
+}
+
+/// Counts for one interface of a stream, cumulative since the recorder started. The same
+/// numbers go into the file's interface statistics block.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InterfaceCounts {
+    /// Packets the source saw (for a socket: what the kernel counted, drops included).
+    pub seen: u64,
+    /// Dropped by the source before delivery (kernel ring full).
+    pub dropped_kernel: u64,
+    /// Delivered by the source to the recorder.
+    pub received: u64,
+    /// Dropped because the staging pool was full.
+    pub dropped_staging_full: u64,
+    /// Lost because writing their chunk failed on every data directory.
+    pub dropped_write_error: u64,
+    /// Written to complete chunks.
+    pub stored: u64,
+}
+
+/// Metadata of one stored file, kept as JSON in its chunk index.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileMeta {
+    pub store_version: u32,
+    pub stream: u32,
+    pub seq: u64,
+    pub format: String,
+    pub container: String,
+    pub first_ts_ns: u64,
+    pub last_ts_ns: u64,
+    pub packets: u64,
+    pub interfaces: Vec<InterfaceMeta>,
+    /// Counters at the moment the file was closed, one per interface.
+    pub counts: Vec<InterfaceCounts>,
+    /// Set by `tapdeck verify --repair`: the file was finalized after its writer died, so
+    /// it has no statistics block and `counts` is empty.
+    #[serde(default)]
+    pub repaired: bool,
+}
+
+/// The store manifest: what a reader needs to know before opening any file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub store_version: u32,
+    pub tapdeck_version: String,
+    pub host: String,
+    pub format: String,
+    pub container: String,
+    /// Directories holding data files (absolute paths), in round-robin order.
+    pub dirs: Vec<String>,
+    pub streams: u32,
+    pub interfaces: Vec<InterfaceMeta>,
+    pub linktypes: Vec<u16>,
+    pub snaplen: u32,
+    /// The recorder options as given, for the record.
+    pub options: serde_json::Value,
+    pub started_ns: u64,
+    #[serde(default)]
+    pub finished_ns: Option<u64>,
+}
+
+pub fn format_name(f: Format) -> &'static str {
+    f.extension()
+}
+
+pub fn parse_format(s: &str) -> Option<Format> {
+    match s {
+        "pcapng" => Some(Format::Pcapng),
+        "pcap" => Some(Format::Pcap),
+        _ => None,
+    }
+}
+
+pub fn container_name(c: Container) -> &'static str {
+    match c {
+        Container::Plain => "plain",
+        Container::Zstd => "zstd",
+        Container::Lz4 => "lz4",
+    }
+}
+
+/// Name of a data file: first timestamp (UTC, to the nanosecond), stream and sequence, so
+/// that names sort by time and never collide between streams.
+pub fn file_name(first_ts_ns: u64, stream: u32, seq: u64, format: Format, container: Container) -> String {
+    format!(
+        "{}-s{stream:02}-{seq:06}.{}{}",
+        compact_utc(first_ts_ns),
+        format.extension(),
+        container.suffix()
+    )
+}
+
+/// Name a file has while it is written; hidden, and renamed to `final_name` when complete.
+pub fn partial_name(final_name: &str) -> String {
+    format!(".{final_name}.partial")
+}
+
+/// The final name a partial file will get, if `name` is one.
+pub fn final_name_of_partial(name: &str) -> Option<&str> {
+    name.strip_prefix('.')?.strip_suffix(".partial")
+}
+
+/// Sidecar holding the chunk index of a plain (uncompressed) file.
+pub fn sidecar_name(data_name: &str) -> String {
+    format!("{data_name}.idx")
+}
+
+/// Is `name` a complete data file of a store?
+pub fn is_data_file(name: &str) -> bool {
+    !name.starts_with('.')
+        && [".pcapng", ".pcap", ".pcapng.zst", ".pcap.zst", ".pcapng.lz4", ".pcap.lz4"]
+            .iter()
+            .any(|s| name.ends_with(s))
+}
+
+/// `YYYYMMDDTHHMMSS.nnnnnnnnnZ` for nanoseconds since the epoch.
+pub fn compact_utc(ts_ns: u64) -> String {
+    let secs = ts_ns / 1_000_000_000;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let s = secs % 86_400;
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}.{:09}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        ts_ns % 1_000_000_000
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_by_time_and_round_trip_through_partial() {
+        // 2026-11-23T05:57:34.000000123Z
+        let ts = 1_795_413_454_000_000_123;
+        let name = file_name(ts, 1, 7, Format::Pcapng, Container::Zstd);
+        assert_eq!(name, "20261123T055734.000000123Z-s01-000007.pcapng.zst");
+        assert!(is_data_file(&name));
+        let partial = partial_name(&name);
+        assert!(!is_data_file(&partial));
+        assert_eq!(final_name_of_partial(&partial), Some(name.as_str()));
+        assert_eq!(compact_utc(0), "19700101T000000.000000000Z");
+        assert_eq!(compact_utc(951_782_400_000_000_000), "20000229T000000.000000000Z");
+        assert!(file_name(ts, 0, 1, Format::Pcap, Container::Plain) < file_name(ts + 1, 0, 0, Format::Pcap, Container::Plain));
+    }
+}
