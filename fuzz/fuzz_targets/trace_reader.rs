@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
     loop {
         match reader.next_packet_with_context() {
             Ok(Some(c)) => {
-                assert!(c.packet.data.len() <= data.len(), "packet larger than the input");
+                assert!(
+                    c.packet.data.len() <= data.len(),
+                    "packet larger than the input"
+                );
                 assert!(c.offset < data.len() as u64, "packet offset past the input");
                 let _ = validator.check(c.interfaces, &c.packet, c.offset);
             }

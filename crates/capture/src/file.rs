@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 
-use tapdeck_pcap::{Interface, TraceReader};
+use tapdeck_pcap::{Interface, Packet, TraceReader};
 
 use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
 
@@ -16,6 +16,19 @@ pub struct FileSource {
     reader: TraceReader<Box<dyn Read + Send>>,
     path: String,
     seen: Vec<u64>,
+    limit: Option<u64>,
+    delivered: u64,
+    /// A packet naming an interface declared after the current poll began, held back
+    /// to the next poll: the recorder reads the interface list between polls, and a
+    /// file's header must declare every interface its packets use.
+    held: Option<HeldPacket>,
+}
+
+struct HeldPacket {
+    ts_ns: u64,
+    iface: u32,
+    orig_len: u32,
+    data: Vec<u8>,
 }
 
 impl FileSource {
@@ -33,7 +46,13 @@ impl FileSource {
         let input = sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))?;
         let reader = TraceReader::new(input)
             .map_err(|source| SourceError::Format { path: path.to_string(), source })?;
-        Ok(FileSource { reader, path: path.to_string(), seen: Vec::new() })
+        Ok(FileSource { reader, path: path.to_string(), seen: Vec::new(), limit: None, delivered: 0, held: None })
+    }
+
+    /// Stops after `limit` packets.
+    pub fn with_limit(mut self, limit: Option<u64>) -> FileSource {
+        self.limit = limit;
+        self
     }
 }
 
@@ -63,7 +82,15 @@ impl PacketSource for FileSource {
     }
 
     fn poll<K: PacketSink>(&mut self, sink: &mut K) -> Result<Poll, SourceError> {
+        let announced = self.reader.interfaces().len();
+        if let Some(h) = self.held.take() {
+            sink.packet(&Packet { ts_ns: h.ts_ns, iface: h.iface, orig_len: h.orig_len, data: &h.data });
+            self.delivered += 1;
+        }
         for _ in 0..BATCH {
+            if self.limit.is_some_and(|l| self.delivered >= l) {
+                return Ok(Poll::End);
+            }
             match self.reader.next_packet() {
                 Ok(Some(p)) => {
                     let i = p.iface as usize;
@@ -71,7 +98,13 @@ impl PacketSource for FileSource {
                         self.seen.resize(i + 1, 0);
                     }
                     self.seen[i] += 1;
+                    if i >= announced {
+                        let data = p.data.to_vec();
+                        self.held = Some(HeldPacket { ts_ns: p.ts_ns, iface: p.iface, orig_len: p.orig_len, data });
+                        return Ok(Poll::Delivered);
+                    }
                     sink.packet(&p);
+                    self.delivered += 1;
                 }
                 Ok(None) => return Ok(Poll::End),
                 Err(source) => return Err(SourceError::Format { path: self.path.clone(), source }),

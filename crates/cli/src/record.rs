@@ -1,5 +1,218 @@
+//! `tapdeck record`: builds the recorder configuration from flags, installs signal handlers,
+//! shows progress, and prints the final accounting.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tapdeck_capture::{FileSource, PacketSource, SyntheticSource};
+use tapdeck_pcap::Format;
+use tapdeck_store::ladder::CodecLadder;
+use tapdeck_store::pipeline::Control;
+use tapdeck_store::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
+use tapdeck_store::retention::RetentionPolicy;
+use tapdeck_store::stats::StatsRecord;
+
 use crate::args::RecordArgs;
 
-pub fn run(_args: &RecordArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not yet implemented")
+pub fn parse_size(flag: &str, value: &str) -> anyhow::Result<u64> {
+    parse_size::parse_size(value).with_context(|| format!("{flag} {value}: not a size (e.g. 4MiB, 10G, 123456)"))
+}
+
+pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
+    let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let format = match args.format.as_str() {
+        "pcap" => Format::Pcap,
+        _ => Format::Pcapng,
+    };
+    let chunk_size = parse_size("--chunk-size", &args.chunk_size)? as usize;
+    let staging_bytes = match &args.staging {
+        Some(s) => parse_size("--staging", s)? as usize,
+        None => recorder::default_staging_bytes(),
+    };
+    if staging_bytes < 2 * chunk_size {
+        bail!("--staging must hold at least two chunks ({} bytes with --chunk-size {})", 2 * chunk_size, args.chunk_size);
+    }
+    let rotation = Rotation {
+        max_bytes: args.rotate_size.as_deref().map(|s| parse_size("--rotate-size", s)).transpose()?,
+        interval_ns: match args.rotate_interval {
+            Some(0) => bail!("--rotate-interval must be at least 1 second"),
+            s => s.map(|s| s * 1_000_000_000),
+        },
+    };
+    let retention = RetentionPolicy {
+        max_bytes: args.max_bytes.as_deref().map(|s| parse_size("--max-bytes", s)).transpose()?,
+        min_free: args.min_free.as_deref().map(|s| parse_size("--min-free", s)).transpose()?,
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(s).ok().filter(|d| !d.is_zero()).with_context(|| format!("{flag} must be a positive number of seconds"))
+    };
+    let cfg = RecorderConfig {
+        store: args.store.clone(),
+        dirs: args.dirs.clone(),
+        format,
+        chunk_size,
+        staging_bytes,
+        rotation,
+        retention,
+        compressors: args.compressors.unwrap_or(cores.saturating_sub(1).max(1)),
+        direct: !args.no_direct,
+        flush_interval: seconds("--flush-interval", args.flush_interval)?,
+        stats_interval: seconds("--stats-interval", args.stats_interval)?,
+        duration: args.duration.map(|d| seconds("--duration", d)).transpose()?,
+        options: serde_json::json!({
+            "source": args.read.as_ref().map(|r| format!("file {r}")).or(args.synthetic.as_ref().map(|s| format!("synthetic {s}"))),
+            "format": args.format,
+            "codec": ladder.describe(),
+            "chunk_size": chunk_size,
+            "staging_bytes": staging_bytes,
+            "rotate_size": rotation.max_bytes,
+            "rotate_interval_s": args.rotate_interval,
+            "max_bytes": retention.max_bytes,
+            "min_free": retention.min_free,
+            "direct": !args.no_direct,
+        }),
+        ladder,
+    };
+
+    let control = Arc::new(Control::default());
+    install_signals(&control)?;
+    let summary = match (&args.read, &args.synthetic) {
+        (Some(path), None) => {
+            let source = FileSource::open(path).map_err(|e| anyhow::anyhow!("{e}"))?.with_limit(args.count);
+            run_with(cfg, source, control, args)?
+        }
+        (None, Some(profile)) => {
+            let profile = profile.parse().map_err(|e: String| anyhow::anyhow!("--synthetic: {e}"))?;
+            run_with(cfg, SyntheticSource::new(profile, args.count, 1), control, args)?
+        }
+        _ => bail!("say where packets come from: -r FILE or --synthetic PROFILE"),
+    };
+    print_summary(&summary);
+    if let Some(fatal) = summary.fatal {
+        bail!("{fatal}");
+    }
+    Ok(0)
+}
+
+fn run_with<S: PacketSource + 'static>(
+    cfg: RecorderConfig,
+    source: S,
+    control: Arc<Control>,
+    args: &RecordArgs,
+) -> anyhow::Result<Summary> {
+    let stats_out: Box<dyn Write + Send> = match args.stats.as_deref() {
+        Some("-") => Box::new(std::io::stdout()),
+        Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("cannot create stats file {path}"))?),
+        None => {
+            std::fs::create_dir_all(&cfg.store).with_context(|| format!("cannot create store {}", cfg.store.display()))?;
+            let path = cfg.store.join("stats.jsonl");
+            Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .with_context(|| format!("cannot open {}", path.display()))?,
+            )
+        }
+    };
+    let mut stats = StatsWriter::new(stats_out);
+    let progress = !args.quiet && std::io::stderr().is_terminal();
+    tracing::info!("recording {} into {}", source.describe(), cfg.store.display());
+    let mut last: Option<StatsRecord> = None;
+    let summary = recorder::record(cfg, vec![source], control, |record, done| {
+        stats.write(record, done);
+        if progress {
+            show_progress(record, last.as_ref());
+            if done {
+                eprintln!();
+            }
+        }
+        last = Some(record.clone());
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(summary)
+}
+
+/// One line, rewritten in place: rates since the previous record and the running totals.
+fn show_progress(r: &StatsRecord, prev: Option<&StatsRecord>) {
+    let dt = prev.map_or(r.elapsed_s, |p| r.elapsed_s - p.elapsed_s).max(1e-9);
+    let (p0, b0) = prev.map_or((0, 0), |p| (p.totals.stored, p.totals.staged_bytes));
+    let t = &r.totals;
+    eprint!(
+        "\r{:>8.1} s  stored {:>12}  {:>8.3} Mpps  {:>8.1} MB/s in  {:>8.1} MB written  dropped {}  staging {:>3.0} %\x1b[K",
+        r.elapsed_s,
+        t.stored,
+        (t.stored - p0) as f64 / dt / 1e6,
+        (t.staged_bytes - b0) as f64 / dt / 1e6,
+        r.bytes_written as f64 / 1e6,
+        t.dropped.total(),
+        r.staging_fill * 100.0
+    );
+}
+
+fn print_summary(s: &Summary) {
+    let t = &s.stats.totals;
+    let elapsed = s.stats.elapsed_s.max(1e-9);
+    eprintln!("tapdeck: {:.2} s, {} files written, {} deleted by retention", elapsed, s.stats.files_written, s.stats.files_deleted);
+    eprintln!(
+        "  packets: seen {}  stored {}  dropped {} (kernel {}, staging full {}, write error {})",
+        t.seen,
+        t.stored,
+        t.dropped.total(),
+        t.dropped.kernel,
+        t.dropped.staging_full,
+        t.dropped.write_error
+    );
+    let balance = t.unaccounted();
+    eprintln!(
+        "  accounting: seen = stored + dropped {}",
+        if balance == 0 { "holds".to_string() } else { format!("is off by {balance} (please report this)") }
+    );
+    eprintln!(
+        "  rate: {:.3} Mpps, {:.1} MB/s of capture data; {} bytes written ({:.2}:1)",
+        t.stored as f64 / elapsed / 1e6,
+        t.staged_bytes as f64 / elapsed / 1e6,
+        s.stats.bytes_written,
+        t.staged_bytes as f64 / s.stats.bytes_written.max(1) as f64
+    );
+    for (codec, c) in &s.stats.codecs {
+        eprintln!(
+            "  codec {codec:<8} {:>6} chunks  {:>14} bytes in  {:>14} out  ({:.2}:1)",
+            c.chunks,
+            c.bytes_in,
+            c.bytes_out,
+            c.bytes_in as f64 / c.bytes_out.max(1) as f64
+        );
+    }
+    if t.wire_bytes > t.captured_bytes {
+        eprintln!(
+            "  snap length kept {:.1} % of the bytes on the wire",
+            100.0 * t.captured_bytes as f64 / t.wire_bytes as f64
+        );
+    }
+}
+
+/// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
+fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        // Registered first, the shutdown runs only if an earlier signal already set the flag.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&signalled))
+            .context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&signalled)).context("cannot install signal handlers")?;
+        let c = Arc::clone(control);
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { signal_hook::low_level::register(sig, move || c.stop.store(true, Ordering::SeqCst)) }
+            .context("cannot install signal handlers")?;
+    }
+    let c = Arc::clone(control);
+    // SAFETY: as above.
+    unsafe { signal_hook::low_level::register(SIGHUP, move || { c.rotate.fetch_add(1, Ordering::SeqCst); }) }
+        .context("cannot install signal handlers")?;
+    Ok(())
 }

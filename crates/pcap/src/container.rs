@@ -199,9 +199,10 @@ impl FrameEncoder {
             (_, c) => c,
         };
         match (self.container, codec) {
-            (Container::Plain, _) => out.extend_from_slice(data),
-            (Container::Zstd, Codec::Raw) => zstd_raw_frame(data, out),
-            (Container::Lz4, Codec::Raw) => lz4_raw_frame(data, out),
+            (_, Codec::Raw) | (Container::Plain, _) => {
+                out.reserve(data.len() + 64 + data.len() / ZSTD_MAX_BLOCK * 3);
+                raw_frame_pieces(self.container, data, |piece| out.extend_from_slice(piece));
+            }
             (_, Codec::Lz4) => {
                 let info = lz4_flex::frame::FrameInfo::new()
                     .block_size(lz4_flex::frame::BlockSize::Max4MB)
@@ -236,40 +237,46 @@ impl FrameEncoder {
     }
 }
 
-/// A zstd frame of raw (stored) blocks: costs a copy, decodes with any zstd.
-fn zstd_raw_frame(data: &[u8], out: &mut Vec<u8>) {
-    out.reserve(14 + data.len() + 3 * (data.len() / ZSTD_MAX_BLOCK + 1));
-    out.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
-    // Single segment, 8-byte content size, no checksum, no dictionary.
-    out.push(0xE0);
-    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    let mut blocks = data.chunks(ZSTD_MAX_BLOCK).peekable();
-    if blocks.peek().is_none() {
-        out.extend_from_slice(&[1, 0, 0]); // one empty last raw block
+/// Emits, piece by piece, the frame that stores `data` uncompressed in `container`: a zstd
+/// frame of raw blocks, an LZ4 frame of uncompressed blocks, or the bytes as they are. The
+/// pieces let a writer copy the data once, straight into its I/O buffer.
+pub fn raw_frame_pieces(container: Container, data: &[u8], mut emit: impl FnMut(&[u8])) {
+    match container {
+        Container::Plain => emit(data),
+        Container::Zstd => {
+            let mut header = [0u8; 13];
+            header[..4].copy_from_slice(&ZSTD_MAGIC.to_le_bytes());
+            // Single segment, 8-byte content size, no checksum, no dictionary.
+            header[4] = 0xE0;
+            header[5..].copy_from_slice(&(data.len() as u64).to_le_bytes());
+            emit(&header);
+            if data.is_empty() {
+                emit(&[1, 0, 0]); // one empty last raw block
+            }
+            let mut blocks = data.chunks(ZSTD_MAX_BLOCK).peekable();
+            while let Some(block) = blocks.next() {
+                let last = u32::from(blocks.peek().is_none());
+                let block_header = last | ((block.len() as u32) << 3);
+                emit(&block_header.to_le_bytes()[..3]);
+                emit(block);
+            }
+        }
+        Container::Lz4 => {
+            let mut header = [0u8; 15];
+            header[..4].copy_from_slice(&LZ4_MAGIC.to_le_bytes());
+            // FLG: version 01, independent blocks, content size present; BD: 4 MiB blocks.
+            header[4] = 0x68;
+            header[5] = 0x70;
+            header[6..14].copy_from_slice(&(data.len() as u64).to_le_bytes());
+            header[14] = (xxhash_rust::xxh32::xxh32(&header[4..14], 0) >> 8) as u8;
+            emit(&header);
+            for block in data.chunks(LZ4_MAX_BLOCK) {
+                emit(&(block.len() as u32 | 0x8000_0000).to_le_bytes());
+                emit(block);
+            }
+            emit(&0u32.to_le_bytes());
+        }
     }
-    while let Some(block) = blocks.next() {
-        let last = u32::from(blocks.peek().is_none());
-        let header = last | ((block.len() as u32) << 3);
-        out.extend_from_slice(&header.to_le_bytes()[..3]);
-        out.extend_from_slice(block);
-    }
-}
-
-/// An LZ4 frame of uncompressed blocks.
-fn lz4_raw_frame(data: &[u8], out: &mut Vec<u8>) {
-    out.reserve(19 + data.len() + 4 * (data.len() / LZ4_MAX_BLOCK + 2));
-    out.extend_from_slice(&LZ4_MAGIC.to_le_bytes());
-    // FLG: version 01, independent blocks, content size present; BD: 4 MiB blocks.
-    let mut descriptor = vec![0x68, 0x70];
-    descriptor.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    let hc = (xxhash_rust::xxh32::xxh32(&descriptor, 0) >> 8) as u8;
-    out.extend_from_slice(&descriptor);
-    out.push(hc);
-    for block in data.chunks(LZ4_MAX_BLOCK) {
-        out.extend_from_slice(&(block.len() as u32 | 0x8000_0000).to_le_bytes());
-        out.extend_from_slice(block);
-    }
-    out.extend_from_slice(&0u32.to_le_bytes());
 }
 
 /// Decodes one frame (as the index locates it) back into capture bytes, appending to `out`.

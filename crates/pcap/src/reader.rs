@@ -510,7 +510,7 @@ impl<R: Read> TraceReader<R> {
         let len = endian.u32(&h, 4..8) as usize;
         let name = block_name(block_type);
         let min = min_block_len(block_type);
-        if len < min || len % 4 != 0 || len > MAX_BLOCK {
+        if len < min || len & 3 != 0 || len > MAX_BLOCK {
             return Err(invalid(
                 start,
                 format!(
@@ -890,4 +890,449 @@ fn parse_isb(endian: Endian, body: &[u8]) -> Result<RawStats, String> {
         Ok(())
     })?;
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Classic pcap, little-endian, microseconds, Ethernet with an FCS-length field set
+    /// in the upper bits of the link type; one 4-byte packet at 1.5 s.
+    static PCAP_LE_US: [u8; 44] = [
+        0xd4, 0xc3, 0xb2, 0xa1, // magic a1b2c3d4, little-endian
+        0x02, 0x00, 0x04, 0x00, // version 2.4
+        0x00, 0x00, 0x00, 0x00, // thiszone
+        0x00, 0x00, 0x00, 0x00, // sigfigs
+        0xff, 0xff, 0x00, 0x00, // snaplen 65535
+        0x01, 0x00, 0x00,
+        0x14, // linktype 1, FCS length 4 in bits 26..29 (0x10000000 = F bit)
+        0x01, 0x00, 0x00, 0x00, // ts_sec 1
+        0x20, 0xa1, 0x07, 0x00, // ts_usec 500000
+        0x04, 0x00, 0x00, 0x00, // caplen 4
+        0x3c, 0x00, 0x00, 0x00, // orig_len 60
+        0xde, 0xad, 0xbe, 0xef, // data
+    ];
+
+    /// The same packet, big-endian with nanoseconds (1 s + 5 ns), link type 101 (raw IP).
+    static PCAP_BE_NS: [u8; 44] = [
+        0xa1, 0xb2, 0x3c, 0x4d, // magic a1b23c4d, big-endian
+        0x00, 0x02, 0x00, 0x04, // version 2.4
+        0x00, 0x00, 0x00, 0x00, // thiszone
+        0x00, 0x00, 0x00, 0x00, // sigfigs
+        0x00, 0x00, 0x00, 0x40, // snaplen 64
+        0x00, 0x00, 0x00, 0x65, // linktype 101
+        0x00, 0x00, 0x00, 0x01, // ts_sec 1
+        0x00, 0x00, 0x00, 0x05, // ts_nsec 5
+        0x00, 0x00, 0x00, 0x04, // caplen 4
+        0x00, 0x00, 0x00, 0x04, // orig_len 4
+        0x45, 0x00, 0x00, 0x04, // data
+    ];
+
+    /// Kuznetsov's modified format: 24-byte record headers (ifindex, protocol, pkt_type).
+    static PCAP_MODIFIED: [u8; 54] = [
+        0x34, 0xcd, 0xb2, 0xa1, // magic a1b2cd34, little-endian
+        0x02, 0x00, 0x04, 0x00, // version 2.4
+        0x00, 0x00, 0x00, 0x00, // thiszone
+        0x00, 0x00, 0x00, 0x00, // sigfigs
+        0x00, 0x00, 0x04, 0x00, // snaplen 262144
+        0x01, 0x00, 0x00, 0x00, // linktype 1
+        0x02, 0x00, 0x00, 0x00, // ts_sec 2
+        0x01, 0x00, 0x00, 0x00, // ts_usec 1
+        0x06, 0x00, 0x00, 0x00, // caplen 6
+        0x06, 0x00, 0x00, 0x00, // orig_len 6
+        0x03, 0x00, 0x00, 0x00, // ifindex 3
+        0x00, 0x08, // protocol
+        0x00, 0x00, // pkt_type, pad
+        0x01, 0x02, 0x03, 0x04, 0x05, 0x06, // data
+    ];
+
+    /// pcapng, little-endian: SHB, IDB (Ethernet, snaplen 0, if_tsresol 9, if_name "eth0"),
+    /// EPB with 5 bytes at 1.000000002 s, then a custom block that must be skipped.
+    static PCAPNG_LE: [u8; 124] = [
+        // SHB, 28 bytes
+        0x0a, 0x0d, 0x0d, 0x0a, 0x1c, 0x00, 0x00, 0x00, //
+        0x4d, 0x3c, 0x2b, 0x1a, 0x01, 0x00, 0x00, 0x00, // byte-order magic, version 1.0
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // section length -1
+        0x1c, 0x00, 0x00, 0x00, //
+        // IDB, 40 bytes
+        0x01, 0x00, 0x00, 0x00, 0x28, 0x00, 0x00, 0x00, //
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // linktype 1, reserved, snaplen 0
+        0x02, 0x00, 0x04, 0x00, b'e', b't', b'h', b'0', // if_name
+        0x09, 0x00, 0x01, 0x00, 0x09, 0x00, 0x00, 0x00, // if_tsresol 9 (ns), padding
+        0x00, 0x00, 0x00, 0x00, // opt_endofopt
+        0x28, 0x00, 0x00, 0x00, //
+        // EPB, 40 bytes
+        0x06, 0x00, 0x00, 0x00, 0x28, 0x00, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x00, // interface 0
+        0x00, 0x00, 0x00, 0x00, 0x02, 0xca, 0x9a, 0x3b, // ts high 0, low 1_000_000_002
+        0x05, 0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, // caplen 5, orig_len 5
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x00, 0x00, 0x00, // data, padding
+        0x28, 0x00, 0x00, 0x00, //
+        // custom block (0x00000BAD), 16 bytes
+        0xad, 0x0b, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, //
+        0x78, 0x56, 0x34, 0x12, // private enterprise number
+        0x10, 0x00, 0x00, 0x00,
+    ];
+
+    /// (ts_ns, iface, orig_len, data) of one packet.
+    type Pkt = (u64, u32, u32, Vec<u8>);
+
+    fn read_all(bytes: &[u8]) -> Result<(Vec<Pkt>, Vec<Interface>), FormatError> {
+        let mut r = TraceReader::new(bytes)?;
+        let mut out = Vec::new();
+        while let Some(p) = r.next_packet()? {
+            out.push((p.ts_ns, p.iface, p.orig_len, p.data.to_vec()));
+        }
+        assert_eq!(r.offset(), bytes.len() as u64);
+        Ok((out, r.interfaces().to_vec()))
+    }
+
+    fn err(bytes: &[u8]) -> FormatError {
+        match read_all(bytes) {
+            Ok(x) => panic!("expected an error, read {x:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn invalid_msg(e: &FormatError) -> &str {
+        match &e.kind {
+            FormatErrorKind::Invalid(m) => m,
+            k => panic!("expected Invalid, got {k:?}"),
+        }
+    }
+
+    /// A little-endian pcapng block around `body` (padded to 4 bytes).
+    fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+        block_in(Endian::Little, kind, body)
+    }
+
+    fn block_in(e: Endian, kind: u32, body: &[u8]) -> Vec<u8> {
+        let w = |v: u32| match e {
+            Endian::Little => v.to_le_bytes(),
+            Endian::Big => v.to_be_bytes(),
+        };
+        let len = (12 + pad4(body.len())) as u32;
+        let mut out = w(kind).to_vec();
+        out.extend_from_slice(&w(len));
+        out.extend_from_slice(body);
+        out.resize(8 + pad4(body.len()), 0);
+        out.extend_from_slice(&w(len));
+        out
+    }
+
+    fn shb_in(e: Endian) -> Vec<u8> {
+        let body: Vec<u8> = match e {
+            Endian::Little => [0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0].to_vec(),
+            Endian::Big => [0x1a, 0x2b, 0x3c, 0x4d, 0, 1, 0, 0].to_vec(),
+        };
+        block_in(e, pcapng::SHB, &[body, vec![0xff; 8]].concat())
+    }
+
+    fn le_fields(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// EPB body: iface, ts high/low, caplen, orig_len, then `data` and `extra` raw.
+    fn epb(iface: u32, ts: u64, caplen: u32, orig: u32, data: &[u8]) -> Vec<u8> {
+        let mut b = le_fields(&[iface, (ts >> 32) as u32, ts as u32, caplen, orig]);
+        b.extend_from_slice(data);
+        block(pcapng::EPB, &b)
+    }
+
+    fn idb(linktype: u16, snaplen: u32, opts: &[u8]) -> Vec<u8> {
+        let mut b = linktype.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&snaplen.to_le_bytes());
+        b.extend_from_slice(opts);
+        block(pcapng::IDB, &b)
+    }
+
+    fn opt(code: u16, v: &[u8]) -> Vec<u8> {
+        let mut b = code.to_le_bytes().to_vec();
+        b.extend_from_slice(&(v.len() as u16).to_le_bytes());
+        b.extend_from_slice(v);
+        b.resize(pad4(b.len()), 0);
+        b
+    }
+
+    #[test]
+    fn classic_pcap_little_endian_microseconds() {
+        let (pkts, ifaces) = read_all(&PCAP_LE_US).unwrap();
+        assert_eq!(
+            pkts,
+            vec![(1_500_000_000, 0, 60, vec![0xde, 0xad, 0xbe, 0xef])]
+        );
+        // The FCS bits above the low 16 are not part of the link type.
+        assert_eq!(
+            ifaces,
+            vec![Interface {
+                linktype: 1,
+                snaplen: 65535,
+                name: None,
+                description: None
+            }]
+        );
+        assert_eq!(
+            TraceReader::new(&PCAP_LE_US[..]).unwrap().format(),
+            Format::Pcap
+        );
+    }
+
+    #[test]
+    fn classic_pcap_big_endian_nanoseconds() {
+        let (pkts, ifaces) = read_all(&PCAP_BE_NS).unwrap();
+        assert_eq!(pkts, vec![(1_000_000_005, 0, 4, vec![0x45, 0, 0, 4])]);
+        assert_eq!((ifaces[0].linktype, ifaces[0].snaplen), (101, 64));
+    }
+
+    #[test]
+    fn classic_pcap_modified_record_headers() {
+        let (pkts, _) = read_all(&PCAP_MODIFIED).unwrap();
+        assert_eq!(pkts, vec![(2_000_001_000, 0, 6, vec![1, 2, 3, 4, 5, 6])]);
+    }
+
+    #[test]
+    fn classic_pcap_errors() {
+        // Cut inside the record data: Truncated, at the record's start.
+        let e = err(&PCAP_LE_US[..42]);
+        assert!(
+            matches!(e.kind, FormatErrorKind::Truncated(_)) && e.offset == 24,
+            "{e}"
+        );
+        let e = err(&PCAP_LE_US[..30]);
+        assert!(
+            matches!(e.kind, FormatErrorKind::Truncated("a packet record header"))
+                && e.offset == 24
+        );
+        // Cut inside the file header.
+        let e = TraceReader::new(&PCAP_LE_US[..10]).err().unwrap();
+        assert!(matches!(e.kind, FormatErrorKind::Truncated(_)) && e.offset == 0);
+        // A clean end after the header: no packets.
+        assert_eq!(read_all(&PCAP_LE_US[..24]).unwrap().0, vec![]);
+        // A captured length beyond the cap is refused before anything is allocated.
+        let mut b = PCAP_LE_US;
+        b[32..36].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+        assert!(invalid_msg(&err(&b)).contains("captured length 4294967280"));
+        let mut b = PCAP_LE_US;
+        b[4] = 1;
+        assert!(invalid_msg(&err(&b)).contains("version 1.4"));
+        let e = TraceReader::new(&b"\x00\x01\x02\x03rest"[..])
+            .err()
+            .unwrap();
+        assert!(matches!(e.kind, FormatErrorKind::UnknownMagic(0x0302_0100)));
+    }
+
+    #[test]
+    fn pcapng_little_endian() {
+        let mut r = TraceReader::new(&PCAPNG_LE[..]).unwrap();
+        assert_eq!(r.format(), Format::Pcapng);
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(
+            (p.ts_ns, p.iface, p.orig_len, p.data),
+            (1_000_000_002, 0, 5, &[0x11, 0x22, 0x33, 0x44, 0x55][..])
+        );
+        assert_eq!(r.packet_offset(), 68);
+        assert!(r.next_packet().unwrap().is_none());
+        assert_eq!(r.offset(), 124);
+        assert_eq!(
+            r.interfaces(),
+            &[Interface {
+                linktype: 1,
+                snaplen: 0,
+                name: Some("eth0".into()),
+                description: None
+            }]
+        );
+    }
+
+    #[test]
+    fn pcapng_sections_number_interfaces_globally() {
+        let be = Endian::Big;
+        let mut f = PCAPNG_LE[..108].to_vec(); // SHB, IDB, EPB
+        f.extend(shb_in(be));
+        // Section 2, big-endian: IDB (linktype 101, default µs), EPB on its interface 0.
+        f.extend(block_in(be, pcapng::IDB, &[0, 101, 0, 0, 0, 0, 0, 0]));
+        let mut body = [0u32, 0, 7, 3, 3]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect::<Vec<_>>();
+        body.extend_from_slice(&[9, 9, 9]);
+        f.extend(block_in(be, pcapng::EPB, &body));
+        let (pkts, ifaces) = read_all(&f).unwrap();
+        assert_eq!(pkts[1], (7_000, 1, 3, vec![9, 9, 9]));
+        assert_eq!(
+            ifaces.iter().map(|i| i.linktype).collect::<Vec<_>>(),
+            vec![1, 101]
+        );
+        // Section 2's interface 1 does not exist, even though the file has two interfaces.
+        let mut g = f.clone();
+        let n = g.len();
+        g[n - 36 + 8..n - 36 + 12].copy_from_slice(&1u32.to_be_bytes());
+        assert!(invalid_msg(&err(&g)).contains("names interface 1 but its section has 1 interface"));
+    }
+
+    #[test]
+    fn pcapng_resolution_offset_spb_isb() {
+        let mut f = shb_in(Endian::Little);
+        // 2^-10 s units, 100 s offset, snaplen 4.
+        let opts = [
+            opt(pcapng::IF_TSRESOL, &[0x8a]),
+            opt(pcapng::IF_TSOFFSET, &100u64.to_le_bytes()),
+        ]
+        .concat();
+        f.extend(idb(1, 4, &opts));
+        f.extend(epb(0, 1024 + 512, 2, 2, &[1, 2]));
+        // SPB: orig_len 6, cut to the snaplen 4; time taken from the previous packet.
+        f.extend(block(pcapng::SPB, &[6, 0, 0, 0, 1, 2, 3, 4, 5, 6]));
+        let isb = [
+            le_fields(&[0, 0, 2048]),
+            opt(pcapng::ISB_IFRECV, &10u64.to_le_bytes()),
+            opt(pcapng::ISB_OSDROP, &3u64.to_le_bytes()),
+            opt(pcapng::OPT_END, &[]),
+        ]
+        .concat();
+        f.extend(block(pcapng::ISB, &isb));
+        let mut r = TraceReader::new(&f[..]).unwrap();
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(p.ts_ns, 101_500_000_000);
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(
+            (p.ts_ns, p.orig_len, p.data),
+            (101_500_000_000, 6, &[1, 2, 3, 4][..])
+        );
+        assert!(r.next_packet().unwrap().is_none());
+        assert_eq!(
+            r.stats(),
+            &[InterfaceStats {
+                iface: 0,
+                ts_ns: 102_000_000_000,
+                received: Some(10),
+                os_dropped: Some(3),
+                if_dropped: None,
+                delivered: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn pcapng_structural_errors_name_the_block() {
+        let head = PCAPNG_LE[..68].to_vec(); // SHB + IDB
+        let with = |b: Vec<u8>| [head.clone(), b].concat();
+
+        let e = err(&with(epb(0, 0, 2000, 2000, &[0; 1500])));
+        assert_eq!(e.offset, 68);
+        assert_eq!(
+            invalid_msg(&e),
+            "enhanced packet block says captured length 2000 but the block holds 1500 bytes"
+        );
+
+        let e = err(&with(epb(3, 0, 1, 1, &[0])));
+        assert!(invalid_msg(&e).contains("names interface 3"), "{e}");
+
+        let mut b = epb(0, 0, 1, 1, &[0]);
+        let n = b.len();
+        b[n - 4] ^= 4; // trailing length differs
+        assert_eq!(
+            invalid_msg(&err(&with(b))),
+            "an enhanced packet block length is 36 at its start but 32 at its end"
+        );
+
+        for bad_len in [0u32, 8, 13, 0x0800_0004, 0xffff_fffc] {
+            let mut b = epb(0, 0, 1, 1, &[0]);
+            b[4..8].copy_from_slice(&bad_len.to_le_bytes());
+            let e = err(&with(b));
+            assert_eq!(e.offset, 68);
+            assert!(
+                invalid_msg(&e).contains(&format!("length is {bad_len} bytes")),
+                "{e}"
+            );
+        }
+
+        // An option whose value runs past its block.
+        let mut b = epb(0, 0, 1, 1, &[0, 0, 0, 0]);
+        b.splice(32..32, [1, 0, 8, 0, b'x', b'y', b'z', 0]); // comment of 8 bytes, 4 present
+        let len = (b.len() as u32).to_le_bytes();
+        b[4..8].copy_from_slice(&len);
+        let n = b.len();
+        b[n - 4..].copy_from_slice(&len);
+        assert_eq!(
+            invalid_msg(&err(&with(b))),
+            "option 1 says its value is 8 bytes but only 4 remain in the block"
+        );
+
+        // A simple packet block in a section without interfaces.
+        let f = [shb_in(Endian::Little), block(pcapng::SPB, &[1, 0, 0, 0, 0])].concat();
+        assert!(invalid_msg(&err(&f)).contains("simple packet block names interface 0"));
+
+        let e = err(&with(idb(1, 0, &opt(pcapng::IF_TSRESOL, &[6, 6]))));
+        assert_eq!(invalid_msg(&e), "if_tsresol option is 2 bytes, not 1");
+    }
+
+    #[test]
+    fn pcapng_truncation_and_clean_end() {
+        // Clean ends at every block boundary.
+        for end in [28, 68, 108, 124] {
+            assert!(read_all(&PCAPNG_LE[..end]).is_ok(), "end {end}");
+        }
+        // Any other cut is Truncated at the start of the block it falls in.
+        for cut in 1..PCAPNG_LE.len() {
+            let starts = [0u64, 28, 68, 108];
+            if [28, 68, 108].contains(&cut) {
+                continue;
+            }
+            let e = err(&PCAPNG_LE[..cut]);
+            let want = *starts.iter().rfind(|&&s| s < cut as u64).unwrap();
+            assert!(
+                matches!(e.kind, FormatErrorKind::Truncated(_)),
+                "cut {cut}: {e}"
+            );
+            assert_eq!(e.offset, want, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn errors_are_sticky() {
+        let mut r = TraceReader::new(&PCAPNG_LE[..100]).unwrap();
+        assert!(r.next_packet().is_err());
+        let e = r.next_packet().err().unwrap();
+        assert_eq!(e.offset, 68);
+    }
+
+    #[test]
+    fn lying_length_does_not_allocate_it() {
+        // A 128 MiB block with 64 bytes behind it: Truncated, and the buffer stays small.
+        let mut f = PCAPNG_LE[..68].to_vec();
+        f.extend(&[6, 0, 0, 0, 0, 0, 0, 8]);
+        f.extend([0u8; 64]);
+        let mut r = TraceReader::new(&f[..]).unwrap();
+        let e = r.next_packet().err().unwrap();
+        assert!(matches!(e.kind, FormatErrorKind::Truncated(_)) && e.offset == 68);
+        assert!(r.buf.capacity() <= 2 * GROW_STEP, "{}", r.buf.capacity());
+    }
+
+    #[test]
+    fn resolutions() {
+        assert_eq!(Resolution::Pow10(6).to_ns(3), 3_000);
+        assert_eq!(
+            Resolution::Pow10(0).to_ns(u64::MAX),
+            u128::from(u64::MAX) * 1_000_000_000
+        );
+        assert_eq!(Resolution::Pow10(12).to_ns(5_000), 5);
+        assert_eq!(Resolution::Pow10(127).to_ns(u64::MAX), 0);
+        assert_eq!(Resolution::Pow2(127).to_ns(u64::MAX), 0);
+        assert_eq!(Resolution::Pow2(1).to_ns(3), 1_500_000_000);
+        // Seconds resolution far in the future does not fit 64-bit nanoseconds.
+        let c = Clock {
+            resolution: Resolution::Pow10(0),
+            offset_s: 0,
+            last_ns: 0,
+        };
+        assert!(c.ns(u64::MAX).is_err());
+        let c = Clock {
+            resolution: Resolution::DEFAULT,
+            offset_s: -10,
+            last_ns: 0,
+        };
+        assert!(c.ns(1).is_err());
+    }
 }

@@ -241,10 +241,8 @@ fn oracle_pcapng(bytes: &[u8]) -> Oracle {
                     data: spb.data[..caplen].to_vec(),
                 });
             }
-            Block::InterfaceStatistics(isb) => {
-                if ifaces.get(first + isb.if_id as usize).is_none() {
-                    return Oracle::Err("ISB names missing interface".into());
-                }
+            Block::InterfaceStatistics(isb) if ifaces.get(first + isb.if_id as usize).is_none() => {
+                return Oracle::Err("ISB names missing interface".into());
             }
             Block::Unknown(u) if u.block_type == 2 => {
                 return Oracle::Unsupported("obsolete packet block");
@@ -567,4 +565,50 @@ fn packet_counts_match_capinfos() {
         mismatched.len()
     );
     assert!(mismatched.is_empty(), "{}", mismatched.join("\n"));
+}
+
+/// Rough read throughput over a synthetic trace; run with
+/// `cargo test --release -p tapdeck-pcap --test reader throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn throughput() {
+    use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
+    let iface = Interface {
+        linktype: 1,
+        snaplen: 0,
+        ..Default::default()
+    };
+    for format in [Format::Pcapng, Format::Pcap] {
+        for size in [64usize, 1514] {
+            let mut file = format
+                .file_header(std::slice::from_ref(&iface), &SectionInfo::default())
+                .unwrap();
+            let payload = vec![0x5au8; size];
+            let n = (256 << 20) / (size + 32);
+            let mut rec = vec![0u8; format.record_len(size)];
+            for i in 0..n {
+                let p = Packet {
+                    ts_ns: i as u64 * 1000,
+                    iface: 0,
+                    orig_len: size as u32,
+                    data: &payload,
+                };
+                let k = format.write_record(&p, &mut rec);
+                file.extend_from_slice(&rec[..k]);
+            }
+            let t = std::time::Instant::now();
+            let mut r = TraceReader::new(&file[..]).unwrap();
+            let mut count = 0usize;
+            while let Some(p) = r.next_packet().unwrap() {
+                count += p.data.len() / size;
+            }
+            let s = t.elapsed().as_secs_f64();
+            assert_eq!(count, n);
+            println!(
+                "{format:?} {size} B: {:.1} Mpkt/s, {:.0} MB/s",
+                n as f64 / s / 1e6,
+                file.len() as f64 / s / 1e6
+            );
+        }
+    }
 }

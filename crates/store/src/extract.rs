@@ -1,1 +1,550 @@
-//! TO BE IMPLEMENTED
+//! `tapdeck extract`: the packets of a time range (and a filter) as one standard file.
+//!
+//! Planning reads only trailers: a file whose chunks all miss the window is never decoded,
+//! and within a file only the chunks whose time range meets the window are. Streams are
+//! merged by timestamp (ties go to the lower stream, then to file order), one decoded chunk
+//! per stream in memory at a time.
+//!
+//! The packet filter is a [`PacketFilter`], so this crate needs no libpcap: the CLI
+//! compiles the BPF expression and hands in a closure.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io::Write;
+
+use tapdeck_pcap::container::{ChunkEntry, FrameKind};
+use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
+
+use crate::meta;
+use crate::read::{ChunkPackets, FileError, Header, StoredFile, Store};
+
+/// Packets with `start <= ts < end`; an open side is unbounded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeWindow {
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+}
+
+impl TimeWindow {
+    pub fn contains(&self, ts: u64) -> bool {
+        self.start_ns.is_none_or(|s| ts >= s) && self.end_ns.is_none_or(|e| ts < e)
+    }
+
+    /// Does anything in `[first, last]` fall in the window?
+    pub fn meets(&self, first: u64, last: u64) -> bool {
+        self.start_ns.is_none_or(|s| last >= s) && self.end_ns.is_none_or(|e| first < e)
+    }
+}
+
+/// Decides which packets are written; `linktype` is the packet's interface's LINKTYPE_*.
+pub trait PacketFilter {
+    fn matches(&mut self, linktype: u16, packet: &Packet<'_>) -> bool;
+}
+
+impl<F: FnMut(u16, &Packet<'_>) -> bool> PacketFilter for F {
+    fn matches(&mut self, linktype: u16, packet: &Packet<'_>) -> bool {
+        self(linktype, packet)
+    }
+}
+
+/// Every packet passes.
+pub fn no_filter(_: u16, _: &Packet<'_>) -> bool {
+    true
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExtractError {
+    #[error("{0}")]
+    File(#[from] FileError),
+    #[error("writing the output failed: {0}")]
+    Output(#[from] std::io::Error),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// An interface of the output file: one per distinct (stream, interface) of the input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputInterface {
+    pub stream: u32,
+    pub interface: Interface,
+}
+
+/// One file to read, with the chunks to decode and where its interfaces go.
+#[derive(Debug)]
+struct PlannedFile {
+    file: StoredFile,
+    chunks: Vec<ChunkEntry>,
+    /// File interface → output interface.
+    iface_map: Vec<u32>,
+}
+
+/// What an extraction will read, decided from the indexes alone.
+#[derive(Debug)]
+pub struct Plan {
+    window: TimeWindow,
+    /// Per stream (ascending), its files in sequence order.
+    streams: Vec<(u32, Vec<PlannedFile>)>,
+    pub interfaces: Vec<OutputInterface>,
+    /// The store's own format: the default output format.
+    pub store_format: Option<Format>,
+    pub files_total: u64,
+    pub chunks_total: u64,
+    pub files_selected: u64,
+    pub chunks_selected: u64,
+}
+
+/// What an extraction did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExtractReport {
+    pub packets_written: u64,
+    /// Packets in the window that the filter left out.
+    pub packets_filtered: u64,
+    pub files_decoded: u64,
+    pub files_total: u64,
+    pub chunks_decoded: u64,
+    pub chunks_total: u64,
+}
+
+/// Reads every file's index and picks the files and chunks that meet `window`.
+pub fn plan(store: &Store, window: TimeWindow) -> Result<Plan, ExtractError> {
+    let mut streams: Vec<(u32, Vec<PlannedFile>)> = Vec::new();
+    let mut interfaces: Vec<OutputInterface> = Vec::new();
+    let mut store_format = store.manifest.as_ref().and_then(|m| meta::parse_format(&m.format));
+    let (mut files_total, mut chunks_total, mut chunks_selected) = (0, 0, 0);
+    for path in &store.files {
+        let file = StoredFile::open(path)?;
+        store_format.get_or_insert(file.format);
+        files_total += 1;
+        chunks_total += file.packet_chunks().count() as u64;
+        let chunks: Vec<ChunkEntry> = file
+            .packet_chunks()
+            .filter(|e| e.packets > 0 && window.meets(e.first_ts_ns, e.last_ts_ns))
+            .copied()
+            .collect();
+        if chunks.is_empty() {
+            continue;
+        }
+        chunks_selected += chunks.len() as u64;
+        let stream = file.meta.stream;
+        let iface_map = file
+            .interfaces()
+            .into_iter()
+            .map(|interface| {
+                let out = OutputInterface { stream, interface };
+                let at = interfaces.iter().position(|i| *i == out).unwrap_or_else(|| {
+                    interfaces.push(out);
+                    interfaces.len() - 1
+                });
+                at as u32
+            })
+            .collect();
+        let at = match streams.iter().position(|(s, _)| *s == stream) {
+            Some(at) => at,
+            None => {
+                streams.push((stream, Vec::new()));
+                streams.len() - 1
+            }
+        };
+        streams[at].1.push(PlannedFile { file, chunks, iface_map });
+    }
+    streams.sort_by_key(|(s, _)| *s);
+    for (_, files) in &mut streams {
+        files.sort_by_key(|f| f.file.meta.seq);
+    }
+    let files_selected = streams.iter().map(|(_, f)| f.len() as u64).sum();
+    Ok(Plan { window, streams, interfaces, store_format, files_total, chunks_total, files_selected, chunks_selected })
+}
+
+impl Plan {
+    /// Link types of the packets that may be written: compile a filter once for each.
+    pub fn linktypes(&self) -> Vec<u16> {
+        let mut l: Vec<u16> = self.interfaces.iter().map(|i| i.interface.linktype).collect();
+        l.sort_unstable();
+        l.dedup();
+        l
+    }
+
+    /// The output file's header: pcapng keeps every (stream, interface) apart, classic pcap
+    /// needs them all to share one link type.
+    fn output_header(&self, format: Format) -> Result<Vec<u8>, ExtractError> {
+        let section = SectionInfo {
+            application: Some(format!("tapdeck {} extract", env!("CARGO_PKG_VERSION"))),
+            ..Default::default()
+        };
+        let interfaces: Vec<Interface> = match format {
+            Format::Pcapng => self
+                .interfaces
+                .iter()
+                .map(|o| Interface {
+                    description: o.interface.description.clone().or_else(|| Some(format!("tapdeck stream {}", o.stream))),
+                    ..o.interface.clone()
+                })
+                .collect(),
+            Format::Pcap => {
+                let linktypes = self.linktypes();
+                if linktypes.len() > 1 {
+                    return Err(ExtractError::Unsupported(format!(
+                        "the packets have {} link types ({}) but a pcap file holds one; use --format pcapng",
+                        linktypes.len(),
+                        linktypes.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                let snaps = self.interfaces.iter().map(|o| o.interface.snaplen);
+                let snaplen = if snaps.clone().any(|s| s == 0) { 0 } else { snaps.max().unwrap_or(0) };
+                // No packet selected still makes a valid (empty) file; Ethernet is a guess.
+                vec![Interface { linktype: linktypes.first().copied().unwrap_or(1), snaplen, name: None, description: None }]
+            }
+        };
+        format.file_header(&interfaces, &section).map_err(ExtractError::Unsupported)
+    }
+
+    /// Decodes the chosen chunks, merges the streams by time and writes the packets in the
+    /// window that pass `filter` to `out` as one `format` file.
+    pub fn write(self, format: Format, filter: &mut dyn PacketFilter, out: &mut dyn Write) -> Result<ExtractReport, ExtractError> {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+        out.write_all(&self.output_header(format)?)?;
+        let mut report = ExtractReport {
+            files_total: self.files_total,
+            chunks_total: self.chunks_total,
+            ..Default::default()
+        };
+        let linktypes: Vec<u16> = self.interfaces.iter().map(|o| o.interface.linktype).collect();
+        let window = self.window;
+        let mut cursors: Vec<StreamCursor> = self
+            .streams
+            .into_iter()
+            .map(|(stream, files)| StreamCursor { stream, files: files.into(), header: None, chunk: ChunkPackets::default(), pos: 0 })
+            .collect();
+        // Min-heap of each stream's next packet: (time, stream, cursor).
+        let mut heap = BinaryHeap::new();
+        let mut scratch = Vec::new();
+        for (i, c) in cursors.iter_mut().enumerate() {
+            if let Some(ts) = c.seek(&window, &mut scratch, &mut report)? {
+                heap.push(Reverse((ts, c.stream, i)));
+            }
+        }
+        let mut record = Vec::new();
+        while let Some(Reverse((_, stream, i))) = heap.pop() {
+            let c = &mut cursors[i];
+            let file = c.files.front().expect("a cursor with a packet has a file");
+            let p = c.chunk.packet(c.pos);
+            let Some(&out_iface) = file.iface_map.get(p.iface as usize) else {
+                return Err(FileError::whole(
+                    &file.file.path,
+                    format!("a packet names interface {} but the metadata lists {}", p.iface, file.iface_map.len()),
+                )
+                .into());
+            };
+            if filter.matches(linktypes[out_iface as usize], &p) {
+                let p = Packet { iface: out_iface, ..p };
+                record.resize(format.record_len(p.data.len()), 0);
+                let n = format.write_record(&p, &mut record);
+                out.write_all(&record[..n])?;
+                report.packets_written += 1;
+            } else {
+                report.packets_filtered += 1;
+            }
+            c.pos += 1;
+            if let Some(ts) = c.seek(&window, &mut scratch, &mut report)? {
+                heap.push(Reverse((ts, stream, i)));
+            }
+        }
+        out.flush()?;
+        Ok(report)
+    }
+}
+
+/// Where one stream's merge input stands: its remaining files, the current file's header
+/// and the current decoded chunk.
+struct StreamCursor {
+    stream: u32,
+    files: VecDeque<PlannedFile>,
+    header: Option<Header>,
+    chunk: ChunkPackets,
+    pos: usize,
+}
+
+impl StreamCursor {
+    /// Moves to the next packet inside the window (the current one if it is), decoding
+    /// further chunks as needed; returns its timestamp, or `None` when the stream is done.
+    fn seek(&mut self, window: &TimeWindow, scratch: &mut Vec<u8>, report: &mut ExtractReport) -> Result<Option<u64>, FileError> {
+        loop {
+            if let Some(r) = self.chunk.records.get(self.pos) {
+                if window.contains(r.ts_ns) {
+                    return Ok(Some(r.ts_ns));
+                }
+                self.pos += 1;
+                continue;
+            }
+            let Some(file) = self.files.front_mut() else { return Ok(None) };
+            let Some(entry) = (!file.chunks.is_empty()).then(|| file.chunks.remove(0)) else {
+                self.files.pop_front();
+                self.header = None;
+                continue;
+            };
+            let header = match &self.header {
+                Some(h) => h,
+                None => {
+                    report.files_decoded += 1;
+                    let h = file.file.read_header()?;
+                    self.header.insert(h)
+                }
+            };
+            debug_assert_eq!(entry.kind, FrameKind::Packets);
+            self.chunk = file.file.read_chunk(header, &entry, scratch)?;
+            self.pos = 0;
+            report.chunks_decoded += 1;
+        }
+    }
+}
+
+/// Parses a time given on the command line to nanoseconds since the epoch, exactly:
+/// RFC 3339 (`2026-11-23T05:57:34.5Z`, `…+02:00`, up to nine fraction digits) or decimal
+/// seconds since the epoch (`1795413454.5`).
+pub fn parse_time(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let bad = |why: &str| format!("'{s}' is not a time: {why}; use RFC 3339 (2026-11-23T05:57:34.5Z) or seconds since the epoch (1795413454.5)");
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
+        let secs: u64 = secs.parse().map_err(|_| bad("seconds are not a number"))?;
+        let ns = fraction_ns(frac).ok_or_else(|| bad("more than nine fraction digits, or not digits"))?;
+        return secs.checked_mul(1_000_000_000).and_then(|n| n.checked_add(ns)).ok_or_else(|| bad("too far in the future"));
+    }
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
+        let t = s.get(r).ok_or_else(|| bad("too short"))?;
+        if t.bytes().all(|c| c.is_ascii_digit()) {
+            t.parse().map_err(|_| bad("a field is not a number"))
+        } else {
+            Err(bad("a field is not a number"))
+        }
+    };
+    let sep = |at: usize, ok: &[u8]| b.get(at).is_some_and(|c| ok.contains(c));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return Err(bad("expected YYYY-MM-DDTHH:MM:SS"));
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return Err(bad("no such date"));
+    }
+    if hour > 23 || minute > 59 || second > 59 {
+        return Err(bad("no such time of day"));
+    }
+    let mut rest = &s[19..];
+    let mut frac_ns = 0;
+    if let Some(r) = rest.strip_prefix('.') {
+        let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+        frac_ns = fraction_ns(&r[..digits]).filter(|_| digits > 0).ok_or_else(|| bad("one to nine fraction digits"))?;
+        rest = &r[digits..];
+    }
+    let offset_s = match rest {
+        "Z" | "z" => 0,
+        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
+            let parse = |t: &str| t.parse::<i64>().ok().filter(|_| t.bytes().all(|c| c.is_ascii_digit()));
+            let (Some(h), Some(m)) = (parse(&rest[1..3]), parse(&rest[4..6])) else {
+                return Err(bad("bad UTC offset"));
+            };
+            if h > 23 || m > 59 {
+                return Err(bad("bad UTC offset"));
+            }
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (h * 3600 + m * 60)
+        }
+        _ => return Err(bad("expected Z or a UTC offset (+HH:MM) after the time")),
+    };
+    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    let secs = u64::try_from(secs).map_err(|_| bad("before 1970"))?;
+    Ok(secs * 1_000_000_000 + frac_ns)
+}
+
+/// Up to nine fraction digits as nanoseconds (`"5"` → 500 000 000).
+fn fraction_ns(digits: &str) -> Option<u64> {
+    if digits.len() > 9 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let padded = format!("{digits:0<9}");
+    padded.parse().ok()
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::testutil::*;
+    use tapdeck_pcap::container::{Codec, Container};
+    use tapdeck_pcap::TraceReader;
+
+    /// Two streams with interleaved times, mixed codecs and containers:
+    /// stream 0: file 0 (zstd) chunks [10,20,30] [40,50]; file 1 (plain) chunk [90,100]
+    /// stream 1: file 0 (lz4)  chunks [15,25] [45,55,65]; file 1 (zstd) chunk [95]
+    /// Fill bytes identify packets: stream*100 + ts/5.
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |stream: u32, ts: u64| Pkt { ts_ns: ts, iface: 0, fill: (stream * 100 + (ts / 5) as u32) as u8, len: 200 };
+        let chunks = |stream: u32, codecs: &[Codec], times: &[&[u64]]| -> Vec<(Codec, Vec<Pkt>)> {
+            codecs.iter().zip(times).map(|(c, t)| (*c, t.iter().map(|&ts| p(stream, ts)).collect())).collect()
+        };
+        let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
+        s.chunks = chunks(0, &[Codec::Zstd(3), Codec::Raw], &[&[10, 20, 30], &[40, 50]]);
+        s.stats = true;
+        write_file(dir.path(), &s);
+        let mut s = FileSpec::new(0, 1, Format::Pcapng, Container::Plain);
+        s.chunks = chunks(0, &[Codec::Raw], &[&[90, 100]]);
+        write_file(dir.path(), &s);
+        let mut s = FileSpec::new(1, 0, Format::Pcapng, Container::Lz4);
+        s.ifaces = vec![eth("eth1")];
+        s.chunks = chunks(1, &[Codec::Lz4, Codec::Raw], &[&[15, 25], &[45, 55, 65]]);
+        write_file(dir.path(), &s);
+        let mut s = FileSpec::new(1, 1, Format::Pcapng, Container::Zstd);
+        s.ifaces = vec![eth("eth1")];
+        s.chunks = chunks(1, &[Codec::Zstd(1)], &[&[95]]);
+        write_file(dir.path(), &s);
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn window(start: Option<u64>, end: Option<u64>) -> TimeWindow {
+        TimeWindow { start_ns: start, end_ns: end }
+    }
+
+    /// (ts, output interface) of every packet written.
+    fn run(store: &Store, w: TimeWindow, format: Format, filter: &mut dyn PacketFilter) -> (Vec<(u64, u32)>, ExtractReport, Vec<u8>) {
+        let mut out = Vec::new();
+        let report = plan(store, w).unwrap().write(format, filter, &mut out).unwrap();
+        let mut reader = TraceReader::new(&out[..]).unwrap();
+        let mut got = Vec::new();
+        while let Some(p) = reader.next_packet().unwrap() {
+            got.push((p.ts_ns, p.iface));
+        }
+        (got, report, out)
+    }
+
+    fn times(got: &[(u64, u32)]) -> Vec<u64> {
+        got.iter().map(|g| g.0).collect()
+    }
+
+    #[test]
+    fn merges_all_streams_in_time_order() {
+        let (_dir, store) = store();
+        let (got, report, _) = run(&store, TimeWindow::default(), Format::Pcapng, &mut no_filter);
+        assert_eq!(times(&got), [10, 15, 20, 25, 30, 40, 45, 50, 55, 65, 90, 95, 100]);
+        assert!(got.iter().all(|&(ts, iface)| iface == u32::from(matches!(ts, 15 | 25 | 45 | 55 | 65 | 95))));
+        assert_eq!((report.files_decoded, report.files_total, report.chunks_decoded, report.chunks_total), (4, 4, 6, 6));
+        assert_eq!(report.packets_written, 13);
+    }
+
+    #[test]
+    fn windows_inside_across_and_outside_chunks() {
+        let (_dir, store) = store();
+        let cases: &[(Option<u64>, Option<u64>, &[u64], u64, u64)] = &[
+            // inside one chunk of stream 0 and one of stream 1
+            (Some(20), Some(30), &[20, 25], 2, 2),
+            // across chunk and file boundaries; end is exclusive
+            (Some(30), Some(95), &[30, 40, 45, 50, 55, 65, 90], 4, 4),
+            // between chunks: overlaps no chunk's range, so nothing is decoded
+            (Some(70), Some(85), &[], 0, 0),
+            // after everything
+            (Some(101), None, &[], 0, 0),
+            (None, Some(16), &[10, 15], 2, 2),
+            (Some(100), Some(101), &[100], 1, 1),
+        ];
+        for &(start, end, want, files, chunks) in cases {
+            let (got, report, _) = run(&store, window(start, end), Format::Pcapng, &mut no_filter);
+            assert_eq!(times(&got), want, "{start:?}..{end:?}");
+            assert_eq!((report.files_decoded, report.chunks_decoded), (files, chunks), "{start:?}..{end:?}");
+        }
+    }
+
+    #[test]
+    fn chunks_outside_the_window_are_never_read() {
+        let (dir, store) = store();
+        // Wreck every frame of stream 0's first file except those of its second chunk, and
+        // all of stream 1's first file's frames: a window inside [40, 50] must not care.
+        let first = &store.files[0];
+        let f = StoredFile::open(first).unwrap();
+        let keep = [f.index.entries[0], f.index.entries[2]];
+        let mut bytes = std::fs::read(first).unwrap();
+        for e in &f.index.entries {
+            if !keep.contains(e) {
+                let at = e.frame_offset as usize;
+                bytes[at..at + e.frame_len as usize].fill(0xEE);
+            }
+        }
+        std::fs::write(first, bytes).unwrap();
+        let (got, report, _) = run(&store, window(Some(40), Some(45)), Format::Pcapng, &mut no_filter);
+        assert_eq!(times(&got), [40]);
+        assert_eq!((report.files_decoded, report.chunks_decoded, report.chunks_total), (1, 1, 6));
+        drop(dir);
+    }
+
+    #[test]
+    fn the_filter_sees_link_type_and_packet() {
+        let (_dir, store) = store();
+        // Keep stream 1's packets: fill bytes >= 100.
+        let mut keep = |lt: u16, p: &Packet<'_>| lt == 1 && p.data[40] >= 100;
+        let (got, report, _) = run(&store, TimeWindow::default(), Format::Pcapng, &mut keep);
+        assert_eq!(times(&got), [15, 25, 45, 55, 65, 95]);
+        assert_eq!((report.packets_written, report.packets_filtered), (6, 7));
+    }
+
+    #[test]
+    fn pcap_output_has_one_interface_and_pcapng_names_each() {
+        let (_dir, store) = store();
+        let (got, _, out) = run(&store, window(Some(10), Some(30)), Format::Pcap, &mut no_filter);
+        assert_eq!(times(&got), [10, 15, 20, 25]);
+        assert!(got.iter().all(|g| g.1 == 0));
+        assert_eq!(&out[..4], &tapdeck_pcap::pcapng::BYTE_ORDER_MAGIC.to_le_bytes()[..0]); // any magic
+        let plan = plan(&store, TimeWindow::default()).unwrap();
+        let names: Vec<_> = plan.interfaces.iter().map(|o| (o.stream, o.interface.name.clone().unwrap())).collect();
+        assert_eq!(names, [(0, "eth0".to_string()), (1, "eth1".to_string())]);
+    }
+
+    #[test]
+    fn pcap_output_refuses_mixed_link_types() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
+        s.ifaces = vec![eth("a"), Interface { linktype: 101, ..eth("b") }];
+        s.chunks = vec![(Codec::Raw, vec![pkt(1, 1)])];
+        write_file(dir.path(), &s);
+        let store = Store::open(dir.path()).unwrap();
+        let err = plan(&store, TimeWindow::default()).unwrap().write(Format::Pcap, &mut no_filter, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("use --format pcapng"), "{err}");
+    }
+
+    #[test]
+    fn times_parse_exactly() {
+        let t = 1_795_413_454_000_000_000;
+        assert_eq!(parse_time("2026-11-23T05:57:34Z"), Ok(t));
+        assert_eq!(parse_time("2026-11-23T05:57:34.5Z"), Ok(t + 500_000_000));
+        assert_eq!(parse_time("2026-11-23t05:57:34.000000001z"), Ok(t + 1));
+        assert_eq!(parse_time("2026-11-23T07:57:34.123456789+02:00"), Ok(t + 123_456_789));
+        assert_eq!(parse_time("2026-11-23T04:27:34-01:30"), Ok(t));
+        assert_eq!(parse_time("1795413454"), Ok(t));
+        assert_eq!(parse_time("1795413454.000000007"), Ok(t + 7));
+        assert_eq!(parse_time("0.1"), Ok(100_000_000));
+        assert_eq!(parse_time("2000-02-29T00:00:00Z"), Ok(951_782_400_000_000_000));
+        for bad in ["", "x", "2026-02-29T00:00:00Z", "2026-11-23T05:57:34", "2026-11-23T05:57:34.Z", "1.0000000001", "1969-12-31T23:59:59Z", "2026-11-23T24:00:00Z", "1.2.3"] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+}

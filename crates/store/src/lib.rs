@@ -6,7 +6,15 @@
 //! writes, rotates files and applies retention. The capture loop never waits: when no
 //! segment is free the packet is dropped and counted.
 
+pub mod direct;
 pub mod extract;
+pub mod ladder;
 pub mod meta;
+pub mod pipeline;
 pub mod read;
+pub mod recorder;
+pub mod retention;
+pub mod staging;
+pub mod stats;
 pub mod verify;
+pub mod writer;

@@ -66,6 +66,10 @@ pub struct FileMeta {
     pub interfaces: Vec<InterfaceMeta>,
     /// Counters at the moment the file was closed, one per interface.
     pub counts: Vec<InterfaceCounts>,
+    /// Packets whose timestamp is earlier than the packet before them in this file (a
+    /// replayed trace may be out of order; a live capture is not). `verify` checks it.
+    #[serde(default)]
+    pub out_of_order: u64,
     /// Set by `tapdeck verify --repair`: the file was finalized after its writer died, so
     /// it has no statistics block and `counts` is empty.
     #[serde(default)]

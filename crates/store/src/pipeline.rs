@@ -1,0 +1,81 @@
+//! What flows between the recorder's threads: capture loop → compressors → writer.
+//!
+//! Every item of a stream carries a sequence number; compressors finish out of order and
+//! the stream's writer puts items back in order before acting on them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use tapdeck_pcap::container::Codec;
+use tapdeck_pcap::Interface;
+
+use crate::staging::Segment;
+use crate::stats::CaptureCounts;
+
+pub struct Sequenced<T> {
+    pub stream: u32,
+    pub seq: u64,
+    pub item: T,
+}
+
+/// Start a new file whose first packet has this timestamp.
+pub struct OpenFile {
+    pub first_ts_ns: u64,
+    pub interfaces: Vec<Interface>,
+}
+
+/// A filled segment: whole records, ready to compress.
+pub struct Chunk {
+    pub segment: Segment,
+    pub min_ts_ns: u64,
+    pub max_ts_ns: u64,
+    pub packets: u32,
+    /// Packets per interface, for counting them as stored or lost.
+    pub per_iface: Vec<u32>,
+}
+
+/// Finish the current file; the counters go into its statistics block.
+pub struct CloseFile {
+    pub capture: Vec<CaptureCounts>,
+    pub out_of_order: u64,
+}
+
+pub enum Work {
+    Open(OpenFile),
+    Chunk(Chunk),
+    Close(CloseFile),
+}
+
+/// How a compressor left a chunk.
+pub enum Encoded {
+    Frame { bytes: Vec<u8>, codec: Codec },
+    /// Store as is: the writer frames the segment's bytes while copying them out.
+    Raw,
+}
+
+pub enum Done {
+    Open(OpenFile),
+    Chunk(Chunk, Encoded),
+    Close(CloseFile),
+}
+
+/// Shared controls: stop, rotate-now (SIGHUP), and the first fatal error.
+#[derive(Default)]
+pub struct Control {
+    pub stop: AtomicBool,
+    /// Bumped to ask every stream to start a new file.
+    pub rotate: AtomicU64,
+    pub fatal: Mutex<Option<String>>,
+}
+
+impl Control {
+    pub fn fail(&self, why: String) {
+        tracing::error!("{why}");
+        self.fatal.lock().unwrap().get_or_insert(why);
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}

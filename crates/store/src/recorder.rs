@@ -1,0 +1,568 @@
+//! The recorder: wires sources, capture loops, the staging pool, compressors and writers
+//! together, and reports what they count.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
+use tapdeck_capture::{PacketSink, PacketSource, Poll, SourceCounters};
+use tapdeck_pcap::container::{Codec, FrameEncoder};
+use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
+
+use crate::ladder::CodecLadder;
+use crate::meta::{self, InterfaceMeta, Manifest};
+use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced, Work};
+use crate::retention::{Retention, RetentionPolicy};
+use crate::staging::{Segment, StagingPool};
+use crate::stats::{CaptureCounts, StatsHub, StatsRecord, StreamStats};
+use crate::writer::{DataDirs, StreamWriter, WriterConfig};
+
+/// How files are cut.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rotation {
+    /// Capture bytes (before compression) after which a new file starts.
+    pub max_bytes: Option<u64>,
+    /// Interval in nanoseconds; files are cut at multiples of it since the epoch.
+    pub interval_ns: Option<u64>,
+}
+
+impl Rotation {
+    /// The next interval boundary strictly after `ts`, or never.
+    fn boundary_after(&self, ts: u64) -> u64 {
+        match self.interval_ns {
+            Some(i) if i > 0 => (ts / i).saturating_add(1).saturating_mul(i),
+            _ => u64::MAX,
+        }
+    }
+}
+
+pub struct RecorderConfig {
+    pub store: PathBuf,
+    /// Data directories; empty means the store directory itself.
+    pub dirs: Vec<PathBuf>,
+    pub format: Format,
+    pub ladder: CodecLadder,
+    pub chunk_size: usize,
+    /// Staging bytes per stream.
+    pub staging_bytes: usize,
+    pub rotation: Rotation,
+    pub retention: RetentionPolicy,
+    pub compressors: usize,
+    pub direct: bool,
+    pub flush_interval: Duration,
+    pub stats_interval: Duration,
+    pub duration: Option<Duration>,
+    /// The options as the user gave them, kept in the manifest.
+    pub options: serde_json::Value,
+}
+
+/// What a finished recording reports.
+pub struct Summary {
+    pub stats: StatsRecord,
+    pub fatal: Option<String>,
+    pub staging_locked: bool,
+    pub direct: bool,
+}
+
+/// A sensible staging pool: an eighth of the machine's memory, between 64 MiB and 4 GiB.
+pub fn default_staging_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let ram = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
+    (ram / 8).clamp(64 << 20, 4 << 30) as usize
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Records from `sources` (one stream each) until they end, `control.stop` is set, or the
+/// duration passes. `report` receives each periodic stats record (and the final one).
+pub fn record<S: PacketSource + 'static>(
+    cfg: RecorderConfig,
+    sources: Vec<S>,
+    control: Arc<Control>,
+    mut report: impl FnMut(&StatsRecord, bool),
+) -> Result<Summary, String> {
+    let dirs = if cfg.dirs.is_empty() { vec![cfg.store.clone()] } else { cfg.dirs.clone() };
+    std::fs::create_dir_all(&cfg.store).map_err(|e| format!("cannot create store {}: {e}", cfg.store.display()))?;
+    let mut abs_dirs = Vec::new();
+    for d in &dirs {
+        std::fs::create_dir_all(d).map_err(|e| format!("cannot create data directory {}: {e}", d.display()))?;
+        abs_dirs.push(std::fs::canonicalize(d).map_err(|e| format!("{}: {e}", d.display()))?);
+    }
+    let max_record = cfg.format.record_len(256 * 1024);
+    if cfg.chunk_size < max_record {
+        return Err(format!("--chunk-size must be at least {max_record} bytes, to hold the largest packet"));
+    }
+    let retention = Arc::new(
+        Retention::new(cfg.retention, &abs_dirs).map_err(|e| format!("cannot list the store's files: {e}"))?,
+    );
+    let streams = sources.len();
+    let stats = Arc::new(StatsHub::new(streams));
+    let pools: Vec<Arc<StagingPool>> = (0..streams)
+        .map(|_| StagingPool::new(cfg.staging_bytes, cfg.chunk_size))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cannot allocate the staging pool ({} bytes): {e}", cfg.staging_bytes))?;
+    let staging_locked = pools.iter().all(|p| p.locked);
+    if !staging_locked {
+        tracing::warn!("staging pool not locked in memory (raise RLIMIT_MEMLOCK, or run as root): it may be swapped out");
+    }
+    let container = cfg.ladder.container();
+    let data_dirs = Arc::new(DataDirs::new(abs_dirs.clone()));
+    let started_ns = now_ns();
+    let mut manifest = Manifest {
+        store_version: meta::STORE_VERSION,
+        tapdeck_version: env!("CARGO_PKG_VERSION").into(),
+        host: hostname(),
+        format: meta::format_name(cfg.format).into(),
+        container: meta::container_name(container).into(),
+        dirs: abs_dirs.iter().map(|d| d.display().to_string()).collect(),
+        streams: streams as u32,
+        interfaces: Vec::new(),
+        linktypes: Vec::new(),
+        snaplen: 0,
+        options: cfg.options.clone(),
+        started_ns,
+        finished_ns: None,
+    };
+    write_manifest(&cfg, &manifest)?;
+
+    let section = SectionInfo {
+        hardware: None,
+        os: Some(format!("{} {}", std::env::consts::OS, kernel_release())),
+        application: Some(format!("tapdeck {}", env!("CARGO_PKG_VERSION"))),
+    };
+    let (work_tx, work_rx) = crossbeam_channel::unbounded::<Sequenced<Work>>();
+    let mut writer_txs = Vec::new();
+    let mut threads = Vec::new();
+    for (stream, _) in pools.iter().enumerate() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        writer_txs.push(tx);
+        let writer = StreamWriter::new(
+            WriterConfig {
+                stream: stream as u32,
+                format: cfg.format,
+                container,
+                direct: cfg.direct,
+                write_buffer: 4 << 20,
+                section: section.clone(),
+            },
+            Arc::clone(&data_dirs),
+            Arc::clone(&retention),
+            Arc::clone(&stats),
+            Arc::clone(&control),
+        );
+        threads.push(spawn(format!("writer-{stream}"), move || writer.run(rx)));
+    }
+    for i in 0..cfg.compressors.max(1) {
+        let rx = work_rx.clone();
+        let txs = writer_txs.clone();
+        let pools = pools.clone();
+        let ladder = cfg.ladder.clone();
+        let stats = Arc::clone(&stats);
+        threads.push(spawn(format!("compress-{i}"), move || {
+            // Compression yields to capture: a burst must never starve the capture loop.
+            set_nice(10);
+            compress_loop(rx, txs, pools, ladder, stats)
+        }));
+    }
+    drop((work_rx, writer_txs));
+
+    let deadline = cfg.duration.map(|d| Instant::now() + d);
+    let mut capture_threads = Vec::new();
+    for (stream, source) in sources.into_iter().enumerate() {
+        let capture = CaptureLoop::new(
+            stream as u32,
+            cfg.format,
+            Arc::clone(&pools[stream]),
+            work_tx.clone(),
+            cfg.rotation,
+            cfg.flush_interval,
+        );
+        let stats = Arc::clone(&stats);
+        let control = Arc::clone(&control);
+        capture_threads.push(spawn(format!("capture-{stream}"), move || {
+            set_nice(-10);
+            capture.run(source, &stats.streams[stream], &control, deadline)
+        }));
+    }
+    drop(work_tx);
+
+    let start = Instant::now();
+    let fill = || pools.iter().map(|p| p.fill()).fold(0.0, f64::max);
+    let mut next_report = start + cfg.stats_interval;
+    let mut errors = Vec::new();
+    while capture_threads.iter().any(|t| !t.is_finished()) {
+        thread::sleep(Duration::from_millis(50));
+        if Instant::now() >= next_report {
+            report(&stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill()), false);
+            next_report += cfg.stats_interval;
+        }
+    }
+    for t in capture_threads {
+        match t.join() {
+            Ok(Ok(ifaces)) => merge_interfaces(&mut manifest, &ifaces),
+            Ok(Err(e)) => errors.push(e),
+            Err(_) => errors.push("a capture thread panicked".into()),
+        }
+    }
+    for t in threads {
+        if t.join().is_err() {
+            errors.push("a writer or compressor thread panicked".into());
+        }
+    }
+    let last = stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill());
+    report(&last, true);
+    manifest.finished_ns = Some(now_ns());
+    write_manifest(&cfg, &manifest)?;
+    let fatal = control.fatal.lock().unwrap().clone();
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    Ok(Summary { stats: last, fatal, staging_locked, direct: cfg.direct })
+}
+
+fn spawn<T: Send + 'static>(name: String, f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
+    thread::Builder::new().name(name).spawn(f).expect("spawn thread")
+}
+
+/// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
+fn set_nice(nice: i32) {
+    // SAFETY: setpriority on our own thread id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn merge_interfaces(manifest: &mut Manifest, ifaces: &[Interface]) {
+    for i in ifaces {
+        let m = InterfaceMeta::from(i);
+        if !manifest.interfaces.contains(&m) {
+            manifest.interfaces.push(m);
+        }
+        if !manifest.linktypes.contains(&i.linktype) {
+            manifest.linktypes.push(i.linktype);
+        }
+        manifest.snaplen = manifest.snaplen.max(i.snaplen);
+    }
+}
+
+fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), String> {
+    let path = cfg.store.join(meta::MANIFEST);
+    let tmp = cfg.store.join(format!(".{}.partial", meta::MANIFEST));
+    let json = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
+    std::fs::write(&tmp, json)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn compress_loop(
+    rx: Receiver<Sequenced<Work>>,
+    txs: Vec<Sender<Sequenced<Done>>>,
+    pools: Vec<Arc<StagingPool>>,
+    ladder: CodecLadder,
+    stats: Arc<StatsHub>,
+) {
+    let mut encoder = FrameEncoder::new(ladder.container());
+    for Sequenced { stream, seq, item } in rx {
+        let done = match item {
+            Work::Open(o) => Done::Open(o),
+            Work::Close(c) => Done::Close(c),
+            Work::Chunk(chunk) => {
+                let codec = ladder.choose(pools[stream as usize].fill());
+                let encoded = match codec {
+                    Codec::Raw => Encoded::Raw,
+                    codec => {
+                        let mut bytes = Vec::new();
+                        match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
+                            Ok(codec) => Encoded::Frame { bytes, codec },
+                            Err(e) => {
+                                tracing::warn!("{codec} failed on a chunk ({e}); storing it raw");
+                                Encoded::Raw
+                            }
+                        }
+                    }
+                };
+                Done::Chunk(chunk, encoded)
+            }
+        };
+        if txs[stream as usize].send(Sequenced { stream, seq, item: done }).is_err() {
+            stats.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The per-stream capture loop: copies packets into staging segments, cuts chunks and
+/// files, and never waits for anything downstream.
+struct CaptureLoop {
+    stream: u32,
+    format: Format,
+    pool: Arc<StagingPool>,
+    tx: Sender<Sequenced<Work>>,
+    seq: u64,
+    rotation: Rotation,
+    flush_interval: Duration,
+
+    segment: Option<Segment>,
+    seg_min_ts: u64,
+    seg_max_ts: u64,
+    seg_packets: u32,
+    seg_per_iface: Vec<u32>,
+    seg_started: Instant,
+
+    file_open: bool,
+    file_bytes: u64,
+    file_out_of_order: u64,
+    boundary: u64,
+    last_ts: u64,
+    rotate_pending: bool,
+    interfaces: Vec<Interface>,
+    counts: Vec<CaptureCounts>,
+}
+
+impl CaptureLoop {
+    fn new(
+        stream: u32,
+        format: Format,
+        pool: Arc<StagingPool>,
+        tx: Sender<Sequenced<Work>>,
+        rotation: Rotation,
+        flush_interval: Duration,
+    ) -> CaptureLoop {
+        CaptureLoop {
+            stream,
+            format,
+            pool,
+            tx,
+            seq: 0,
+            rotation,
+            flush_interval,
+            segment: None,
+            seg_min_ts: u64::MAX,
+            seg_max_ts: 0,
+            seg_packets: 0,
+            seg_per_iface: Vec::new(),
+            seg_started: Instant::now(),
+            file_open: false,
+            file_bytes: 0,
+            file_out_of_order: 0,
+            boundary: u64::MAX,
+            last_ts: 0,
+            rotate_pending: false,
+            interfaces: Vec::new(),
+            counts: Vec::new(),
+        }
+    }
+
+    fn run<S: PacketSource>(
+        mut self,
+        mut source: S,
+        stats: &StreamStats,
+        control: &Control,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Interface>, String> {
+        let mut rotate_gen = control.rotate.load(Ordering::Relaxed);
+        let mut last_publish = Instant::now();
+        let result = loop {
+            if control.stopping() || deadline.is_some_and(|d| Instant::now() >= d) {
+                break Ok(());
+            }
+            if source.interfaces().len() != self.interfaces.len() {
+                self.interfaces = source.interfaces().to_vec();
+                self.grow(self.interfaces.len());
+                // A file's header lists its interfaces: new ones start a new file.
+                self.rotate_pending = self.file_open;
+            }
+            let gen = control.rotate.load(Ordering::Relaxed);
+            if gen != rotate_gen {
+                rotate_gen = gen;
+                self.rotate_pending = self.file_open;
+            }
+            let poll = source.poll(&mut self);
+            let now = Instant::now();
+            if self.segment.as_ref().is_some_and(|s| !s.is_empty()) && now - self.seg_started >= self.flush_interval {
+                self.submit_segment();
+            }
+            if now - last_publish >= Duration::from_millis(100) {
+                self.publish(&source.counters(), stats);
+                last_publish = now;
+            }
+            match poll {
+                Ok(Poll::Delivered) => {}
+                Ok(Poll::Idle) => {
+                    // A quiet link still gets its files cut on time.
+                    if self.file_open && now_ns() >= self.boundary {
+                        self.close_file(&source.counters());
+                    }
+                }
+                Ok(Poll::End) => break Ok(()),
+                Err(e) => break Err(e.to_string()),
+            }
+        };
+        let counters = source.counters();
+        self.publish(&counters, stats);
+        if self.file_open {
+            self.close_file(&counters);
+        }
+        result.map(|_| self.interfaces)
+    }
+
+    fn grow(&mut self, n: usize) {
+        if self.counts.len() < n {
+            self.counts.resize(n, CaptureCounts::default());
+            self.seg_per_iface.resize(n, 0);
+        }
+    }
+
+    fn apply_source_counters(&mut self, counters: &[SourceCounters]) {
+        self.grow(counters.len());
+        for (c, s) in self.counts.iter_mut().zip(counters) {
+            c.seen = s.seen;
+            c.dropped_kernel = s.dropped;
+        }
+    }
+
+    fn publish(&mut self, counters: &[SourceCounters], stats: &StreamStats) {
+        self.apply_source_counters(counters);
+        *stats.capture.lock().unwrap() = self.counts.clone();
+    }
+
+    fn send(&mut self, item: Work) {
+        let seq = self.seq;
+        self.seq += 1;
+        // The compressors outlive every capture loop, so this cannot fail while running.
+        let _ = self.tx.send(Sequenced { stream: self.stream, seq, item });
+    }
+
+    fn submit_segment(&mut self) {
+        let Some(segment) = self.segment.take() else { return };
+        if segment.is_empty() {
+            return;
+        }
+        let per_iface = std::mem::replace(&mut self.seg_per_iface, vec![0; self.counts.len()]);
+        self.send(Work::Chunk(Chunk {
+            segment,
+            min_ts_ns: self.seg_min_ts,
+            max_ts_ns: self.seg_max_ts,
+            packets: self.seg_packets,
+            per_iface,
+        }));
+        self.seg_min_ts = u64::MAX;
+        self.seg_max_ts = 0;
+        self.seg_packets = 0;
+    }
+
+    fn close_file(&mut self, counters: &[SourceCounters]) {
+        self.submit_segment();
+        self.apply_source_counters(counters);
+        let close = CloseFile { capture: self.counts.clone(), out_of_order: self.file_out_of_order };
+        self.send(Work::Close(close));
+        self.file_open = false;
+    }
+
+    fn open_file(&mut self, first_ts: u64) {
+        self.send(Work::Open(OpenFile { first_ts_ns: first_ts, interfaces: self.interfaces.clone() }));
+        self.file_open = true;
+        self.file_bytes = 0;
+        self.file_out_of_order = 0;
+        self.rotate_pending = false;
+        self.boundary = self.rotation.boundary_after(first_ts);
+        self.last_ts = first_ts;
+    }
+
+    #[cold]
+    fn rotate(&mut self, ts: u64) {
+        if self.file_open {
+            // Counters in the statistics block are as of the last publish; exact at the end.
+            let counters: Vec<SourceCounters> =
+                self.counts.iter().map(|c| SourceCounters { seen: c.seen, dropped: c.dropped_kernel, freezes: 0 }).collect();
+            self.close_file(&counters);
+        }
+        self.open_file(ts);
+    }
+}
+
+impl PacketSink for CaptureLoop {
+    #[inline]
+    fn packet(&mut self, p: &Packet<'_>) {
+        let i = p.iface as usize;
+        if i >= self.counts.len() {
+            self.grow(i + 1);
+        }
+        self.counts[i].received += 1;
+        let len = self.format.record_len(p.data.len());
+        if !self.file_open
+            || self.rotate_pending
+            || p.ts_ns >= self.boundary
+            || self.rotation.max_bytes.is_some_and(|max| self.file_bytes > 0 && self.file_bytes + len as u64 > max)
+        {
+            self.rotate(p.ts_ns);
+        }
+        if self.segment.as_ref().is_none_or(|s| s.room() < len) {
+            self.submit_segment();
+            match self.pool.try_take() {
+                Some(s) if s.room() >= len => {
+                    self.segment = Some(s);
+                    self.seg_started = Instant::now();
+                }
+                _ => {
+                    self.counts[i].dropped_staging_full += 1;
+                    return;
+                }
+            }
+        }
+        let segment = self.segment.as_mut().expect("segment taken above");
+        let n = self.format.write_record(p, segment.spare_mut());
+        segment.advance(n);
+        self.seg_packets += 1;
+        self.seg_per_iface[i] += 1;
+        self.seg_min_ts = self.seg_min_ts.min(p.ts_ns);
+        self.seg_max_ts = self.seg_max_ts.max(p.ts_ns);
+        if p.ts_ns < self.last_ts {
+            self.file_out_of_order += 1;
+        }
+        self.last_ts = p.ts_ns;
+        self.file_bytes += n as u64;
+        let c = &mut self.counts[i];
+        c.staged_bytes += n as u64;
+        c.captured_bytes += p.data.len() as u64;
+        c.wire_bytes += u64::from(p.orig_len);
+    }
+}
+
+/// Writes stats records as JSON lines.
+pub struct StatsWriter {
+    out: Box<dyn Write + Send>,
+}
+
+impl StatsWriter {
+    pub fn new(out: Box<dyn Write + Send>) -> StatsWriter {
+        StatsWriter { out }
+    }
+
+    pub fn write(&mut self, record: &StatsRecord, last: bool) {
+        let mut line = serde_json::to_vec(record).expect("stats serialize");
+        if last {
+            // Mark the final record, so a consumer knows the numbers are settled.
+            line.truncate(line.len() - 1);
+            line.extend_from_slice(br#","final":true}"#);
+        }
+        line.push(b'\n');
+        let _ = self.out.write_all(&line).and_then(|_| self.out.flush());
+    }
+}

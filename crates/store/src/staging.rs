@@ -1,0 +1,187 @@
+//! The staging pool: one large, preallocated, page-aligned region, locked in memory where
+//! the system allows, cut into fixed-size segments. The capture loop fills a segment with
+//! encoded records and hands it on; the segment comes back to the free list only when its
+//! chunk is on disk, so the pool's fill level is the whole pipeline's backlog.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+/// Segments are page-aligned so that O_DIRECT could write them as they are.
+const ALIGN: usize = 4096;
+
+pub struct StagingPool {
+    base: *mut u8,
+    len: usize,
+    segment_size: usize,
+    segments: usize,
+    free_tx: Sender<u32>,
+    free_rx: Receiver<u32>,
+    in_use: AtomicUsize,
+    pub locked: bool,
+}
+
+// SAFETY: the region is only reached through `Segment`, which owns its index exclusively.
+unsafe impl Send for StagingPool {}
+unsafe impl Sync for StagingPool {}
+
+impl StagingPool {
+    /// Maps `total` bytes (rounded down to whole segments, at least two) and faults them
+    /// in now, so the capture loop never takes a page fault on first touch.
+    pub fn new(total: usize, segment_size: usize) -> std::io::Result<Arc<StagingPool>> {
+        let segment_size = segment_size.div_ceil(ALIGN) * ALIGN;
+        let segments = (total / segment_size).max(2);
+        let len = segments * segment_size;
+        // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the range was just mapped. Locking may be refused (RLIMIT_MEMLOCK); the
+        // pool still works, only without the guarantee that it is never swapped out.
+        let locked = unsafe { libc::mlock(base, len) } == 0;
+        let (free_tx, free_rx) = crossbeam_channel::bounded(segments);
+        for i in 0..segments as u32 {
+            free_tx.send(i).expect("free list sized for every segment");
+        }
+        Ok(Arc::new(StagingPool {
+            base: base as *mut u8,
+            len,
+            segment_size,
+            segments,
+            free_tx,
+            free_rx,
+            in_use: AtomicUsize::new(0),
+            locked,
+        }))
+    }
+
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    pub fn segments(&self) -> usize {
+        self.segments
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len
+    }
+
+    /// Fraction of segments not free: filled, being compressed, or waiting for the disk.
+    pub fn fill(&self) -> f64 {
+        self.in_use.load(Ordering::Relaxed) as f64 / self.segments as f64
+    }
+
+    /// A free segment, or `None` at once when there is none: the caller drops and counts.
+    #[inline]
+    pub fn try_take(self: &Arc<Self>) -> Option<Segment> {
+        let index = self.free_rx.try_recv().ok()?;
+        self.in_use.fetch_add(1, Ordering::Relaxed);
+        Some(Segment { pool: Arc::clone(self), index, len: 0 })
+    }
+}
+
+impl Drop for StagingPool {
+    fn drop(&mut self) {
+        // SAFETY: every Segment holds an Arc to the pool, so none outlives this mapping.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Exclusive use of one segment of the pool; returns itself to the free list when dropped.
+pub struct Segment {
+    pool: Arc<StagingPool>,
+    index: u32,
+    /// Bytes filled so far.
+    len: usize,
+}
+
+impl Segment {
+    #[inline]
+    fn region(&self) -> *mut u8 {
+        // SAFETY: index < segments, so the offset stays inside the mapping.
+        unsafe { self.pool.base.add(self.index as usize * self.pool.segment_size) }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.pool.segment_size
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.pool.segment_size - self.len
+    }
+
+    /// The unfilled part, to encode the next record into; follow with [`Segment::advance`].
+    #[inline]
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        // SAFETY: this Segment is the only holder of its index, so the range is ours.
+        unsafe { std::slice::from_raw_parts_mut(self.region().add(self.len), self.pool.segment_size - self.len) }
+    }
+
+    #[inline]
+    pub fn advance(&mut self, n: usize) {
+        debug_assert!(self.len + n <= self.pool.segment_size);
+        self.len += n;
+    }
+
+    /// The filled part.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: as for `spare_mut`; the first `len` bytes were written by the filler.
+        unsafe { std::slice::from_raw_parts(self.region(), self.len) }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.pool.in_use.fetch_sub(1, Ordering::Relaxed);
+        // The free list has room for every segment, so this never blocks.
+        let _ = self.pool.free_tx.try_send(self.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_exclusive_aligned_and_come_back() {
+        let pool = StagingPool::new(3 * 8192, 8000).unwrap();
+        assert_eq!(pool.segment_size(), 8192);
+        assert_eq!(pool.segments(), 3);
+        let mut a = pool.try_take().unwrap();
+        let b = pool.try_take().unwrap();
+        let c = pool.try_take().unwrap();
+        assert!(pool.try_take().is_none(), "a full pool refuses at once");
+        assert_eq!(pool.fill(), 1.0);
+        assert_eq!(a.data().as_ptr() as usize % ALIGN, 0);
+        a.spare_mut()[..5].copy_from_slice(b"hello");
+        a.advance(5);
+        assert_eq!(a.data(), b"hello");
+        assert_eq!(a.room(), 8192 - 5);
+        drop(b);
+        let d = pool.try_take().unwrap();
+        assert!(d.is_empty());
+        drop((a, c, d));
+        assert_eq!(pool.fill(), 0.0);
+    }
+}

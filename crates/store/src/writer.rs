@@ -1,0 +1,419 @@
+//! The writer of one stream: puts compressed chunks back in order and lays them down as
+//! files — header frame, chunk frames, statistics frame, chunk index, seek table — written
+//! under a hidden name and renamed when complete. Data directories are used round-robin;
+//! one that fails is reported and skipped, and the chunk goes to the next.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+use tapdeck_pcap::container::{raw_frame_pieces, ChunkEntry, ChunkIndex, Codec, Container, FrameKind};
+use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
+
+use crate::direct::DirectFile;
+use crate::meta::{self, FileMeta, InterfaceMeta};
+use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
+use crate::retention::Retention;
+use crate::stats::{StatsHub, WriterCounts};
+
+/// The data directories of a store, shared by every stream's writer.
+pub struct DataDirs {
+    pub paths: Vec<PathBuf>,
+    failed: Vec<AtomicBool>,
+    next: AtomicUsize,
+}
+
+impl DataDirs {
+    pub fn new(paths: Vec<PathBuf>) -> DataDirs {
+        let failed = paths.iter().map(|_| AtomicBool::new(false)).collect();
+        DataDirs { paths, failed, next: AtomicUsize::new(0) }
+    }
+
+    /// The next healthy directory in round-robin order.
+    fn pick(&self) -> Option<usize> {
+        let n = self.paths.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n).map(|k| (start + k) % n).find(|&i| !self.failed[i].load(Ordering::Relaxed))
+    }
+
+    fn fail(&self, i: usize, why: &str) {
+        if !self.failed[i].swap(true, Ordering::Relaxed) {
+            tracing::error!("data directory {} is skipped from now on: {why}", self.paths[i].display());
+        }
+    }
+}
+
+pub struct WriterConfig {
+    pub stream: u32,
+    pub format: Format,
+    pub container: Container,
+    pub direct: bool,
+    pub write_buffer: usize,
+    pub section: SectionInfo,
+}
+
+struct CurrentFile {
+    dir: usize,
+    partial: PathBuf,
+    name: String,
+    out: DirectFile,
+    entries: Vec<ChunkEntry>,
+    data_len: u64,
+    first_ts_ns: u64,
+    min_ts_ns: u64,
+    max_ts_ns: u64,
+    packets: u64,
+}
+
+pub struct StreamWriter {
+    cfg: WriterConfig,
+    dirs: Arc<DataDirs>,
+    retention: Arc<Retention>,
+    stats: Arc<StatsHub>,
+    control: Arc<Control>,
+    interfaces: Vec<Interface>,
+    current: Option<CurrentFile>,
+    /// Sequence number of the next file of this stream.
+    file_seq: u64,
+    counts: Vec<WriterCounts>,
+    warned_buffered: bool,
+}
+
+impl StreamWriter {
+    pub fn new(
+        cfg: WriterConfig,
+        dirs: Arc<DataDirs>,
+        retention: Arc<Retention>,
+        stats: Arc<StatsHub>,
+        control: Arc<Control>,
+    ) -> StreamWriter {
+        StreamWriter {
+            cfg,
+            dirs,
+            retention,
+            stats,
+            control,
+            interfaces: Vec::new(),
+            current: None,
+            file_seq: 1,
+            counts: Vec::new(),
+            warned_buffered: false,
+        }
+    }
+
+    /// Consumes the stream's items until the compressors hang up.
+    pub fn run(mut self, rx: Receiver<Sequenced<Done>>) {
+        let mut pending = BTreeMap::new();
+        let mut next = 0u64;
+        for done in rx {
+            pending.insert(done.seq, done.item);
+            while let Some(item) = pending.remove(&next) {
+                next += 1;
+                match item {
+                    Done::Open(open) => self.open(open),
+                    Done::Chunk(chunk, encoded) => self.chunk(chunk, encoded),
+                    Done::Close(close) => self.close(close),
+                }
+            }
+        }
+        debug_assert!(pending.is_empty(), "sequence gap at {next}");
+        if self.current.is_some() {
+            // Only when a capture loop died without closing: keep what was written.
+            self.close(CloseFile { capture: Vec::new(), out_of_order: 0 });
+        }
+    }
+
+    fn open(&mut self, open: OpenFile) {
+        self.interfaces = open.interfaces;
+        self.start_file(open.first_ts_ns);
+    }
+
+    /// Opens a file on the next healthy directory and writes its header frame.
+    fn start_file(&mut self, first_ts_ns: u64) -> bool {
+        let header = match self.cfg.format.file_header(&self.interfaces, &self.cfg.section) {
+            Ok(h) => h,
+            Err(e) => {
+                self.control.fail(format!("stream {}: {e}", self.cfg.stream));
+                return false;
+            }
+        };
+        while let Some(dir) = self.dirs.pick() {
+            let name = loop {
+                let name = meta::file_name(first_ts_ns, self.cfg.stream, self.file_seq, self.cfg.format, self.cfg.container);
+                self.file_seq += 1;
+                // A second run into the same store may reach the same name: never clobber.
+                if !self.dirs.paths[dir].join(&name).exists() {
+                    break name;
+                }
+            };
+            let partial = self.dirs.paths[dir].join(meta::partial_name(&name));
+            let out = match DirectFile::create(&partial, self.cfg.direct, self.cfg.write_buffer) {
+                Ok(out) => out,
+                Err(e) => {
+                    self.dirs.fail(dir, &format!("cannot create {}: {e}", partial.display()));
+                    continue;
+                }
+            };
+            if self.cfg.direct && !out.is_direct() && !self.warned_buffered {
+                tracing::warn!(
+                    "{} refuses O_DIRECT (tmpfs? ZFS?): writing buffered, through the page cache",
+                    self.dirs.paths[dir].display()
+                );
+                self.warned_buffered = true;
+            }
+            self.current = Some(CurrentFile {
+                dir,
+                partial,
+                name,
+                out,
+                entries: Vec::new(),
+                data_len: 0,
+                first_ts_ns,
+                min_ts_ns: u64::MAX,
+                max_ts_ns: 0,
+                packets: 0,
+            });
+            if self.append_raw(&header, FrameKind::Header, 0, (0, 0)).is_ok() {
+                return true;
+            }
+        }
+        self.control.fail(format!(
+            "no data directory is usable any more ({}); every completed file is intact",
+            self.dirs.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ));
+        false
+    }
+
+    fn chunk(&mut self, chunk: Chunk, encoded: Encoded) {
+        let data = chunk.segment.data();
+        let (codec, frame_len) = match &encoded {
+            Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
+            Encoded::Raw => (Codec::Raw, 0),
+        };
+        let written = loop {
+            if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
+                break None;
+            }
+            let result = match &encoded {
+                Encoded::Frame { bytes, .. } => self.append(
+                    |out| out.append(bytes),
+                    frame_len,
+                    data.len(),
+                    FrameKind::Packets,
+                    codec,
+                    chunk.packets,
+                    (chunk.min_ts_ns, chunk.max_ts_ns),
+                ),
+                Encoded::Raw => self.append_raw(data, FrameKind::Packets, chunk.packets, (chunk.min_ts_ns, chunk.max_ts_ns)),
+            };
+            match result {
+                Ok(n) => break Some(n),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    let dir = self.current.as_ref().map_or(0, |c| c.dir);
+                    if self.retention.make_room(dir, &self.stats) {
+                        continue;
+                    }
+                    self.abandon_current(&format!(
+                        "disk full (set --max-bytes or --min-free to delete the oldest files instead): {e}"
+                    ));
+                }
+                Err(e) => self.abandon_current(&e.to_string()),
+            }
+        };
+        self.grow_counts(chunk.per_iface.len());
+        match written {
+            Some(bytes_out) => {
+                self.stats.add_codec(codec, data.len(), bytes_out);
+                for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+                    c.stored += u64::from(n);
+                }
+            }
+            None => {
+                self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+                    c.dropped_write_error += u64::from(n);
+                }
+            }
+        }
+        self.publish();
+        // The segment returns to the staging pool only now that its chunk is on disk.
+        drop(chunk);
+    }
+
+    fn append_raw(&mut self, data: &[u8], kind: FrameKind, packets: u32, ts: (u64, u64)) -> std::io::Result<usize> {
+        let container = self.cfg.container;
+        let mut frame_len = 0;
+        raw_frame_pieces(container, data, |p| frame_len += p.len());
+        let write = |out: &mut DirectFile| {
+            let mut result = Ok(());
+            raw_frame_pieces(container, data, |p| {
+                if result.is_ok() {
+                    result = out.append(p);
+                }
+            });
+            result
+        };
+        self.append(write, frame_len, data.len(), kind, Codec::Raw, packets, ts)
+    }
+
+    /// Appends one frame and puts it on disk; on failure the file is left as it was.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        write: impl FnOnce(&mut DirectFile) -> std::io::Result<()>,
+        frame_len: usize,
+        data_len: usize,
+        kind: FrameKind,
+        codec: Codec,
+        packets: u32,
+        (min_ts, max_ts): (u64, u64),
+    ) -> std::io::Result<usize> {
+        let cur = self.current.as_mut().expect("a file is open");
+        let frame_offset = cur.out.len();
+        let result = write(&mut cur.out).and_then(|_| cur.out.flush());
+        if let Err(e) = result {
+            cur.out.rollback(frame_offset)?;
+            return Err(e);
+        }
+        debug_assert_eq!(cur.out.len() - frame_offset, frame_len as u64);
+        cur.entries.push(ChunkEntry {
+            frame_offset,
+            frame_len: frame_len as u32,
+            data_offset: cur.data_len,
+            data_len: data_len as u32,
+            first_ts_ns: if packets > 0 { min_ts } else { 0 },
+            last_ts_ns: if packets > 0 { max_ts } else { 0 },
+            packets,
+            kind,
+            codec,
+        });
+        cur.data_len += data_len as u64;
+        if packets > 0 {
+            cur.packets += u64::from(packets);
+            cur.min_ts_ns = cur.min_ts_ns.min(min_ts);
+            cur.max_ts_ns = cur.max_ts_ns.max(max_ts);
+        }
+        self.stats.bytes_written.fetch_add(frame_len as u64, Ordering::Relaxed);
+        Ok(frame_len)
+    }
+
+    /// Gives up on the current file's directory: keeps the file as it is (complete chunks,
+    /// repairable) and marks the directory failed.
+    fn abandon_current(&mut self, why: &str) {
+        if let Some(cur) = self.current.take() {
+            self.dirs.fail(cur.dir, &format!("writing {} failed: {why}", cur.partial.display()));
+            tracing::warn!(
+                "{} keeps its complete chunks; `tapdeck verify --repair` finalizes it",
+                cur.partial.display()
+            );
+        }
+    }
+
+    fn close(&mut self, close: CloseFile) {
+        let Some(mut cur) = self.current.take() else { return };
+        let counts = self.interface_counts(&close);
+        if self.cfg.format == Format::Pcapng && !counts.is_empty() {
+            let ts = if cur.max_ts_ns > 0 { cur.max_ts_ns } else { cur.first_ts_ns };
+            let mut isbs = Vec::new();
+            for (i, c) in counts.iter().enumerate() {
+                let stats = InterfaceStats {
+                    iface: i as u32,
+                    ts_ns: ts,
+                    received: Some(c.seen),
+                    os_dropped: Some(c.dropped_kernel),
+                    if_dropped: Some(c.dropped_staging_full + c.dropped_write_error),
+                    delivered: Some(c.received),
+                };
+                let comment = format!(
+                    "tapdeck: stored={} dropped_kernel={} dropped_staging_full={} dropped_write_error={}",
+                    c.stored, c.dropped_kernel, c.dropped_staging_full, c.dropped_write_error
+                );
+                isbs.extend_from_slice(&self.cfg.format.stats_block(&stats, cur.first_ts_ns, &comment));
+            }
+            self.current = Some(cur);
+            if let Err(e) = self.append_raw(&isbs, FrameKind::Stats, 0, (0, 0)) {
+                return self.abandon_current(&e.to_string());
+            }
+            cur = self.current.take().expect("still open");
+        }
+        let meta = FileMeta {
+            store_version: meta::STORE_VERSION,
+            stream: self.cfg.stream,
+            seq: seq_from_name(&cur.name),
+            format: meta::format_name(self.cfg.format).into(),
+            container: meta::container_name(self.cfg.container).into(),
+            first_ts_ns: cur.first_ts_ns,
+            last_ts_ns: if cur.packets > 0 { cur.max_ts_ns } else { cur.first_ts_ns },
+            packets: cur.packets,
+            interfaces: self.interfaces.iter().map(InterfaceMeta::from).collect(),
+            counts,
+            out_of_order: close.out_of_order,
+            repaired: false,
+        };
+        let index = ChunkIndex { meta: serde_json::to_string(&meta).expect("meta serializes"), entries: cur.entries };
+        let trailer = index.encode_trailer();
+        let dir = self.dirs.paths[cur.dir].clone();
+        let final_path = dir.join(&cur.name);
+        let result = (|| -> std::io::Result<()> {
+            if self.cfg.container == Container::Plain {
+                let sidecar = dir.join(meta::sidecar_name(&cur.name));
+                write_new(&dir.join(meta::partial_name(&meta::sidecar_name(&cur.name))), &trailer, &sidecar)?;
+            } else {
+                cur.out.append(&trailer)?;
+            }
+            cur.out.finish()?;
+            std::fs::rename(&cur.partial, &final_path)
+        })();
+        if let Err(e) = result {
+            self.dirs.fail(cur.dir, &format!("finishing {} failed: {e}", cur.partial.display()));
+            tracing::warn!("{} keeps its complete chunks; `tapdeck verify --repair` finalizes it", cur.partial.display());
+            return;
+        }
+        self.stats.files_written.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!("completed {}", final_path.display());
+        self.retention.add(cur.dir, &final_path);
+        self.retention.enforce(&self.stats);
+    }
+
+    fn interface_counts(&mut self, close: &CloseFile) -> Vec<meta::InterfaceCounts> {
+        self.grow_counts(close.capture.len().max(self.interfaces.len()));
+        self.counts
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let c = close.capture.get(i).copied().unwrap_or_default();
+                meta::InterfaceCounts {
+                    seen: c.seen,
+                    dropped_kernel: c.dropped_kernel,
+                    received: c.received,
+                    dropped_staging_full: c.dropped_staging_full,
+                    dropped_write_error: w.dropped_write_error,
+                    stored: w.stored,
+                }
+            })
+            .collect()
+    }
+
+    fn grow_counts(&mut self, n: usize) {
+        if self.counts.len() < n {
+            self.counts.resize(n, WriterCounts::default());
+        }
+    }
+
+    fn publish(&self) {
+        *self.stats.streams[self.cfg.stream as usize].writer.lock().unwrap() = self.counts.clone();
+    }
+}
+
+fn seq_from_name(name: &str) -> u64 {
+    name.split('-').nth(2).and_then(|s| s.split('.').next()).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Writes a small file under a temporary name and renames it into place.
+fn write_new(tmp: &Path, bytes: &[u8], dest: &Path) -> std::io::Result<()> {
+    std::fs::write(tmp, bytes)?;
+    std::fs::File::open(tmp)?.sync_all()?;
+    std::fs::rename(tmp, dest)
+}
