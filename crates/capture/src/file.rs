@@ -38,15 +38,24 @@ impl FileSource {
         let input: Box<dyn Read + Send> = if path == "-" {
             Box::new(io::stdin())
         } else {
-            let file = File::open(path).map_err(|e| {
-                SourceError::Other(format!("cannot open {path}: {e}"))
-            })?;
+            let file = File::open(path)
+                .map_err(|e| SourceError::Other(format!("cannot open {path}: {e}")))?;
             Box::new(file)
         };
-        let input = sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))?;
-        let reader = TraceReader::new(input)
-            .map_err(|source| SourceError::Format { path: path.to_string(), source })?;
-        Ok(FileSource { reader, path: path.to_string(), seen: Vec::new(), limit: None, delivered: 0, held: None })
+        let input =
+            sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))?;
+        let reader = TraceReader::new(input).map_err(|source| SourceError::Format {
+            path: path.to_string(),
+            source,
+        })?;
+        Ok(FileSource {
+            reader,
+            path: path.to_string(),
+            seen: Vec::new(),
+            limit: None,
+            delivered: 0,
+            held: None,
+        })
     }
 
     /// Stops after `limit` packets.
@@ -84,7 +93,12 @@ impl PacketSource for FileSource {
     fn poll<K: PacketSink>(&mut self, sink: &mut K) -> Result<Poll, SourceError> {
         let announced = self.reader.interfaces().len();
         if let Some(h) = self.held.take() {
-            sink.packet(&Packet { ts_ns: h.ts_ns, iface: h.iface, orig_len: h.orig_len, data: &h.data });
+            sink.packet(&Packet {
+                ts_ns: h.ts_ns,
+                iface: h.iface,
+                orig_len: h.orig_len,
+                data: &h.data,
+            });
             self.delivered += 1;
         }
         for _ in 0..BATCH {
@@ -100,23 +114,42 @@ impl PacketSource for FileSource {
                     self.seen[i] += 1;
                     if i >= announced {
                         let data = p.data.to_vec();
-                        self.held = Some(HeldPacket { ts_ns: p.ts_ns, iface: p.iface, orig_len: p.orig_len, data });
+                        self.held = Some(HeldPacket {
+                            ts_ns: p.ts_ns,
+                            iface: p.iface,
+                            orig_len: p.orig_len,
+                            data,
+                        });
                         return Ok(Poll::Delivered);
                     }
                     sink.packet(&p);
                     self.delivered += 1;
                 }
                 Ok(None) => return Ok(Poll::End),
-                Err(source) => return Err(SourceError::Format { path: self.path.clone(), source }),
+                Err(source) => {
+                    return Err(SourceError::Format {
+                        path: self.path.clone(),
+                        source,
+                    })
+                }
             }
         }
         Ok(Poll::Delivered)
     }
 
     fn counters(&self) -> Vec<SourceCounters> {
-        let mut counters: Vec<SourceCounters> =
-            self.seen.iter().map(|&seen| SourceCounters { seen, ..Default::default() }).collect();
-        counters.resize(self.reader.interfaces().len().max(counters.len()), SourceCounters::default());
+        let mut counters: Vec<SourceCounters> = self
+            .seen
+            .iter()
+            .map(|&seen| SourceCounters {
+                seen,
+                ..Default::default()
+            })
+            .collect();
+        counters.resize(
+            self.reader.interfaces().len().max(counters.len()),
+            SourceCounters::default(),
+        );
         counters
     }
 

@@ -42,7 +42,10 @@ pub struct SourceCounters {
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error("{path}: {source}")]
-    Format { path: String, source: tapdeck_pcap::FormatError },
+    Format {
+        path: String,
+        source: tapdeck_pcap::FormatError,
+    },
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]

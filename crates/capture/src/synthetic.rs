@@ -4,7 +4,7 @@
 //! compressors see the ~2:1 ratio the papers measured on real traces), and it carries a
 //! sequence number, so no two packets are the same.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -37,7 +37,9 @@ impl std::str::FromStr for SyntheticProfile {
             "64" | "small" => Ok(SyntheticProfile::Small),
             "1514" | "full" => Ok(SyntheticProfile::Full),
             "mix" | "imix" => Ok(SyntheticProfile::Mix),
-            _ => Err(format!("unknown synthetic profile '{s}': use 64, 1514 or mix")),
+            _ => Err(format!(
+                "unknown synthetic profile '{s}': use 64, 1514 or mix"
+            )),
         }
     }
 }
@@ -78,6 +80,9 @@ pub struct SyntheticSource {
     sent: u64,
     limit: Option<u64>,
     pool_pos: usize,
+    /// Packets per second to offer, or as fast as possible.
+    rate: Option<f64>,
+    started: Option<(Instant, u64)>,
 }
 
 impl SyntheticSource {
@@ -102,7 +107,25 @@ impl SyntheticSource {
             name: Some("synthetic".into()),
             description: Some(format!("tapdeck synthetic {}", profile.describe())),
         }];
-        SyntheticSource { profile, interfaces, pool, sizes, frame, sent: 0, limit, pool_pos: 0 }
+        SyntheticSource {
+            profile,
+            interfaces,
+            pool,
+            sizes,
+            frame,
+            sent: 0,
+            limit,
+            pool_pos: 0,
+            rate: None,
+            started: None,
+        }
+    }
+
+    /// Offers packets at `pps` per second (on a fixed schedule, so a slow consumer shows
+    /// up as drops rather than as a slower offer), instead of as fast as possible.
+    pub fn with_rate(mut self, pps: Option<f64>) -> SyntheticSource {
+        self.rate = pps.filter(|r| *r > 0.0);
+        self
     }
 
     /// Writes packet number `seq` of `len` bytes into the frame buffer.
@@ -127,7 +150,8 @@ impl SyntheticSource {
         let k = n.min(8);
         payload[..k].copy_from_slice(&seq_bytes[8 - k..]);
         let random_end = k.max(n / 2);
-        payload[k..random_end].copy_from_slice(&self.pool[self.pool_pos..self.pool_pos + random_end - k]);
+        payload[k..random_end]
+            .copy_from_slice(&self.pool[self.pool_pos..self.pool_pos + random_end - k]);
         payload[random_end..].fill(0);
         self.pool_pos += random_end - k;
         if self.pool_pos >= POOL_LEN {
@@ -137,7 +161,10 @@ impl SyntheticSource {
 }
 
 fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
     while sum > 0xFFFF {
         sum = (sum & 0xFFFF) + (sum >> 16);
     }
@@ -145,7 +172,10 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 impl PacketSource for SyntheticSource {
@@ -159,14 +189,34 @@ impl PacketSource for SyntheticSource {
             return Ok(Poll::End);
         }
         let batch = remaining.min(BATCH as u64);
-        // One clock read per batch; packets within it are a nanosecond apart, so time
-        // never runs backwards and the cost stays off the per-packet path.
-        let ts = now_ns();
+        let (ts, step) = match self.rate {
+            None => (now_ns(), 1.0),
+            Some(rate) => {
+                let (t0, ns0) = *self
+                    .started
+                    .get_or_insert_with(|| (Instant::now(), now_ns()));
+                let due = Duration::from_secs_f64(self.sent as f64 / rate);
+                let elapsed = t0.elapsed();
+                if due > elapsed {
+                    std::thread::sleep((due - elapsed).min(Duration::from_millis(50)));
+                    return Ok(Poll::Idle);
+                }
+                (ns0 + due.as_nanos() as u64, 1e9 / rate)
+            }
+        };
+        // One clock read per batch; packets within it follow the schedule (or are a
+        // nanosecond apart), so time never runs backwards and costs nothing per packet.
         for i in 0..batch {
             let seq = self.sent + i;
             let len = usize::from(self.sizes[(seq as usize) % self.sizes.len()]);
             self.build(seq, len);
-            let packet = Packet { ts_ns: ts + i, iface: 0, orig_len: len as u32, data: &self.frame[..len] };
+            let ts = ts + (i as f64 * step) as u64;
+            let packet = Packet {
+                ts_ns: ts,
+                iface: 0,
+                orig_len: len as u32,
+                data: &self.frame[..len],
+            };
             sink.packet(&packet);
         }
         self.sent += batch;
@@ -174,7 +224,10 @@ impl PacketSource for SyntheticSource {
     }
 
     fn counters(&self) -> Vec<SourceCounters> {
-        vec![SourceCounters { seen: self.sent, ..Default::default() }]
+        vec![SourceCounters {
+            seen: self.sent,
+            ..Default::default()
+        }]
     }
 
     fn describe(&self) -> String {
@@ -217,17 +270,47 @@ mod tests {
         for (_, f) in generate(SyntheticProfile::Mix, 3000) {
             assert_eq!(&f[12..14], &[0x08, 0x00]);
             assert_eq!(ipv4_checksum(&f[14..34]), 0, "header checksum must verify");
-            assert_eq!(usize::from(u16::from_be_bytes([f[16], f[17]])), f.len() - 14);
-            assert_eq!(usize::from(u16::from_be_bytes([f[38], f[39]])), f.len() - 34);
+            assert_eq!(
+                usize::from(u16::from_be_bytes([f[16], f[17]])),
+                f.len() - 14
+            );
+            assert_eq!(
+                usize::from(u16::from_be_bytes([f[38], f[39]])),
+                f.len() - 34
+            );
             assert_eq!((f[26], f[27] & 0xFE), (198, 18));
             assert_eq!((f[30], f[31] & 0xFE), (198, 18));
         }
     }
 
     #[test]
+    fn a_rate_paces_the_offer_and_the_timestamps() {
+        let mut src = SyntheticSource::new(SyntheticProfile::Small, Some(20_000), 3)
+            .with_rate(Some(100_000.0));
+        let mut sink = Collect(Vec::new());
+        let start = Instant::now();
+        while src.poll(&mut sink).unwrap() != Poll::End {}
+        let took = start.elapsed().as_secs_f64();
+        assert!(
+            (0.15..1.0).contains(&took),
+            "20k packets at 100 kpps took {took} s"
+        );
+        let span = sink.0.last().unwrap().0 - sink.0[0].0;
+        assert!(
+            (199_000_000..=200_000_000).contains(&span),
+            "timestamps span {span} ns"
+        );
+    }
+
+    #[test]
     fn mix_has_the_three_peaks() {
-        let sizes: Vec<usize> = generate(SyntheticProfile::Mix, 4096).iter().map(|p| p.1.len()).collect();
-        let share = |lo, hi| sizes.iter().filter(|&&s| (lo..=hi).contains(&s)).count() as f64 / sizes.len() as f64;
+        let sizes: Vec<usize> = generate(SyntheticProfile::Mix, 4096)
+            .iter()
+            .map(|p| p.1.len())
+            .collect();
+        let share = |lo, hi| {
+            sizes.iter().filter(|&&s| (lo..=hi).contains(&s)).count() as f64 / sizes.len() as f64
+        };
         assert!((0.4..0.6).contains(&share(40, 64)), "{}", share(40, 64));
         assert!((0.1..0.2).contains(&share(576, 576)));
         assert!((0.25..0.35).contains(&share(1420, 1500)));
@@ -235,7 +318,10 @@ mod tests {
 
     #[test]
     fn full_frames_compress_about_two_to_one() {
-        let bytes: Vec<u8> = generate(SyntheticProfile::Full, 2000).into_iter().flat_map(|p| p.1).collect();
+        let bytes: Vec<u8> = generate(SyntheticProfile::Full, 2000)
+            .into_iter()
+            .flat_map(|p| p.1)
+            .collect();
         let compressed = zstd::bulk::compress(&bytes, 1).unwrap();
         let ratio = bytes.len() as f64 / compressed.len() as f64;
         assert!((1.7..2.5).contains(&ratio), "ratio {ratio}");

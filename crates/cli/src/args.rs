@@ -26,7 +26,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Record packets into a trace store.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Check stored files strictly; optionally finalize files left incomplete by a crash.
     Verify(VerifyArgs),
     /// Write the packets of a time range (and a filter) as one standard capture file.
@@ -38,12 +38,22 @@ pub enum Command {
 #[derive(Args, Debug)]
 pub struct RecordArgs {
     /// Replay a pcap or pcapng file (`-` for standard input) with its original timestamps.
-    #[arg(short = 'r', long = "read", value_name = "FILE", conflicts_with = "synthetic")]
+    #[arg(
+        short = 'r',
+        long = "read",
+        value_name = "FILE",
+        conflicts_with = "synthetic"
+    )]
     pub read: Option<String>,
 
     /// Generate packets in memory at full speed: 64, 1514 or mix.
     #[arg(long, value_name = "PROFILE")]
     pub synthetic: Option<String>,
+
+    /// With --synthetic: offer this many packets per second on a fixed schedule (default:
+    /// as fast as the capture thread can generate them).
+    #[arg(long, value_name = "PPS", requires = "synthetic")]
+    pub rate: Option<f64>,
 
     /// Store directory: holds the manifest and, unless --dir is given, the data files.
     #[arg(long, value_name = "DIR")]

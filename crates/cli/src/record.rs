@@ -18,7 +18,8 @@ use tapdeck_store::stats::StatsRecord;
 use crate::args::RecordArgs;
 
 pub fn parse_size(flag: &str, value: &str) -> anyhow::Result<u64> {
-    parse_size::parse_size(value).with_context(|| format!("{flag} {value}: not a size (e.g. 4MiB, 10G, 123456)"))
+    parse_size::parse_size(value)
+        .with_context(|| format!("{flag} {value}: not a size (e.g. 4MiB, 10G, 123456)"))
 }
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
@@ -33,22 +34,41 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         None => recorder::default_staging_bytes(),
     };
     if staging_bytes < 2 * chunk_size {
-        bail!("--staging must hold at least two chunks ({} bytes with --chunk-size {})", 2 * chunk_size, args.chunk_size);
+        bail!(
+            "--staging must hold at least two chunks ({} bytes with --chunk-size {})",
+            2 * chunk_size,
+            args.chunk_size
+        );
     }
     let rotation = Rotation {
-        max_bytes: args.rotate_size.as_deref().map(|s| parse_size("--rotate-size", s)).transpose()?,
+        max_bytes: args
+            .rotate_size
+            .as_deref()
+            .map(|s| parse_size("--rotate-size", s))
+            .transpose()?,
         interval_ns: match args.rotate_interval {
             Some(0) => bail!("--rotate-interval must be at least 1 second"),
             s => s.map(|s| s * 1_000_000_000),
         },
     };
     let retention = RetentionPolicy {
-        max_bytes: args.max_bytes.as_deref().map(|s| parse_size("--max-bytes", s)).transpose()?,
-        min_free: args.min_free.as_deref().map(|s| parse_size("--min-free", s)).transpose()?,
+        max_bytes: args
+            .max_bytes
+            .as_deref()
+            .map(|s| parse_size("--max-bytes", s))
+            .transpose()?,
+        min_free: args
+            .min_free
+            .as_deref()
+            .map(|s| parse_size("--min-free", s))
+            .transpose()?,
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        Duration::try_from_secs_f64(s).ok().filter(|d| !d.is_zero()).with_context(|| format!("{flag} must be a positive number of seconds"))
+        Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .with_context(|| format!("{flag} must be a positive number of seconds"))
     };
     let cfg = RecorderConfig {
         store: args.store.clone(),
@@ -62,7 +82,10 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         direct: !args.no_direct,
         flush_interval: seconds("--flush-interval", args.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
-        duration: args.duration.map(|d| seconds("--duration", d)).transpose()?,
+        duration: args
+            .duration
+            .map(|d| seconds("--duration", d))
+            .transpose()?,
         options: serde_json::json!({
             "source": args.read.as_ref().map(|r| format!("file {r}")).or(args.synthetic.as_ref().map(|s| format!("synthetic {s}"))),
             "format": args.format,
@@ -82,12 +105,21 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     install_signals(&control)?;
     let summary = match (&args.read, &args.synthetic) {
         (Some(path), None) => {
-            let source = FileSource::open(path).map_err(|e| anyhow::anyhow!("{e}"))?.with_limit(args.count);
+            let source = FileSource::open(path)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .with_limit(args.count);
             run_with(cfg, source, control, args)?
         }
         (None, Some(profile)) => {
-            let profile = profile.parse().map_err(|e: String| anyhow::anyhow!("--synthetic: {e}"))?;
-            run_with(cfg, SyntheticSource::new(profile, args.count, 1), control, args)?
+            let profile = profile
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("--synthetic: {e}"))?;
+            run_with(
+                cfg,
+                SyntheticSource::new(profile, args.count, 1).with_rate(args.rate),
+                control,
+                args,
+            )?
         }
         _ => bail!("say where packets come from: -r FILE or --synthetic PROFILE"),
     };
@@ -106,9 +138,13 @@ fn run_with<S: PacketSource + 'static>(
 ) -> anyhow::Result<Summary> {
     let stats_out: Box<dyn Write + Send> = match args.stats.as_deref() {
         Some("-") => Box::new(std::io::stdout()),
-        Some(path) => Box::new(std::fs::File::create(path).with_context(|| format!("cannot create stats file {path}"))?),
+        Some(path) => Box::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create stats file {path}"))?,
+        ),
         None => {
-            std::fs::create_dir_all(&cfg.store).with_context(|| format!("cannot create store {}", cfg.store.display()))?;
+            std::fs::create_dir_all(&cfg.store)
+                .with_context(|| format!("cannot create store {}", cfg.store.display()))?;
             let path = cfg.store.join("stats.jsonl");
             Box::new(
                 std::fs::OpenOptions::new()
@@ -121,7 +157,11 @@ fn run_with<S: PacketSource + 'static>(
     };
     let mut stats = StatsWriter::new(stats_out);
     let progress = !args.quiet && std::io::stderr().is_terminal();
-    tracing::info!("recording {} into {}", source.describe(), cfg.store.display());
+    tracing::info!(
+        "recording {} into {}",
+        source.describe(),
+        cfg.store.display()
+    );
     let mut last: Option<StatsRecord> = None;
     let summary = recorder::record(cfg, vec![source], control, |record, done| {
         stats.write(record, done);
@@ -139,7 +179,9 @@ fn run_with<S: PacketSource + 'static>(
 
 /// One line, rewritten in place: rates since the previous record and the running totals.
 fn show_progress(r: &StatsRecord, prev: Option<&StatsRecord>) {
-    let dt = prev.map_or(r.elapsed_s, |p| r.elapsed_s - p.elapsed_s).max(1e-9);
+    let dt = prev
+        .map_or(r.elapsed_s, |p| r.elapsed_s - p.elapsed_s)
+        .max(1e-9);
     let (p0, b0) = prev.map_or((0, 0), |p| (p.totals.stored, p.totals.staged_bytes));
     let t = &r.totals;
     eprint!(
@@ -157,7 +199,10 @@ fn show_progress(r: &StatsRecord, prev: Option<&StatsRecord>) {
 fn print_summary(s: &Summary) {
     let t = &s.stats.totals;
     let elapsed = s.stats.elapsed_s.max(1e-9);
-    eprintln!("tapdeck: {:.2} s, {} files written, {} deleted by retention", elapsed, s.stats.files_written, s.stats.files_deleted);
+    eprintln!(
+        "tapdeck: {:.2} s, {} files written, {} deleted by retention",
+        elapsed, s.stats.files_written, s.stats.files_deleted
+    );
     eprintln!(
         "  packets: seen {}  stored {}  dropped {} (kernel {}, staging full {}, write error {})",
         t.seen,
@@ -170,7 +215,11 @@ fn print_summary(s: &Summary) {
     let balance = t.unaccounted();
     eprintln!(
         "  accounting: seen = stored + dropped {}",
-        if balance == 0 { "holds".to_string() } else { format!("is off by {balance} (please report this)") }
+        if balance == 0 {
+            "holds".to_string()
+        } else {
+            format!("is off by {balance} (please report this)")
+        }
     );
     eprintln!(
         "  rate: {:.3} Mpps, {:.1} MB/s of capture data; {} bytes written ({:.2}:1)",
@@ -204,15 +253,22 @@ fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
         // Registered first, the shutdown runs only if an earlier signal already set the flag.
         signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&signalled))
             .context("cannot install signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(&signalled)).context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&signalled))
+            .context("cannot install signal handlers")?;
         let c = Arc::clone(control);
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { signal_hook::low_level::register(sig, move || c.stop.store(true, Ordering::SeqCst)) }
-            .context("cannot install signal handlers")?;
+        unsafe {
+            signal_hook::low_level::register(sig, move || c.stop.store(true, Ordering::SeqCst))
+        }
+        .context("cannot install signal handlers")?;
     }
     let c = Arc::clone(control);
     // SAFETY: as above.
-    unsafe { signal_hook::low_level::register(SIGHUP, move || { c.rotate.fetch_add(1, Ordering::SeqCst); }) }
-        .context("cannot install signal handlers")?;
+    unsafe {
+        signal_hook::low_level::register(SIGHUP, move || {
+            c.rotate.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+    .context("cannot install signal handlers")?;
     Ok(())
 }

@@ -175,7 +175,10 @@ pub enum ContainerError {
 }
 
 fn invalid(offset: u64, what: impl Into<String>) -> ContainerError {
-    ContainerError::Invalid { offset, what: what.into() }
+    ContainerError::Invalid {
+        offset,
+        what: what.into(),
+    }
 }
 
 /// Encodes chunks for one container; holds reusable compression state, so keep one per
@@ -187,12 +190,20 @@ pub struct FrameEncoder {
 
 impl FrameEncoder {
     pub fn new(container: Container) -> FrameEncoder {
-        FrameEncoder { container, zstd: None }
+        FrameEncoder {
+            container,
+            zstd: None,
+        }
     }
 
     /// Appends `data` to `out` as one frame encoded with `codec`; returns the codec that was
     /// really used (a compressing codec the container cannot hold falls back to raw).
-    pub fn encode(&mut self, codec: Codec, data: &[u8], out: &mut Vec<u8>) -> std::io::Result<Codec> {
+    pub fn encode(
+        &mut self,
+        codec: Codec,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> std::io::Result<Codec> {
         let codec = match (self.container, codec) {
             (Container::Plain, _) => Codec::Raw,
             (Container::Lz4, Codec::Zstd(_)) => Codec::Lz4,
@@ -227,7 +238,9 @@ impl FrameEncoder {
                 let spare = out.spare_capacity_mut();
                 // SAFETY: the compressor only writes into the buffer and reports how much;
                 // exposing uninitialised capacity as &mut [u8] is what zstd's API expects.
-                let spare = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr() as *mut u8, spare.len()) };
+                let spare = unsafe {
+                    std::slice::from_raw_parts_mut(spare.as_mut_ptr() as *mut u8, spare.len())
+                };
                 let n = compressor.compress_to_buffer(data, spare)?;
                 // SAFETY: `n` bytes past `start` were just initialised by the compressor.
                 unsafe { out.set_len(start + n) };
@@ -280,18 +293,29 @@ pub fn raw_frame_pieces(container: Container, data: &[u8], mut emit: impl FnMut(
 }
 
 /// Decodes one frame (as the index locates it) back into capture bytes, appending to `out`.
-pub fn decode_frame(container: Container, frame: &[u8], expected_len: usize, out: &mut Vec<u8>) -> Result<(), String> {
+pub fn decode_frame(
+    container: Container,
+    frame: &[u8],
+    expected_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     if container == Container::Plain {
         out.extend_from_slice(frame);
         return Ok(());
     }
     if expected_len > MAX_FRAME_LEN {
-        return Err(format!("frame claims {expected_len} bytes of data, more than any chunk tapdeck writes"));
+        return Err(format!(
+            "frame claims {expected_len} bytes of data, more than any chunk tapdeck writes"
+        ));
     }
     let start = out.len();
-    match frame.get(..4).map(|m| u32::from_le_bytes(m.try_into().unwrap())) {
+    match frame
+        .get(..4)
+        .map(|m| u32::from_le_bytes(m.try_into().unwrap()))
+    {
         Some(ZSTD_MAGIC) => {
-            let mut dec = zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?;
+            let mut dec =
+                zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?;
             (&mut dec)
                 .take(expected_len as u64 + 1)
                 .read_to_end(out)
@@ -308,7 +332,9 @@ pub fn decode_frame(container: Container, frame: &[u8], expected_len: usize, out
     }
     let got = out.len() - start;
     if got != expected_len {
-        return Err(format!("frame decodes to {got} bytes, the index says {expected_len}"));
+        return Err(format!(
+            "frame decodes to {got} bytes, the index says {expected_len}"
+        ));
     }
     Ok(())
 }
@@ -316,7 +342,9 @@ pub fn decode_frame(container: Container, frame: &[u8], expected_len: usize, out
 /// Length of the frame at the start of `buf` (zstd, LZ4 or skippable), found by walking its
 /// block headers without decoding. `Ok(None)` means `buf` ends before the frame does.
 pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(magic) = read_u32(buf, 0) else { return Ok(None) };
+    let Some(magic) = read_u32(buf, 0) else {
+        return Ok(None);
+    };
     let len = match magic {
         ZSTD_MAGIC => zstd_frame_len(buf)?,
         LZ4_MAGIC => lz4_frame_len(buf)?,
@@ -327,7 +355,9 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
 }
 
 fn zstd_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(&fhd) = buf.get(4) else { return Ok(None) };
+    let Some(&fhd) = buf.get(4) else {
+        return Ok(None);
+    };
     if fhd & 0x08 != 0 {
         return Err("zstd frame header has its reserved bit set".into());
     }
@@ -341,7 +371,9 @@ fn zstd_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
     };
     let mut pos = 5 + usize::from(!single_segment) + dict_len + fcs_len;
     loop {
-        let Some(header) = buf.get(pos..pos + 3) else { return Ok(None) };
+        let Some(header) = buf.get(pos..pos + 3) else {
+            return Ok(None);
+        };
         let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
         let size = (header >> 3) as usize;
         pos += 3 + match (header >> 1) & 3 {
@@ -363,14 +395,18 @@ fn zstd_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
 }
 
 fn lz4_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(&flg) = buf.get(4) else { return Ok(None) };
+    let Some(&flg) = buf.get(4) else {
+        return Ok(None);
+    };
     if flg >> 6 != 1 {
         return Err("lz4 frame of an unknown version".into());
     }
     let block_checksum = flg & 0x10 != 0;
     let mut pos = 7 + if flg & 0x08 != 0 { 8 } else { 0 } + if flg & 0x01 != 0 { 4 } else { 0 };
     loop {
-        let Some(size) = read_u32(buf, pos) else { return Ok(None) };
+        let Some(size) = read_u32(buf, pos) else {
+            return Ok(None);
+        };
         pos += 4;
         if size == 0 {
             break;
@@ -387,17 +423,20 @@ fn lz4_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
 }
 
 fn read_u32(buf: &[u8], at: usize) -> Option<u32> {
-    buf.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    buf.get(at..at.checked_add(4)?)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
 }
 
 fn read_u64(buf: &[u8], at: usize) -> Option<u64> {
-    buf.get(at..at.checked_add(8)?).map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    buf.get(at..at.checked_add(8)?)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
 }
 
 impl ChunkIndex {
     /// The trailer: our index frame, then the seek table (zstd seekable format).
     pub fn encode_trailer(&self) -> Vec<u8> {
-        let mut body = Vec::with_capacity(16 + self.meta.len() + self.entries.len() * INDEX_ENTRY_LEN);
+        let mut body =
+            Vec::with_capacity(16 + self.meta.len() + self.entries.len() * INDEX_ENTRY_LEN);
         body.extend_from_slice(INDEX_TAG);
         body.extend_from_slice(&INDEX_VERSION.to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
@@ -457,35 +496,68 @@ impl ChunkIndex {
         let frames = u64::from(read_u32(&footer, 0).unwrap());
         let table_len = 8 + frames * 8 + 9;
         if table_len > size {
-            return Err(invalid(size - 9, format!("seek table claims {frames} frames, more than the file can hold")));
+            return Err(invalid(
+                size - 9,
+                format!("seek table claims {frames} frames, more than the file can hold"),
+            ));
         }
         let table_start = size - table_len;
         let mut table = vec![0u8; table_len as usize];
         file.read_exact_at(&mut table, table_start)?;
-        if read_u32(&table, 0) != Some(SEEK_TABLE_MAGIC) || u64::from(read_u32(&table, 4).unwrap()) != table_len - 8 {
-            return Err(invalid(table_start, "seek table header does not match its footer"));
+        if read_u32(&table, 0) != Some(SEEK_TABLE_MAGIC)
+            || u64::from(read_u32(&table, 4).unwrap()) != table_len - 8
+        {
+            return Err(invalid(
+                table_start,
+                "seek table header does not match its footer",
+            ));
         }
-        let data_end: u64 = (0..frames as usize).map(|i| u64::from(read_u32(&table, 8 + i * 8).unwrap())).sum();
-        // A sidecar has no data frames before its index; a container file has them all.
-        let index_start = if data_end < table_start { data_end } else { 0 };
+        let data_end: u64 = (0..frames as usize)
+            .map(|i| u64::from(read_u32(&table, 8 + i * 8).unwrap()))
+            .sum();
+        // A container file has every data frame before its index; a sidecar has none.
         let mut head = [0u8; 8];
-        file.read_exact_at(&mut head, index_start)?;
+        let mut index_start = 0;
+        for start in [data_end, 0] {
+            if start < table_start {
+                file.read_exact_at(&mut head, start)?;
+                if read_u32(&head, 0) == Some(INDEX_MAGIC) {
+                    index_start = start;
+                    break;
+                }
+            }
+        }
         if read_u32(&head, 0) != Some(INDEX_MAGIC) {
-            return Err(invalid(index_start, "chunk index frame missing before the seek table"));
+            return Err(invalid(
+                data_end.min(table_start),
+                "chunk index frame missing before the seek table",
+            ));
         }
         let body_len = u64::from(read_u32(&head, 4).unwrap());
         if index_start + 8 + body_len != table_start {
-            return Err(invalid(index_start, "chunk index frame length does not reach the seek table"));
+            return Err(invalid(
+                index_start,
+                "chunk index frame length does not reach the seek table",
+            ));
         }
         let mut body = vec![0u8; body_len as usize];
         file.read_exact_at(&mut body, index_start + 8)?;
-        let index = ChunkIndex::decode_body(&body).map_err(|(at, what)| invalid(index_start + 8 + at as u64, what))?;
+        let index = ChunkIndex::decode_body(&body)
+            .map_err(|(at, what)| invalid(index_start + 8 + at as u64, what))?;
         if index.entries.len() as u64 != frames {
-            return Err(invalid(index_start, "chunk index and seek table disagree on the number of frames"));
+            return Err(invalid(
+                index_start,
+                "chunk index and seek table disagree on the number of frames",
+            ));
         }
         for (i, e) in index.entries.iter().enumerate() {
-            if read_u32(&table, 8 + i * 8) != Some(e.frame_len) || read_u32(&table, 12 + i * 8) != Some(e.data_len) {
-                return Err(invalid(table_start, format!("seek table entry {i} disagrees with the chunk index")));
+            if read_u32(&table, 8 + i * 8) != Some(e.frame_len)
+                || read_u32(&table, 12 + i * 8) != Some(e.data_len)
+            {
+                return Err(invalid(
+                    table_start,
+                    format!("seek table entry {i} disagrees with the chunk index"),
+                ));
             }
         }
         Ok(index)
@@ -497,16 +569,28 @@ impl ChunkIndex {
         }
         let version = u16::from_le_bytes([body[4], body[5]]);
         if version != INDEX_VERSION {
-            return Err((4, format!("chunk index version {version}, this tapdeck reads {INDEX_VERSION}")));
+            return Err((
+                4,
+                format!("chunk index version {version}, this tapdeck reads {INDEX_VERSION}"),
+            ));
         }
         let meta_len = read_u32(body, 8).ok_or((8, "chunk index truncated".to_string()))? as usize;
-        let meta = body.get(12..12 + meta_len).ok_or((12, "chunk index metadata truncated".to_string()))?;
-        let meta = String::from_utf8(meta.to_vec()).map_err(|_| (12, "chunk index metadata is not UTF-8".to_string()))?;
+        let meta = body
+            .get(12..12 + meta_len)
+            .ok_or((12, "chunk index metadata truncated".to_string()))?;
+        let meta = String::from_utf8(meta.to_vec())
+            .map_err(|_| (12, "chunk index metadata is not UTF-8".to_string()))?;
         let at = 12 + meta_len;
         let count = read_u32(body, at).ok_or((at, "chunk index truncated".to_string()))? as usize;
         let entries_at = at + 4;
         if body.len() != entries_at + count * INDEX_ENTRY_LEN {
-            return Err((at, format!("chunk index says {count} entries but holds {} bytes of them", body.len() - entries_at)));
+            return Err((
+                at,
+                format!(
+                    "chunk index says {count} entries but holds {} bytes of them",
+                    body.len() - entries_at
+                ),
+            ));
         }
         let mut entries = Vec::with_capacity(count);
         for i in 0..count {
@@ -515,10 +599,17 @@ impl ChunkIndex {
                 0 => FrameKind::Header,
                 1 => FrameKind::Packets,
                 2 => FrameKind::Stats,
-                k => return Err((e + 44, format!("chunk index entry {i} has unknown kind {k}"))),
+                k => {
+                    return Err((
+                        e + 44,
+                        format!("chunk index entry {i} has unknown kind {k}"),
+                    ))
+                }
             };
-            let codec = Codec::from_bytes([body[e + 46], body[e + 47]])
-                .ok_or((e + 46, format!("chunk index entry {i} has an unknown codec")))?;
+            let codec = Codec::from_bytes([body[e + 46], body[e + 47]]).ok_or((
+                e + 46,
+                format!("chunk index entry {i} has an unknown codec"),
+            ))?;
             entries.push(ChunkEntry {
                 frame_offset: read_u64(body, e).unwrap(),
                 frame_len: read_u32(body, e + 8).unwrap(),
@@ -595,7 +686,11 @@ mod tests {
         let mut frame = Vec::new();
         enc.encode(codec, data, &mut frame).unwrap();
         if container != Container::Plain {
-            assert_eq!(frame_len(&frame).unwrap(), Some(frame.len()), "{container:?} {codec}");
+            assert_eq!(
+                frame_len(&frame).unwrap(),
+                Some(frame.len()),
+                "{container:?} {codec}"
+            );
             assert_eq!(frame_len(&frame[..frame.len() - 1]).unwrap(), None);
         }
         let mut out = Vec::new();
@@ -606,7 +701,14 @@ mod tests {
 
     #[test]
     fn every_codec_roundtrips_in_every_container() {
-        for len in [0, 1, 1000, ZSTD_MAX_BLOCK, ZSTD_MAX_BLOCK + 1, 4 * 1024 * 1024 + 17] {
+        for len in [
+            0,
+            1,
+            1000,
+            ZSTD_MAX_BLOCK,
+            ZSTD_MAX_BLOCK + 1,
+            4 * 1024 * 1024 + 17,
+        ] {
             let data = sample(len);
             for container in [Container::Zstd, Container::Lz4, Container::Plain] {
                 for codec in [Codec::Raw, Codec::Lz4, Codec::Zstd(1), Codec::Zstd(6)] {
@@ -621,7 +723,11 @@ mod tests {
         let data = sample(1 << 20);
         for codec in [Codec::Lz4, Codec::Zstd(1)] {
             let frame = roundtrip(Container::Zstd, codec, &data);
-            assert!(frame.len() < data.len() * 6 / 10, "{codec}: {}", frame.len());
+            assert!(
+                frame.len() < data.len() * 6 / 10,
+                "{codec}: {}",
+                frame.len()
+            );
         }
     }
 
@@ -663,14 +769,25 @@ mod tests {
             first_ts_ns: i * 1_000,
             last_ts_ns: i * 1_000 + 999,
             packets: 3,
-            kind: if i == 0 { FrameKind::Header } else { FrameKind::Packets },
-            codec: if i % 2 == 0 { Codec::Zstd(-3) } else { Codec::Lz4 },
+            kind: if i == 0 {
+                FrameKind::Header
+            } else {
+                FrameKind::Packets
+            },
+            codec: if i % 2 == 0 {
+                Codec::Zstd(-3)
+            } else {
+                Codec::Lz4
+            },
         }
     }
 
     #[test]
     fn trailer_roundtrips_through_a_file_and_zeekstd_reads_its_seek_table() {
-        let index = ChunkIndex { meta: r#"{"stream":0}"#.into(), entries: (0..5).map(entry).collect() };
+        let index = ChunkIndex {
+            meta: r#"{"stream":0}"#.into(),
+            entries: (0..5).map(entry).collect(),
+        };
         let mut file = tempfile_with(&[vec![0xAB; 500], index.encode_trailer()].concat());
         assert_eq!(ChunkIndex::read_trailer(file.as_file_mut()).unwrap(), index);
 
@@ -686,7 +803,10 @@ mod tests {
 
     #[test]
     fn damaged_trailers_are_errors_not_panics() {
-        let index = ChunkIndex { meta: "{}".into(), entries: (0..3).map(entry).collect() };
+        let index = ChunkIndex {
+            meta: "{}".into(),
+            entries: (0..3).map(entry).collect(),
+        };
         let whole = [vec![7u8; 300], index.encode_trailer()].concat();
         for cut in 0..whole.len() {
             let file = tempfile_with(&whole[..cut]);
@@ -711,12 +831,16 @@ mod tests {
         }
         let (frames, end) = scan_frames(tempfile_with(&bytes).as_file()).unwrap();
         assert_eq!((frames.len(), end), (3, ends[2]));
-        let (frames, end) = scan_frames(tempfile_with(&bytes[..bytes.len() - 10]).as_file()).unwrap();
+        let (frames, end) =
+            scan_frames(tempfile_with(&bytes[..bytes.len() - 10]).as_file()).unwrap();
         assert_eq!((frames.len(), end), (2, ends[1]));
         // Zero padding left by an interrupted O_DIRECT writer is not a frame.
         let mut padded = bytes.clone();
         padded.extend_from_slice(&[0; 4096]);
-        assert_eq!(scan_frames(tempfile_with(&padded).as_file()).unwrap().1, ends[2]);
+        assert_eq!(
+            scan_frames(tempfile_with(&padded).as_file()).unwrap().1,
+            ends[2]
+        );
     }
 
     fn tempfile_with(bytes: &[u8]) -> tempfile::NamedTempFile {

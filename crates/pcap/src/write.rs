@@ -30,7 +30,11 @@ impl Format {
 
     /// The bytes that open a file: a section header and one interface description block
     /// (nanosecond resolution) per interface, or the classic pcap file header.
-    pub fn file_header(self, ifaces: &[Interface], section: &SectionInfo) -> Result<Vec<u8>, String> {
+    pub fn file_header(
+        self,
+        ifaces: &[Interface],
+        section: &SectionInfo,
+    ) -> Result<Vec<u8>, String> {
         let mut out = Vec::with_capacity(256);
         match self {
             Format::Pcap => {
@@ -135,7 +139,10 @@ impl Format {
         body.extend_from_slice(&((stats.ts_ns >> 32) as u32).to_le_bytes());
         body.extend_from_slice(&(stats.ts_ns as u32).to_le_bytes());
         let mut opts = Options::default();
-        opts.str(pcapng::OPT_COMMENT, (!comment.is_empty()).then_some(comment));
+        opts.str(
+            pcapng::OPT_COMMENT,
+            (!comment.is_empty()).then_some(comment),
+        );
         opts.ts(pcapng::ISB_STARTTIME, start_ns);
         opts.ts(pcapng::ISB_ENDTIME, stats.ts_ns);
         opts.u64(pcapng::ISB_IFRECV, stats.received);
@@ -174,7 +181,8 @@ struct Options {
 impl Options {
     fn raw(&mut self, code: u16, value: &[u8]) {
         self.buf.extend_from_slice(&code.to_le_bytes());
-        self.buf.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        self.buf
+            .extend_from_slice(&(value.len() as u16).to_le_bytes());
         self.buf.extend_from_slice(value);
         self.buf.resize(pad4(self.buf.len()), 0);
     }
@@ -206,4 +214,3 @@ impl Options {
         body.extend_from_slice(&self.buf);
     }
 }
-

@@ -63,7 +63,14 @@ impl DirectFile {
     /// Creates `path` (failing if it exists). With `direct`, tries O_DIRECT first; the
     /// returned flag says whether it is in use.
     pub fn create(path: &Path, direct: bool, buffer: usize) -> io::Result<DirectFile> {
-        let open = |flags: i32| OpenOptions::new().read(true).write(true).create_new(true).custom_flags(flags).open(path);
+        let open = |flags: i32| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(flags)
+                .open(path)
+        };
         let (file, direct) = match direct {
             true => match open(libc::O_DIRECT) {
                 Ok(f) => (f, true),
@@ -73,7 +80,13 @@ impl DirectFile {
             false => (open(0)?, false),
         };
         let cap = buffer.div_ceil(ALIGN).max(1) * ALIGN;
-        Ok(DirectFile { file, direct, buf: AlignedBuf::new(cap), buf_len: 0, buf_offset: 0 })
+        Ok(DirectFile {
+            file,
+            direct,
+            buf: AlignedBuf::new(cap),
+            buf_len: 0,
+            buf_offset: 0,
+        })
     }
 
     pub fn is_direct(&self) -> bool {
@@ -114,7 +127,11 @@ impl DirectFile {
             return Ok(());
         }
         let whole = self.buf_len / ALIGN * ALIGN;
-        let len = if self.direct { self.buf_len.div_ceil(ALIGN) * ALIGN } else { self.buf_len };
+        let len = if self.direct {
+            self.buf_len.div_ceil(ALIGN) * ALIGN
+        } else {
+            self.buf_len
+        };
         let buf_len = self.buf_len;
         self.buf.as_mut()[buf_len..len].fill(0);
         self.write_at(self.buf_offset, len)?;
@@ -138,8 +155,16 @@ impl DirectFile {
         let keep = (len - block) as usize;
         let mut got = 0;
         while got < keep {
-            match self.file.read_at(&mut self.buf.as_mut()[got..ALIGN], block + got as u64)? {
-                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shorter than its written frames")),
+            match self
+                .file
+                .read_at(&mut self.buf.as_mut()[got..ALIGN], block + got as u64)?
+            {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file shorter than its written frames",
+                    ))
+                }
                 n => got += n,
             }
         }

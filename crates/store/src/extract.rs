@@ -16,7 +16,7 @@ use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::meta;
-use crate::read::{ChunkPackets, FileError, Header, StoredFile, Store};
+use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
 
 /// Packets with `start <= ts < end`; an open side is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -87,6 +87,9 @@ pub struct Plan {
     pub interfaces: Vec<OutputInterface>,
     /// The store's own format: the default output format.
     pub store_format: Option<Format>,
+    /// Described in the output when no packet is selected, so that it is still a file
+    /// readers accept (tcpdump refuses a pcapng without interfaces).
+    fallback_interface: Interface,
     pub files_total: u64,
     pub chunks_total: u64,
     pub files_selected: u64,
@@ -109,11 +112,22 @@ pub struct ExtractReport {
 pub fn plan(store: &Store, window: TimeWindow) -> Result<Plan, ExtractError> {
     let mut streams: Vec<(u32, Vec<PlannedFile>)> = Vec::new();
     let mut interfaces: Vec<OutputInterface> = Vec::new();
-    let mut store_format = store.manifest.as_ref().and_then(|m| meta::parse_format(&m.format));
+    let mut store_format = store
+        .manifest
+        .as_ref()
+        .and_then(|m| meta::parse_format(&m.format));
+    let mut fallback_interface = store
+        .manifest
+        .as_ref()
+        .and_then(|m| m.interfaces.first())
+        .map(Interface::from);
     let (mut files_total, mut chunks_total, mut chunks_selected) = (0, 0, 0);
     for path in &store.files {
         let file = StoredFile::open(path)?;
         store_format.get_or_insert(file.format);
+        if let Some(i) = file.meta.interfaces.first() {
+            fallback_interface.get_or_insert_with(|| i.into());
+        }
         files_total += 1;
         chunks_total += file.packet_chunks().count() as u64;
         let chunks: Vec<ChunkEntry> = file
@@ -131,10 +145,13 @@ pub fn plan(store: &Store, window: TimeWindow) -> Result<Plan, ExtractError> {
             .into_iter()
             .map(|interface| {
                 let out = OutputInterface { stream, interface };
-                let at = interfaces.iter().position(|i| *i == out).unwrap_or_else(|| {
-                    interfaces.push(out);
-                    interfaces.len() - 1
-                });
+                let at = interfaces
+                    .iter()
+                    .position(|i| *i == out)
+                    .unwrap_or_else(|| {
+                        interfaces.push(out);
+                        interfaces.len() - 1
+                    });
                 at as u32
             })
             .collect();
@@ -145,20 +162,43 @@ pub fn plan(store: &Store, window: TimeWindow) -> Result<Plan, ExtractError> {
                 streams.len() - 1
             }
         };
-        streams[at].1.push(PlannedFile { file, chunks, iface_map });
+        streams[at].1.push(PlannedFile {
+            file,
+            chunks,
+            iface_map,
+        });
     }
     streams.sort_by_key(|(s, _)| *s);
     for (_, files) in &mut streams {
         files.sort_by_key(|f| f.file.meta.seq);
     }
     let files_selected = streams.iter().map(|(_, f)| f.len() as u64).sum();
-    Ok(Plan { window, streams, interfaces, store_format, files_total, chunks_total, files_selected, chunks_selected })
+    Ok(Plan {
+        window,
+        streams,
+        interfaces,
+        store_format,
+        fallback_interface: fallback_interface.unwrap_or(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+            description: None,
+        }),
+        files_total,
+        chunks_total,
+        files_selected,
+        chunks_selected,
+    })
 }
 
 impl Plan {
     /// Link types of the packets that may be written: compile a filter once for each.
     pub fn linktypes(&self) -> Vec<u16> {
-        let mut l: Vec<u16> = self.interfaces.iter().map(|i| i.interface.linktype).collect();
+        let mut l: Vec<u16> = self
+            .interfaces
+            .iter()
+            .map(|i| i.interface.linktype)
+            .collect();
         l.sort_unstable();
         l.dedup();
         l
@@ -171,36 +211,61 @@ impl Plan {
             application: Some(format!("tapdeck {} extract", env!("CARGO_PKG_VERSION"))),
             ..Default::default()
         };
-        let interfaces: Vec<Interface> = match format {
+        let mut interfaces: Vec<Interface> = match format {
             Format::Pcapng => self
                 .interfaces
                 .iter()
                 .map(|o| Interface {
-                    description: o.interface.description.clone().or_else(|| Some(format!("tapdeck stream {}", o.stream))),
+                    description: o
+                        .interface
+                        .description
+                        .clone()
+                        .or_else(|| Some(format!("tapdeck stream {}", o.stream))),
                     ..o.interface.clone()
                 })
                 .collect(),
-            Format::Pcap => {
-                let linktypes = self.linktypes();
-                if linktypes.len() > 1 {
-                    return Err(ExtractError::Unsupported(format!(
+            Format::Pcap => Vec::new(),
+        };
+        if interfaces.is_empty() {
+            interfaces.push(self.fallback_interface.clone());
+        }
+        if format == Format::Pcap {
+            let linktypes = self.linktypes();
+            if linktypes.len() > 1 {
+                return Err(ExtractError::Unsupported(format!(
                         "the packets have {} link types ({}) but a pcap file holds one; use --format pcapng",
                         linktypes.len(),
                         linktypes.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
                     )));
-                }
-                let snaps = self.interfaces.iter().map(|o| o.interface.snaplen);
-                let snaplen = if snaps.clone().any(|s| s == 0) { 0 } else { snaps.max().unwrap_or(0) };
-                // No packet selected still makes a valid (empty) file; Ethernet is a guess.
-                vec![Interface { linktype: linktypes.first().copied().unwrap_or(1), snaplen, name: None, description: None }]
             }
-        };
-        format.file_header(&interfaces, &section).map_err(ExtractError::Unsupported)
+            let snaps = self.interfaces.iter().map(|o| o.interface.snaplen);
+            let snaplen = if snaps.clone().any(|s| s == 0) {
+                0
+            } else {
+                snaps.max().unwrap_or(0)
+            };
+            if let Some(&linktype) = linktypes.first() {
+                interfaces = vec![Interface {
+                    linktype,
+                    snaplen,
+                    name: None,
+                    description: None,
+                }];
+            }
+        }
+        format
+            .file_header(&interfaces, &section)
+            .map_err(ExtractError::Unsupported)
     }
 
     /// Decodes the chosen chunks, merges the streams by time and writes the packets in the
     /// window that pass `filter` to `out` as one `format` file.
-    pub fn write(self, format: Format, filter: &mut dyn PacketFilter, out: &mut dyn Write) -> Result<ExtractReport, ExtractError> {
+    pub fn write(
+        self,
+        format: Format,
+        filter: &mut dyn PacketFilter,
+        out: &mut dyn Write,
+    ) -> Result<ExtractReport, ExtractError> {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
         out.write_all(&self.output_header(format)?)?;
         let mut report = ExtractReport {
@@ -208,12 +273,22 @@ impl Plan {
             chunks_total: self.chunks_total,
             ..Default::default()
         };
-        let linktypes: Vec<u16> = self.interfaces.iter().map(|o| o.interface.linktype).collect();
+        let linktypes: Vec<u16> = self
+            .interfaces
+            .iter()
+            .map(|o| o.interface.linktype)
+            .collect();
         let window = self.window;
         let mut cursors: Vec<StreamCursor> = self
             .streams
             .into_iter()
-            .map(|(stream, files)| StreamCursor { stream, files: files.into(), header: None, chunk: ChunkPackets::default(), pos: 0 })
+            .map(|(stream, files)| StreamCursor {
+                stream,
+                files: files.into(),
+                header: None,
+                chunk: ChunkPackets::default(),
+                pos: 0,
+            })
             .collect();
         // Min-heap of each stream's next packet: (time, stream, cursor).
         let mut heap = BinaryHeap::new();
@@ -231,12 +306,19 @@ impl Plan {
             let Some(&out_iface) = file.iface_map.get(p.iface as usize) else {
                 return Err(FileError::whole(
                     &file.file.path,
-                    format!("a packet names interface {} but the metadata lists {}", p.iface, file.iface_map.len()),
+                    format!(
+                        "a packet names interface {} but the metadata lists {}",
+                        p.iface,
+                        file.iface_map.len()
+                    ),
                 )
                 .into());
             };
             if filter.matches(linktypes[out_iface as usize], &p) {
-                let p = Packet { iface: out_iface, ..p };
+                let p = Packet {
+                    iface: out_iface,
+                    ..p
+                };
                 record.resize(format.record_len(p.data.len()), 0);
                 let n = format.write_record(&p, &mut record);
                 out.write_all(&record[..n])?;
@@ -267,7 +349,12 @@ struct StreamCursor {
 impl StreamCursor {
     /// Moves to the next packet inside the window (the current one if it is), decoding
     /// further chunks as needed; returns its timestamp, or `None` when the stream is done.
-    fn seek(&mut self, window: &TimeWindow, scratch: &mut Vec<u8>, report: &mut ExtractReport) -> Result<Option<u64>, FileError> {
+    fn seek(
+        &mut self,
+        window: &TimeWindow,
+        scratch: &mut Vec<u8>,
+        report: &mut ExtractReport,
+    ) -> Result<Option<u64>, FileError> {
         loop {
             if let Some(r) = self.chunk.records.get(self.pos) {
                 if window.contains(r.ts_ns) {
@@ -276,13 +363,15 @@ impl StreamCursor {
                 self.pos += 1;
                 continue;
             }
-            let Some(file) = self.files.front_mut() else { return Ok(None) };
+            let Some(file) = self.files.front_mut() else {
+                return Ok(None);
+            };
             let Some(entry) = (!file.chunks.is_empty()).then(|| file.chunks.remove(0)) else {
                 self.files.pop_front();
                 self.header = None;
                 continue;
             };
-            let header = match &self.header {
+            let header: &Header = match &self.header {
                 Some(h) => h,
                 None => {
                     report.files_decoded += 1;
@@ -303,12 +392,18 @@ impl StreamCursor {
 /// seconds since the epoch (`1795413454.5`).
 pub fn parse_time(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let bad = |why: &str| format!("'{s}' is not a time: {why}; use RFC 3339 (2026-11-23T05:57:34.5Z) or seconds since the epoch (1795413454.5)");
+    let bad = |why: &str| {
+        format!("'{s}' is not a time: {why}; use RFC 3339 (2026-11-23T05:57:34.5Z) or seconds since the epoch (1795413454.5)")
+    };
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
         let secs: u64 = secs.parse().map_err(|_| bad("seconds are not a number"))?;
-        let ns = fraction_ns(frac).ok_or_else(|| bad("more than nine fraction digits, or not digits"))?;
-        return secs.checked_mul(1_000_000_000).and_then(|n| n.checked_add(ns)).ok_or_else(|| bad("too far in the future"));
+        let ns = fraction_ns(frac)
+            .ok_or_else(|| bad("more than nine fraction digits, or not digits"))?;
+        return secs
+            .checked_mul(1_000_000_000)
+            .and_then(|n| n.checked_add(ns))
+            .ok_or_else(|| bad("too far in the future"));
     }
     let b = s.as_bytes();
     let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
@@ -335,13 +430,22 @@ pub fn parse_time(s: &str) -> Result<u64, String> {
     let mut frac_ns = 0;
     if let Some(r) = rest.strip_prefix('.') {
         let digits = r.bytes().take_while(u8::is_ascii_digit).count();
-        frac_ns = fraction_ns(&r[..digits]).filter(|_| digits > 0).ok_or_else(|| bad("one to nine fraction digits"))?;
+        frac_ns = fraction_ns(&r[..digits])
+            .filter(|_| digits > 0)
+            .ok_or_else(|| bad("one to nine fraction digits"))?;
         rest = &r[digits..];
     }
     let offset_s = match rest {
         "Z" | "z" => 0,
-        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
-            let parse = |t: &str| t.parse::<i64>().ok().filter(|_| t.bytes().all(|c| c.is_ascii_digit()));
+        _ if rest.len() == 6
+            && (rest.starts_with('+') || rest.starts_with('-'))
+            && &rest[3..4] == ":" =>
+        {
+            let parse = |t: &str| {
+                t.parse::<i64>()
+                    .ok()
+                    .filter(|_| t.bytes().all(|c| c.is_ascii_digit()))
+            };
             let (Some(h), Some(m)) = (parse(&rest[1..3]), parse(&rest[4..6])) else {
                 return Err(bad("bad UTC offset"));
             };
@@ -353,7 +457,8 @@ pub fn parse_time(s: &str) -> Result<u64, String> {
         }
         _ => return Err(bad("expected Z or a UTC offset (+HH:MM) after the time")),
     };
-    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    let secs =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
     let secs = u64::try_from(secs).map_err(|_| bad("before 1970"))?;
     Ok(secs * 1_000_000_000 + frac_ns)
 }
@@ -400,12 +505,25 @@ mod tests {
     /// Fill bytes identify packets: stream*100 + ts/5.
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let p = |stream: u32, ts: u64| Pkt { ts_ns: ts, iface: 0, fill: (stream * 100 + (ts / 5) as u32) as u8, len: 200 };
+        let p = |stream: u32, ts: u64| Pkt {
+            ts_ns: ts,
+            iface: 0,
+            fill: (stream * 100 + (ts / 5) as u32) as u8,
+            len: 200,
+        };
         let chunks = |stream: u32, codecs: &[Codec], times: &[&[u64]]| -> Vec<(Codec, Vec<Pkt>)> {
-            codecs.iter().zip(times).map(|(c, t)| (*c, t.iter().map(|&ts| p(stream, ts)).collect())).collect()
+            codecs
+                .iter()
+                .zip(times)
+                .map(|(c, t)| (*c, t.iter().map(|&ts| p(stream, ts)).collect()))
+                .collect()
         };
         let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
-        s.chunks = chunks(0, &[Codec::Zstd(3), Codec::Raw], &[&[10, 20, 30], &[40, 50]]);
+        s.chunks = chunks(
+            0,
+            &[Codec::Zstd(3), Codec::Raw],
+            &[&[10, 20, 30], &[40, 50]],
+        );
         s.stats = true;
         write_file(dir.path(), &s);
         let mut s = FileSpec::new(0, 1, Format::Pcapng, Container::Plain);
@@ -424,13 +542,24 @@ mod tests {
     }
 
     fn window(start: Option<u64>, end: Option<u64>) -> TimeWindow {
-        TimeWindow { start_ns: start, end_ns: end }
+        TimeWindow {
+            start_ns: start,
+            end_ns: end,
+        }
     }
 
     /// (ts, output interface) of every packet written.
-    fn run(store: &Store, w: TimeWindow, format: Format, filter: &mut dyn PacketFilter) -> (Vec<(u64, u32)>, ExtractReport, Vec<u8>) {
+    fn run(
+        store: &Store,
+        w: TimeWindow,
+        format: Format,
+        filter: &mut dyn PacketFilter,
+    ) -> (Vec<(u64, u32)>, ExtractReport, Vec<u8>) {
         let mut out = Vec::new();
-        let report = plan(store, w).unwrap().write(format, filter, &mut out).unwrap();
+        let report = plan(store, w)
+            .unwrap()
+            .write(format, filter, &mut out)
+            .unwrap();
         let mut reader = TraceReader::new(&out[..]).unwrap();
         let mut got = Vec::new();
         while let Some(p) = reader.next_packet().unwrap() {
@@ -446,21 +575,42 @@ mod tests {
     #[test]
     fn merges_all_streams_in_time_order() {
         let (_dir, store) = store();
-        let (got, report, _) = run(&store, TimeWindow::default(), Format::Pcapng, &mut no_filter);
-        assert_eq!(times(&got), [10, 15, 20, 25, 30, 40, 45, 50, 55, 65, 90, 95, 100]);
-        assert!(got.iter().all(|&(ts, iface)| iface == u32::from(matches!(ts, 15 | 25 | 45 | 55 | 65 | 95))));
-        assert_eq!((report.files_decoded, report.files_total, report.chunks_decoded, report.chunks_total), (4, 4, 6, 6));
+        let (got, report, _) = run(
+            &store,
+            TimeWindow::default(),
+            Format::Pcapng,
+            &mut no_filter,
+        );
+        assert_eq!(
+            times(&got),
+            [10, 15, 20, 25, 30, 40, 45, 50, 55, 65, 90, 95, 100]
+        );
+        assert!(got
+            .iter()
+            .all(|&(ts, iface)| iface == u32::from(matches!(ts, 15 | 25 | 45 | 55 | 65 | 95))));
+        assert_eq!(
+            (
+                report.files_decoded,
+                report.files_total,
+                report.chunks_decoded,
+                report.chunks_total
+            ),
+            (4, 4, 6, 6)
+        );
         assert_eq!(report.packets_written, 13);
     }
+
+    /// start, end, packet times expected, files and chunks decoded.
+    type WindowCase = (Option<u64>, Option<u64>, &'static [u64], u64, u64);
 
     #[test]
     fn windows_inside_across_and_outside_chunks() {
         let (_dir, store) = store();
-        let cases: &[(Option<u64>, Option<u64>, &[u64], u64, u64)] = &[
+        let cases: &[WindowCase] = &[
             // inside one chunk of stream 0 and one of stream 1
             (Some(20), Some(30), &[20, 25], 2, 2),
             // across chunk and file boundaries; end is exclusive
-            (Some(30), Some(95), &[30, 40, 45, 50, 55, 65, 90], 4, 4),
+            (Some(30), Some(95), &[30, 40, 45, 50, 55, 65, 90], 3, 4),
             // between chunks: overlaps no chunk's range, so nothing is decoded
             (Some(70), Some(85), &[], 0, 0),
             // after everything
@@ -471,30 +621,54 @@ mod tests {
         for &(start, end, want, files, chunks) in cases {
             let (got, report, _) = run(&store, window(start, end), Format::Pcapng, &mut no_filter);
             assert_eq!(times(&got), want, "{start:?}..{end:?}");
-            assert_eq!((report.files_decoded, report.chunks_decoded), (files, chunks), "{start:?}..{end:?}");
+            assert_eq!(
+                (report.files_decoded, report.chunks_decoded),
+                (files, chunks),
+                "{start:?}..{end:?}"
+            );
         }
     }
 
     #[test]
     fn chunks_outside_the_window_are_never_read() {
-        let (dir, store) = store();
-        // Wreck every frame of stream 0's first file except those of its second chunk, and
-        // all of stream 1's first file's frames: a window inside [40, 50] must not care.
-        let first = &store.files[0];
-        let f = StoredFile::open(first).unwrap();
-        let keep = [f.index.entries[0], f.index.entries[2]];
-        let mut bytes = std::fs::read(first).unwrap();
-        for e in &f.index.entries {
-            if !keep.contains(e) {
+        let (_dir, store) = store();
+        // Wreck every frame of every file (indexes stay intact) except the header and the
+        // chunk [40, 50] of stream 0's first file: a window inside that chunk must not care.
+        for (i, path) in store.files.iter().enumerate() {
+            let f = StoredFile::open(path).unwrap();
+            let keep = if i == 0 {
+                vec![f.index.entries[0], f.index.entries[2]]
+            } else {
+                vec![]
+            };
+            let mut bytes = std::fs::read(path).unwrap();
+            for e in f.index.entries.iter().filter(|e| !keep.contains(e)) {
                 let at = e.frame_offset as usize;
                 bytes[at..at + e.frame_len as usize].fill(0xEE);
             }
+            std::fs::write(path, bytes).unwrap();
         }
-        std::fs::write(first, bytes).unwrap();
-        let (got, report, _) = run(&store, window(Some(40), Some(45)), Format::Pcapng, &mut no_filter);
+        let (got, report, _) = run(
+            &store,
+            window(Some(40), Some(45)),
+            Format::Pcapng,
+            &mut no_filter,
+        );
         assert_eq!(times(&got), [40]);
-        assert_eq!((report.files_decoded, report.chunks_decoded, report.chunks_total), (1, 1, 6));
-        drop(dir);
+        assert_eq!(
+            (
+                report.files_decoded,
+                report.chunks_decoded,
+                report.chunks_total
+            ),
+            (1, 1, 6)
+        );
+        // The same wrecked store fails for a window that needs a wrecked chunk.
+        let mut out = Vec::new();
+        assert!(plan(&store, window(Some(50), Some(60)))
+            .unwrap()
+            .write(Format::Pcapng, &mut no_filter, &mut out)
+            .is_err());
     }
 
     #[test]
@@ -510,12 +684,21 @@ mod tests {
     #[test]
     fn pcap_output_has_one_interface_and_pcapng_names_each() {
         let (_dir, store) = store();
-        let (got, _, out) = run(&store, window(Some(10), Some(30)), Format::Pcap, &mut no_filter);
+        let (got, _, out) = run(
+            &store,
+            window(Some(10), Some(30)),
+            Format::Pcap,
+            &mut no_filter,
+        );
         assert_eq!(times(&got), [10, 15, 20, 25]);
         assert!(got.iter().all(|g| g.1 == 0));
-        assert_eq!(&out[..4], &tapdeck_pcap::pcapng::BYTE_ORDER_MAGIC.to_le_bytes()[..0]); // any magic
+        assert_eq!(out[..4], 0xA1B2_3C4Du32.to_le_bytes());
         let plan = plan(&store, TimeWindow::default()).unwrap();
-        let names: Vec<_> = plan.interfaces.iter().map(|o| (o.stream, o.interface.name.clone().unwrap())).collect();
+        let names: Vec<_> = plan
+            .interfaces
+            .iter()
+            .map(|o| (o.stream, o.interface.name.clone().unwrap()))
+            .collect();
         assert_eq!(names, [(0, "eth0".to_string()), (1, "eth1".to_string())]);
     }
 
@@ -523,11 +706,20 @@ mod tests {
     fn pcap_output_refuses_mixed_link_types() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
-        s.ifaces = vec![eth("a"), Interface { linktype: 101, ..eth("b") }];
+        s.ifaces = vec![
+            eth("a"),
+            Interface {
+                linktype: 101,
+                ..eth("b")
+            },
+        ];
         s.chunks = vec![(Codec::Raw, vec![pkt(1, 1)])];
         write_file(dir.path(), &s);
         let store = Store::open(dir.path()).unwrap();
-        let err = plan(&store, TimeWindow::default()).unwrap().write(Format::Pcap, &mut no_filter, &mut Vec::new()).unwrap_err();
+        let err = plan(&store, TimeWindow::default())
+            .unwrap()
+            .write(Format::Pcap, &mut no_filter, &mut Vec::new())
+            .unwrap_err();
         assert!(err.to_string().contains("use --format pcapng"), "{err}");
     }
 
@@ -537,13 +729,29 @@ mod tests {
         assert_eq!(parse_time("2026-11-23T05:57:34Z"), Ok(t));
         assert_eq!(parse_time("2026-11-23T05:57:34.5Z"), Ok(t + 500_000_000));
         assert_eq!(parse_time("2026-11-23t05:57:34.000000001z"), Ok(t + 1));
-        assert_eq!(parse_time("2026-11-23T07:57:34.123456789+02:00"), Ok(t + 123_456_789));
+        assert_eq!(
+            parse_time("2026-11-23T07:57:34.123456789+02:00"),
+            Ok(t + 123_456_789)
+        );
         assert_eq!(parse_time("2026-11-23T04:27:34-01:30"), Ok(t));
         assert_eq!(parse_time("1795413454"), Ok(t));
         assert_eq!(parse_time("1795413454.000000007"), Ok(t + 7));
         assert_eq!(parse_time("0.1"), Ok(100_000_000));
-        assert_eq!(parse_time("2000-02-29T00:00:00Z"), Ok(951_782_400_000_000_000));
-        for bad in ["", "x", "2026-02-29T00:00:00Z", "2026-11-23T05:57:34", "2026-11-23T05:57:34.Z", "1.0000000001", "1969-12-31T23:59:59Z", "2026-11-23T24:00:00Z", "1.2.3"] {
+        assert_eq!(
+            parse_time("2000-02-29T00:00:00Z"),
+            Ok(951_782_400_000_000_000)
+        );
+        for bad in [
+            "",
+            "x",
+            "2026-02-29T00:00:00Z",
+            "2026-11-23T05:57:34",
+            "2026-11-23T05:57:34.Z",
+            "1.0000000001",
+            "1969-12-31T23:59:59Z",
+            "2026-11-23T24:00:00Z",
+            "1.2.3",
+        ] {
             assert!(parse_time(bad).is_err(), "{bad}");
         }
     }

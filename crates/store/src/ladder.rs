@@ -22,7 +22,10 @@ impl CodecLadder {
     pub fn parse(spec: &str) -> Result<CodecLadder, String> {
         let spec = spec.trim();
         if spec.eq_ignore_ascii_case("none") {
-            return Ok(CodecLadder { rungs: vec![(Codec::Raw, f64::INFINITY)], container: Container::Plain });
+            return Ok(CodecLadder {
+                rungs: vec![(Codec::Raw, f64::INFINITY)],
+                container: Container::Plain,
+            });
         }
         let mut rungs: Vec<(Codec, Option<f64>)> = Vec::new();
         for part in spec.split(',') {
@@ -33,7 +36,11 @@ impl CodecLadder {
                         .parse()
                         .ok()
                         .filter(|t| (0.0..=1.0).contains(t))
-                        .ok_or_else(|| format!("bad threshold in '{part}': give a fraction of the pool, 0 to 1"))?;
+                        .ok_or_else(|| {
+                            format!(
+                                "bad threshold in '{part}': give a fraction of the pool, 0 to 1"
+                            )
+                        })?;
                     (c, Some(t))
                 }
                 None => (part, None),
@@ -49,7 +56,9 @@ impl CodecLadder {
         }
         if let Some(pos) = rungs.iter().position(|(c, _)| *c == Codec::Raw) {
             if pos != rungs.len() - 1 {
-                return Err(format!("in '{spec}', raw must be the last rung: nothing is cheaper"));
+                return Err(format!(
+                    "in '{spec}', raw must be the last rung: nothing is cheaper"
+                ));
             }
         }
         let container = if rungs.iter().any(|(c, _)| matches!(c, Codec::Zstd(_))) {
@@ -71,16 +80,25 @@ impl CodecLadder {
             let t = if i == compressing {
                 f64::INFINITY
             } else {
-                let spread = if compressing == 1 { RAW_FROM } else { SPREAD_UP_TO * (i + 1) as f64 / compressing as f64 };
+                let spread = if compressing == 1 {
+                    RAW_FROM
+                } else {
+                    SPREAD_UP_TO * (i + 1) as f64 / compressing as f64
+                };
                 threshold.unwrap_or(spread).min(RAW_FROM)
             };
             if t < previous {
-                return Err(format!("thresholds in '{spec}' must increase from rung to rung"));
+                return Err(format!(
+                    "thresholds in '{spec}' must increase from rung to rung"
+                ));
             }
             previous = t;
             out.push((codec, t));
         }
-        Ok(CodecLadder { rungs: out, container })
+        Ok(CodecLadder {
+            rungs: out,
+            container,
+        })
     }
 
     pub fn container(&self) -> Container {
@@ -93,14 +111,23 @@ impl CodecLadder {
 
     /// The codec for a chunk compressed while the pool is `fill` (0..=1) full.
     pub fn choose(&self, fill: f64) -> Codec {
-        self.rungs.iter().find(|(_, t)| fill < *t).map_or(Codec::Raw, |r| r.0)
+        self.rungs
+            .iter()
+            .find(|(_, t)| fill < *t)
+            .map_or(Codec::Raw, |r| r.0)
     }
 
     /// `zstd:6@0.25,zstd:1@0.5,...`: the ladder with every threshold spelled out.
     pub fn describe(&self) -> String {
         self.rungs
             .iter()
-            .map(|(c, t)| if t.is_finite() { format!("{c}@{t:.2}") } else { c.to_string() })
+            .map(|(c, t)| {
+                if t.is_finite() {
+                    format!("{c}@{t:.2}")
+                } else {
+                    c.to_string()
+                }
+            })
             .collect::<Vec<_>>()
             .join(",")
     }

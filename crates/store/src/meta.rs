@@ -30,7 +30,12 @@ impl From<&Interface> for InterfaceMeta {
 
 impl From<&InterfaceMeta> for Interface {
     fn from(i: &InterfaceMeta) -> Self {
-        Interface { name: i.name.clone(), description: i.description.clone(), linktype: i.linktype, snaplen: i.snaplen }
+        Interface {
+            name: i.name.clone(),
+            description: i.description.clone(),
+            linktype: i.linktype,
+            snaplen: i.snaplen,
+        }
     }
 }
 
@@ -119,7 +124,13 @@ pub fn container_name(c: Container) -> &'static str {
 
 /// Name of a data file: first timestamp (UTC, to the nanosecond), stream and sequence, so
 /// that names sort by time and never collide between streams.
-pub fn file_name(first_ts_ns: u64, stream: u32, seq: u64, format: Format, container: Container) -> String {
+pub fn file_name(
+    first_ts_ns: u64,
+    stream: u32,
+    seq: u64,
+    format: Format,
+    container: Container,
+) -> String {
     format!(
         "{}-s{stream:02}-{seq:06}.{}{}",
         compact_utc(first_ts_ns),
@@ -146,9 +157,16 @@ pub fn sidecar_name(data_name: &str) -> String {
 /// Is `name` a complete data file of a store?
 pub fn is_data_file(name: &str) -> bool {
     !name.starts_with('.')
-        && [".pcapng", ".pcap", ".pcapng.zst", ".pcap.zst", ".pcapng.lz4", ".pcap.lz4"]
-            .iter()
-            .any(|s| name.ends_with(s))
+        && [
+            ".pcapng",
+            ".pcap",
+            ".pcapng.zst",
+            ".pcap.zst",
+            ".pcapng.lz4",
+            ".pcap.lz4",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
 }
 
 /// `YYYYMMDDTHHMMSS.nnnnnnnnnZ` for nanoseconds since the epoch.
@@ -193,7 +211,13 @@ mod tests {
         assert!(!is_data_file(&partial));
         assert_eq!(final_name_of_partial(&partial), Some(name.as_str()));
         assert_eq!(compact_utc(0), "19700101T000000.000000000Z");
-        assert_eq!(compact_utc(951_782_400_000_000_000), "20000229T000000.000000000Z");
-        assert!(file_name(ts, 0, 1, Format::Pcap, Container::Plain) < file_name(ts + 1, 0, 0, Format::Pcap, Container::Plain));
+        assert_eq!(
+            compact_utc(951_782_400_000_000_000),
+            "20000229T000000.000000000Z"
+        );
+        assert!(
+            file_name(ts, 0, 1, Format::Pcap, Container::Plain)
+                < file_name(ts + 1, 0, 0, Format::Pcap, Container::Plain)
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! What flows between the recorder's threads: capture loop → compressors → writer.
 //!
-//! Every item of a stream carries a sequence number; compressors finish out of order and
-//! the stream's writer puts items back in order before acting on them.
+//! Every item of a stream carries a sequence number. File opens and closes, and chunks to
+//! be stored raw, go from the capture loop straight to the stream's writer; chunks to be
+//! compressed go through the compressor pool, which finishes them out of order. The writer
+//! puts everything back in sequence before acting on it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -40,15 +42,12 @@ pub struct CloseFile {
     pub out_of_order: u64,
 }
 
-pub enum Work {
-    Open(OpenFile),
-    Chunk(Chunk),
-    Close(CloseFile),
-}
-
 /// How a compressor left a chunk.
 pub enum Encoded {
-    Frame { bytes: Vec<u8>, codec: Codec },
+    Frame {
+        bytes: Vec<u8>,
+        codec: Codec,
+    },
     /// Store as is: the writer frames the segment's bytes while copying them out.
     Raw,
 }

@@ -15,11 +15,16 @@ use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::ladder::CodecLadder;
 use crate::meta::{self, InterfaceMeta, Manifest};
-use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced, Work};
+use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
 use crate::stats::{CaptureCounts, StatsHub, StatsRecord, StreamStats};
 use crate::writer::{DataDirs, StreamWriter, WriterConfig};
+
+/// Capture and writer threads outrank everything else; compressors run at idle priority
+/// (the HP authors saw compression starve capture during bursts). Raising priority needs
+/// root; without it the threads keep the default.
+const CAPTURE_NICE: i32 = -5;
 
 /// How files are cut.
 #[derive(Debug, Clone, Copy, Default)]
@@ -78,7 +83,10 @@ pub fn default_staging_bytes() -> usize {
 }
 
 pub fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// Records from `sources` (one stream each) until they end, `control.stop` is set, or the
@@ -89,26 +97,40 @@ pub fn record<S: PacketSource + 'static>(
     control: Arc<Control>,
     mut report: impl FnMut(&StatsRecord, bool),
 ) -> Result<Summary, String> {
-    let dirs = if cfg.dirs.is_empty() { vec![cfg.store.clone()] } else { cfg.dirs.clone() };
-    std::fs::create_dir_all(&cfg.store).map_err(|e| format!("cannot create store {}: {e}", cfg.store.display()))?;
+    let dirs = if cfg.dirs.is_empty() {
+        vec![cfg.store.clone()]
+    } else {
+        cfg.dirs.clone()
+    };
+    std::fs::create_dir_all(&cfg.store)
+        .map_err(|e| format!("cannot create store {}: {e}", cfg.store.display()))?;
     let mut abs_dirs = Vec::new();
     for d in &dirs {
-        std::fs::create_dir_all(d).map_err(|e| format!("cannot create data directory {}: {e}", d.display()))?;
+        std::fs::create_dir_all(d)
+            .map_err(|e| format!("cannot create data directory {}: {e}", d.display()))?;
         abs_dirs.push(std::fs::canonicalize(d).map_err(|e| format!("{}: {e}", d.display()))?);
     }
     let max_record = cfg.format.record_len(256 * 1024);
     if cfg.chunk_size < max_record {
-        return Err(format!("--chunk-size must be at least {max_record} bytes, to hold the largest packet"));
+        return Err(format!(
+            "--chunk-size must be at least {max_record} bytes, to hold the largest packet"
+        ));
     }
     let retention = Arc::new(
-        Retention::new(cfg.retention, &abs_dirs).map_err(|e| format!("cannot list the store's files: {e}"))?,
+        Retention::new(cfg.retention, &abs_dirs)
+            .map_err(|e| format!("cannot list the store's files: {e}"))?,
     );
     let streams = sources.len();
     let stats = Arc::new(StatsHub::new(streams));
     let pools: Vec<Arc<StagingPool>> = (0..streams)
         .map(|_| StagingPool::new(cfg.staging_bytes, cfg.chunk_size))
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("cannot allocate the staging pool ({} bytes): {e}", cfg.staging_bytes))?;
+        .map_err(|e| {
+            format!(
+                "cannot allocate the staging pool ({} bytes): {e}",
+                cfg.staging_bytes
+            )
+        })?;
     let staging_locked = pools.iter().all(|p| p.locked);
     if !staging_locked {
         tracing::warn!("staging pool not locked in memory (raise RLIMIT_MEMLOCK, or run as root): it may be swapped out");
@@ -138,7 +160,7 @@ pub fn record<S: PacketSource + 'static>(
         os: Some(format!("{} {}", std::env::consts::OS, kernel_release())),
         application: Some(format!("tapdeck {}", env!("CARGO_PKG_VERSION"))),
     };
-    let (work_tx, work_rx) = crossbeam_channel::unbounded::<Sequenced<Work>>();
+    let (work_tx, work_rx) = crossbeam_channel::unbounded::<Sequenced<Chunk>>();
     let mut writer_txs = Vec::new();
     let mut threads = Vec::new();
     for (stream, _) in pools.iter().enumerate() {
@@ -158,7 +180,11 @@ pub fn record<S: PacketSource + 'static>(
             Arc::clone(&stats),
             Arc::clone(&control),
         );
-        threads.push(spawn(format!("writer-{stream}"), move || writer.run(rx)));
+        threads.push(spawn(format!("writer-{stream}"), move || {
+            // The writer frees staging segments; it must keep pace with capture.
+            set_nice(CAPTURE_NICE);
+            writer.run(rx)
+        }));
     }
     for i in 0..cfg.compressors.max(1) {
         let rx = work_rx.clone();
@@ -168,11 +194,11 @@ pub fn record<S: PacketSource + 'static>(
         let stats = Arc::clone(&stats);
         threads.push(spawn(format!("compress-{i}"), move || {
             // Compression yields to capture: a burst must never starve the capture loop.
-            set_nice(10);
+            set_nice(19);
             compress_loop(rx, txs, pools, ladder, stats)
         }));
     }
-    drop((work_rx, writer_txs));
+    drop(work_rx);
 
     let deadline = cfg.duration.map(|d| Instant::now() + d);
     let mut capture_threads = Vec::new();
@@ -181,18 +207,19 @@ pub fn record<S: PacketSource + 'static>(
             stream as u32,
             cfg.format,
             Arc::clone(&pools[stream]),
-            work_tx.clone(),
+            (work_tx.clone(), writer_txs[stream].clone()),
+            cfg.ladder.clone(),
             cfg.rotation,
             cfg.flush_interval,
         );
         let stats = Arc::clone(&stats);
         let control = Arc::clone(&control);
         capture_threads.push(spawn(format!("capture-{stream}"), move || {
-            set_nice(-10);
+            set_nice(CAPTURE_NICE);
             capture.run(source, &stats.streams[stream], &control, deadline)
         }));
     }
-    drop(work_tx);
+    drop((work_tx, writer_txs));
 
     let start = Instant::now();
     let fill = || pools.iter().map(|p| p.fill()).fold(0.0, f64::max);
@@ -201,7 +228,10 @@ pub fn record<S: PacketSource + 'static>(
     while capture_threads.iter().any(|t| !t.is_finished()) {
         thread::sleep(Duration::from_millis(50));
         if Instant::now() >= next_report {
-            report(&stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill()), false);
+            report(
+                &stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill()),
+                false,
+            );
             next_report += cfg.stats_interval;
         }
     }
@@ -225,11 +255,22 @@ pub fn record<S: PacketSource + 'static>(
     if let Some(e) = errors.into_iter().next() {
         return Err(e);
     }
-    Ok(Summary { stats: last, fatal, staging_locked, direct: cfg.direct })
+    Ok(Summary {
+        stats: last,
+        fatal,
+        staging_locked,
+        direct: cfg.direct,
+    })
 }
 
-fn spawn<T: Send + 'static>(name: String, f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
-    thread::Builder::new().name(name).spawn(f).expect("spawn thread")
+fn spawn<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .expect("spawn thread")
 }
 
 /// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
@@ -242,11 +283,15 @@ fn set_nice(nice: i32) {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn merge_interfaces(manifest: &mut Manifest, ifaces: &[Interface]) {
@@ -272,36 +317,42 @@ fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), Strin
 }
 
 fn compress_loop(
-    rx: Receiver<Sequenced<Work>>,
+    rx: Receiver<Sequenced<Chunk>>,
     txs: Vec<Sender<Sequenced<Done>>>,
     pools: Vec<Arc<StagingPool>>,
     ladder: CodecLadder,
     stats: Arc<StatsHub>,
 ) {
     let mut encoder = FrameEncoder::new(ladder.container());
-    for Sequenced { stream, seq, item } in rx {
-        let done = match item {
-            Work::Open(o) => Done::Open(o),
-            Work::Close(c) => Done::Close(c),
-            Work::Chunk(chunk) => {
-                let codec = ladder.choose(pools[stream as usize].fill());
-                let encoded = match codec {
-                    Codec::Raw => Encoded::Raw,
-                    codec => {
-                        let mut bytes = Vec::new();
-                        match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
-                            Ok(codec) => Encoded::Frame { bytes, codec },
-                            Err(e) => {
-                                tracing::warn!("{codec} failed on a chunk ({e}); storing it raw");
-                                Encoded::Raw
-                            }
-                        }
+    for Sequenced {
+        stream,
+        seq,
+        item: chunk,
+    } in rx
+    {
+        // The backlog may have grown while this chunk waited: decide now.
+        let encoded = match ladder.choose(pools[stream as usize].fill()) {
+            Codec::Raw => Encoded::Raw,
+            codec => {
+                let mut bytes = Vec::new();
+                match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
+                    Ok(codec) => Encoded::Frame { bytes, codec },
+                    Err(e) => {
+                        tracing::warn!("{codec} failed on a chunk ({e}); storing it raw");
+                        Encoded::Raw
                     }
-                };
-                Done::Chunk(chunk, encoded)
+                }
             }
         };
-        if txs[stream as usize].send(Sequenced { stream, seq, item: done }).is_err() {
+        let done = Done::Chunk(chunk, encoded);
+        if txs[stream as usize]
+            .send(Sequenced {
+                stream,
+                seq,
+                item: done,
+            })
+            .is_err()
+        {
             stats.write_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -313,7 +364,9 @@ struct CaptureLoop {
     stream: u32,
     format: Format,
     pool: Arc<StagingPool>,
-    tx: Sender<Sequenced<Work>>,
+    to_compress: Sender<Sequenced<Chunk>>,
+    to_writer: Sender<Sequenced<Done>>,
+    ladder: CodecLadder,
     seq: u64,
     rotation: Rotation,
     flush_interval: Duration,
@@ -340,7 +393,8 @@ impl CaptureLoop {
         stream: u32,
         format: Format,
         pool: Arc<StagingPool>,
-        tx: Sender<Sequenced<Work>>,
+        (to_compress, to_writer): (Sender<Sequenced<Chunk>>, Sender<Sequenced<Done>>),
+        ladder: CodecLadder,
         rotation: Rotation,
         flush_interval: Duration,
     ) -> CaptureLoop {
@@ -348,7 +402,9 @@ impl CaptureLoop {
             stream,
             format,
             pool,
-            tx,
+            to_compress,
+            to_writer,
+            ladder,
             seq: 0,
             rotation,
             flush_interval,
@@ -395,7 +451,9 @@ impl CaptureLoop {
             }
             let poll = source.poll(&mut self);
             let now = Instant::now();
-            if self.segment.as_ref().is_some_and(|s| !s.is_empty()) && now - self.seg_started >= self.flush_interval {
+            if self.segment.as_ref().is_some_and(|s| !s.is_empty())
+                && now - self.seg_started >= self.flush_interval
+            {
                 self.submit_segment();
             }
             if now - last_publish >= Duration::from_millis(100) {
@@ -442,26 +500,49 @@ impl CaptureLoop {
         *stats.capture.lock().unwrap() = self.counts.clone();
     }
 
-    fn send(&mut self, item: Work) {
-        let seq = self.seq;
+    fn next_seq(&mut self) -> u64 {
         self.seq += 1;
-        // The compressors outlive every capture loop, so this cannot fail while running.
-        let _ = self.tx.send(Sequenced { stream: self.stream, seq, item });
+        self.seq - 1
+    }
+
+    /// Hands an item to the writer directly. Writers outlive capture loops, so this only
+    /// fails if a writer died, and then the item is lost either way.
+    fn send_to_writer(&mut self, item: Done) {
+        let seq = self.next_seq();
+        let _ = self.to_writer.send(Sequenced {
+            stream: self.stream,
+            seq,
+            item,
+        });
     }
 
     fn submit_segment(&mut self) {
-        let Some(segment) = self.segment.take() else { return };
+        let Some(segment) = self.segment.take() else {
+            return;
+        };
         if segment.is_empty() {
             return;
         }
         let per_iface = std::mem::replace(&mut self.seg_per_iface, vec![0; self.counts.len()]);
-        self.send(Work::Chunk(Chunk {
+        let chunk = Chunk {
             segment,
             min_ts_ns: self.seg_min_ts,
             max_ts_ns: self.seg_max_ts,
             packets: self.seg_packets,
             per_iface,
-        }));
+        };
+        // When the backlog calls for a raw copy, the compressors are skipped altogether:
+        // at idle priority they may be the very thing that is behind.
+        if self.ladder.choose(self.pool.fill()) == Codec::Raw {
+            self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));
+        } else {
+            let seq = self.next_seq();
+            let _ = self.to_compress.send(Sequenced {
+                stream: self.stream,
+                seq,
+                item: chunk,
+            });
+        }
         self.seg_min_ts = u64::MAX;
         self.seg_max_ts = 0;
         self.seg_packets = 0;
@@ -470,13 +551,19 @@ impl CaptureLoop {
     fn close_file(&mut self, counters: &[SourceCounters]) {
         self.submit_segment();
         self.apply_source_counters(counters);
-        let close = CloseFile { capture: self.counts.clone(), out_of_order: self.file_out_of_order };
-        self.send(Work::Close(close));
+        let close = CloseFile {
+            capture: self.counts.clone(),
+            out_of_order: self.file_out_of_order,
+        };
+        self.send_to_writer(Done::Close(close));
         self.file_open = false;
     }
 
     fn open_file(&mut self, first_ts: u64) {
-        self.send(Work::Open(OpenFile { first_ts_ns: first_ts, interfaces: self.interfaces.clone() }));
+        self.send_to_writer(Done::Open(OpenFile {
+            first_ts_ns: first_ts,
+            interfaces: self.interfaces.clone(),
+        }));
         self.file_open = true;
         self.file_bytes = 0;
         self.file_out_of_order = 0;
@@ -489,8 +576,15 @@ impl CaptureLoop {
     fn rotate(&mut self, ts: u64) {
         if self.file_open {
             // Counters in the statistics block are as of the last publish; exact at the end.
-            let counters: Vec<SourceCounters> =
-                self.counts.iter().map(|c| SourceCounters { seen: c.seen, dropped: c.dropped_kernel, freezes: 0 }).collect();
+            let counters: Vec<SourceCounters> = self
+                .counts
+                .iter()
+                .map(|c| SourceCounters {
+                    seen: c.seen,
+                    dropped: c.dropped_kernel,
+                    freezes: 0,
+                })
+                .collect();
             self.close_file(&counters);
         }
         self.open_file(ts);
@@ -509,13 +603,22 @@ impl PacketSink for CaptureLoop {
         if !self.file_open
             || self.rotate_pending
             || p.ts_ns >= self.boundary
-            || self.rotation.max_bytes.is_some_and(|max| self.file_bytes > 0 && self.file_bytes + len as u64 > max)
+            || self
+                .rotation
+                .max_bytes
+                .is_some_and(|max| self.file_bytes > 0 && self.file_bytes + len as u64 > max)
         {
             self.rotate(p.ts_ns);
         }
         if self.segment.as_ref().is_none_or(|s| s.room() < len) {
             self.submit_segment();
-            match self.pool.try_take() {
+            // A cheap look before the free list, which is costly to poll per packet.
+            let taken = if self.pool.has_free() {
+                self.pool.try_take()
+            } else {
+                None
+            };
+            match taken {
                 Some(s) if s.room() >= len => {
                     self.segment = Some(s);
                     self.seg_started = Instant::now();

@@ -36,7 +36,11 @@ pub struct Retention {
 impl Retention {
     /// Lists the complete files already in `dirs`, from earlier runs too.
     pub fn new(policy: RetentionPolicy, dirs: &[PathBuf]) -> std::io::Result<Retention> {
-        let r = Retention { policy, dirs: dirs.to_vec(), files: Mutex::new((BTreeMap::new(), 0)) };
+        let r = Retention {
+            policy,
+            dirs: dirs.to_vec(),
+            files: Mutex::new((BTreeMap::new(), 0)),
+        };
         for (i, dir) in dirs.iter().enumerate() {
             for entry in std::fs::read_dir(dir)? {
                 let entry = entry?;
@@ -55,7 +59,9 @@ impl Retention {
 
     /// Records a file that just became complete.
     pub fn add(&self, dir: usize, path: &Path) {
-        let sidecar = path.with_file_name(meta::sidecar_name(&path.file_name().unwrap_or_default().to_string_lossy()));
+        let sidecar = path.with_file_name(meta::sidecar_name(
+            &path.file_name().unwrap_or_default().to_string_lossy(),
+        ));
         let sidecar = sidecar.exists().then_some(sidecar);
         let bytes = [Some(path), sidecar.as_deref()]
             .into_iter()
@@ -63,10 +69,22 @@ impl Retention {
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum();
-        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let mut files = self.files.lock().unwrap();
         files.1 += bytes;
-        if let Some(old) = files.0.insert(name, StoredFile { path: path.to_path_buf(), sidecar, bytes, dir }) {
+        if let Some(old) = files.0.insert(
+            name,
+            StoredFile {
+                path: path.to_path_buf(),
+                sidecar,
+                bytes,
+                dir,
+            },
+        ) {
             files.1 -= old.bytes;
         }
     }
@@ -75,7 +93,9 @@ impl Retention {
     pub fn enforce(&self, stats: &StatsHub) -> usize {
         let mut deleted = 0;
         if let Some(max) = self.policy.max_bytes {
-            while self.files.lock().unwrap().1 > max && self.delete_oldest(None, "the store is over --max-bytes", stats) {
+            while self.files.lock().unwrap().1 > max
+                && self.delete_oldest(None, "the store is over --max-bytes", stats)
+            {
                 deleted += 1;
             }
         }
@@ -101,7 +121,11 @@ impl Retention {
     fn delete_oldest(&self, dir: Option<usize>, why: &str, stats: &StatsHub) -> bool {
         let victim = {
             let mut files = self.files.lock().unwrap();
-            let Some(name) = files.0.iter().find(|(_, f)| dir.is_none_or(|d| f.dir == d)).map(|(n, _)| n.clone())
+            let Some(name) = files
+                .0
+                .iter()
+                .find(|(_, f)| dir.is_none_or(|d| f.dir == d))
+                .map(|(n, _)| n.clone())
             else {
                 return false;
             };
@@ -109,14 +133,23 @@ impl Retention {
             files.1 -= f.bytes;
             f
         };
-        for p in [Some(&victim.path), victim.sidecar.as_ref()].into_iter().flatten() {
+        for p in [Some(&victim.path), victim.sidecar.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             if let Err(e) = std::fs::remove_file(p) {
                 tracing::warn!("retention could not delete {}: {e}", p.display());
             }
         }
-        tracing::info!("retention deleted {} ({} bytes): {why}", victim.path.display(), victim.bytes);
+        tracing::info!(
+            "retention deleted {} ({} bytes): {why}",
+            victim.path.display(),
+            victim.bytes
+        );
         stats.files_deleted.fetch_add(1, Ordering::Relaxed);
-        stats.bytes_deleted.fetch_add(victim.bytes, Ordering::Relaxed);
+        stats
+            .bytes_deleted
+            .fetch_add(victim.bytes, Ordering::Relaxed);
         true
     }
 }
@@ -138,17 +171,38 @@ mod tests {
     #[test]
     fn deletes_oldest_first_until_under_max_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        let names = ["20260101T000002.000000000Z-s00-000002.pcapng", "20260101T000001.000000000Z-s00-000001.pcapng"];
+        let names = [
+            "20260101T000002.000000000Z-s00-000002.pcapng",
+            "20260101T000001.000000000Z-s00-000001.pcapng",
+        ];
         for n in names {
             std::fs::write(dir.path().join(n), vec![0u8; 1000]).unwrap();
         }
-        std::fs::write(dir.path().join(meta::sidecar_name(names[1])), vec![0u8; 100]).unwrap();
-        std::fs::write(dir.path().join(".partial-is-not-counted.partial"), vec![0u8; 5000]).unwrap();
-        let r = Retention::new(RetentionPolicy { max_bytes: Some(1500), min_free: None }, &[dir.path().to_path_buf()]).unwrap();
+        std::fs::write(
+            dir.path().join(meta::sidecar_name(names[1])),
+            vec![0u8; 100],
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(".partial-is-not-counted.partial"),
+            vec![0u8; 5000],
+        )
+        .unwrap();
+        let r = Retention::new(
+            RetentionPolicy {
+                max_bytes: Some(1500),
+                min_free: None,
+            },
+            &[dir.path().to_path_buf()],
+        )
+        .unwrap();
         let stats = StatsHub::new(1);
         assert_eq!(r.enforce(&stats), 1);
         assert!(!dir.path().join(names[1]).exists(), "the oldest goes first");
-        assert!(!dir.path().join(meta::sidecar_name(names[1])).exists(), "with its index");
+        assert!(
+            !dir.path().join(meta::sidecar_name(names[1])).exists(),
+            "with its index"
+        );
         assert!(dir.path().join(names[0]).exists());
         assert_eq!(stats.files_deleted.load(Ordering::Relaxed), 1);
         assert_eq!(stats.bytes_deleted.load(Ordering::Relaxed), 1100);
@@ -158,11 +212,25 @@ mod tests {
     #[test]
     fn make_room_only_with_a_policy() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("20260101T000001.000000000Z-s00-000001.pcap"), b"x").unwrap();
+        std::fs::write(
+            dir.path()
+                .join("20260101T000001.000000000Z-s00-000001.pcap"),
+            b"x",
+        )
+        .unwrap();
         let dirs = [dir.path().to_path_buf()];
         let stats = StatsHub::new(1);
-        assert!(!Retention::new(RetentionPolicy::default(), &dirs).unwrap().make_room(0, &stats));
-        let r = Retention::new(RetentionPolicy { max_bytes: Some(u64::MAX), min_free: None }, &dirs).unwrap();
+        assert!(!Retention::new(RetentionPolicy::default(), &dirs)
+            .unwrap()
+            .make_room(0, &stats));
+        let r = Retention::new(
+            RetentionPolicy {
+                max_bytes: Some(u64::MAX),
+                min_free: None,
+            },
+            &dirs,
+        )
+        .unwrap();
         assert!(r.make_room(0, &stats));
         assert!(!r.make_room(0, &stats), "nothing left to delete");
     }

@@ -83,12 +83,22 @@ impl StagingPool {
         self.in_use.load(Ordering::Relaxed) as f64 / self.segments as f64
     }
 
+    /// Whether a segment is likely free (racy, but never wrong for long).
+    #[inline]
+    pub fn has_free(&self) -> bool {
+        self.in_use.load(Ordering::Relaxed) < self.segments
+    }
+
     /// A free segment, or `None` at once when there is none: the caller drops and counts.
     #[inline]
     pub fn try_take(self: &Arc<Self>) -> Option<Segment> {
         let index = self.free_rx.try_recv().ok()?;
         self.in_use.fetch_add(1, Ordering::Relaxed);
-        Some(Segment { pool: Arc::clone(self), index, len: 0 })
+        Some(Segment {
+            pool: Arc::clone(self),
+            index,
+            len: 0,
+        })
     }
 }
 
@@ -111,7 +121,11 @@ impl Segment {
     #[inline]
     fn region(&self) -> *mut u8 {
         // SAFETY: index < segments, so the offset stays inside the mapping.
-        unsafe { self.pool.base.add(self.index as usize * self.pool.segment_size) }
+        unsafe {
+            self.pool
+                .base
+                .add(self.index as usize * self.pool.segment_size)
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -135,7 +149,12 @@ impl Segment {
     #[inline]
     pub fn spare_mut(&mut self) -> &mut [u8] {
         // SAFETY: this Segment is the only holder of its index, so the range is ours.
-        unsafe { std::slice::from_raw_parts_mut(self.region().add(self.len), self.pool.segment_size - self.len) }
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.region().add(self.len),
+                self.pool.segment_size - self.len,
+            )
+        }
     }
 
     #[inline]

@@ -85,7 +85,10 @@ pub struct StatsHub {
 
 impl StatsHub {
     pub fn new(streams: usize) -> StatsHub {
-        StatsHub { streams: (0..streams).map(|_| StreamStats::default()).collect(), ..Default::default() }
+        StatsHub {
+            streams: (0..streams).map(|_| StreamStats::default()).collect(),
+            ..Default::default()
+        }
     }
 
     pub fn add_codec(&self, codec: Codec, bytes_in: usize, bytes_out: usize) {
@@ -115,7 +118,10 @@ impl StatsHub {
                 total.dropped.staging_full += c.dropped_staging_full;
                 total.dropped.write_error += c.dropped_write_error;
             }
-            streams.push(StreamRecord { stream: i as u32, interfaces: counts });
+            streams.push(StreamRecord {
+                stream: i as u32,
+                interfaces: counts,
+            });
         }
         StatsRecord {
             ts_ns,

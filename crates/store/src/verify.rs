@@ -45,7 +45,10 @@ pub struct FileSummary {
 
 /// Is this the hidden name of a file still being written (or left behind by a crash)?
 pub fn is_partial(path: &Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).and_then(meta::final_name_of_partial).is_some()
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(meta::final_name_of_partial)
+        .is_some()
 }
 
 /// Checks one file: a stored file (it has an index), or any pcap/pcapng file (checked
@@ -57,7 +60,10 @@ pub fn verify_file(path: &Path) -> Result<FileSummary, FileError> {
             "incomplete file (its writer did not finish it); run `tapdeck verify --repair` to keep its complete chunks",
         ));
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let container = Container::from_suffix(&name);
     let has_sidecar = path.with_file_name(meta::sidecar_name(&name)).exists();
     if container != Container::Plain || has_sidecar {
@@ -70,13 +76,19 @@ pub fn verify_file(path: &Path) -> Result<FileSummary, FileError> {
 /// Reads a capture file without an index from end to end, strictly.
 pub fn verify_capture(path: &Path) -> Result<FileSummary, FileError> {
     let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
-    let stored_len = file.metadata().map_err(|e| FileError::whole(path, e.to_string()))?.len();
-    let mut reader = TraceReader::new(file).map_err(|e| FileError::at(path, e.offset, e.kind.to_string()))?;
+    let stored_len = file
+        .metadata()
+        .map_err(|e| FileError::whole(path, e.to_string()))?
+        .len();
+    let mut reader =
+        TraceReader::new(file).map_err(|e| FileError::at(path, e.offset, e.kind.to_string()))?;
     let mut validator = Validator::new();
     let (mut first, mut last) = (None, None);
     let defect = |e: tapdeck_pcap::FormatError| FileError::at(path, e.offset, e.kind.to_string());
     while let Some(c) = reader.next_packet_with_context().map_err(defect)? {
-        validator.check(c.interfaces, &c.packet, c.offset).map_err(defect)?;
+        validator
+            .check(c.interfaces, &c.packet, c.offset)
+            .map_err(defect)?;
         first.get_or_insert(c.packet.ts_ns);
         last = Some(last.map_or(c.packet.ts_ns, |l: u64| l.max(c.packet.ts_ns)));
     }
@@ -96,7 +108,10 @@ pub fn verify_capture(path: &Path) -> Result<FileSummary, FileError> {
 
 /// Checks a stored file against its index, record by record.
 pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if Container::from_suffix(&name) != Container::Plain {
         explain_missing_trailer(path)?;
     }
@@ -112,7 +127,15 @@ pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
     for (i, entry) in f.index.entries.iter().enumerate().skip(1) {
         let chunk = f.read_chunk(&header, entry, &mut scratch)?;
         for (k, r) in chunk.records.iter().enumerate() {
-            let defect = |what: String| f.record_error(entry, read::ChunkError { offset: r.offset, what });
+            let defect = |what: String| {
+                f.record_error(
+                    entry,
+                    read::ChunkError {
+                        offset: r.offset,
+                        what,
+                    },
+                )
+            };
             let p = chunk.packet(k);
             if let Some(prev) = order.step(p.ts_ns) {
                 if f.meta.out_of_order == 0 {
@@ -125,7 +148,10 @@ pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
             }
             // Time order is checked above, across interfaces and against the metadata; the
             // validator sees a clock that never runs back, so it checks lengths only.
-            let clamped = tapdeck_pcap::Packet { ts_ns: order.max_ts.unwrap_or(p.ts_ns), ..p };
+            let clamped = tapdeck_pcap::Packet {
+                ts_ns: order.max_ts.unwrap_or(p.ts_ns),
+                ..p
+            };
             validator
                 .check(&header.interfaces, &clamped, entry.data_offset + r.offset)
                 .map_err(|e| defect(e.kind.to_string()))?;
@@ -137,9 +163,18 @@ pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
 
     let m = &f.meta;
     let index_at = index_offset(&f);
-    let fail = |what: String| Err(FileError::at(path, index_at, format!("file metadata: {what}")));
+    let fail = |what: String| {
+        Err(FileError::at(
+            path,
+            index_at,
+            format!("file metadata: {what}"),
+        ))
+    };
     if m.packets != packets {
-        return fail(format!("says {} packets, the chunks hold {packets}", m.packets));
+        return fail(format!(
+            "says {} packets, the chunks hold {packets}",
+            m.packets
+        ));
     }
     if m.out_of_order != order.backwards {
         return fail(format!(
@@ -209,11 +244,21 @@ fn index_offset(f: &StoredFile) -> u64 {
 /// intact part ends rather than only that the trailer is missing.
 fn explain_missing_trailer(path: &Path) -> Result<(), FileError> {
     let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
-    let Err(e) = ChunkIndex::read_trailer(&file) else { return Ok(()) };
-    let size = file.metadata().map_err(|e| FileError::whole(path, e.to_string()))?.len();
-    let (frames, end) = container::scan_frames(&file).map_err(|e| FileError::whole(path, e.to_string()))?;
+    let Err(e) = ChunkIndex::read_trailer(&file) else {
+        return Ok(());
+    };
+    let size = file
+        .metadata()
+        .map_err(|e| FileError::whole(path, e.to_string()))?
+        .len();
+    let (frames, end) =
+        container::scan_frames(&file).map_err(|e| FileError::whole(path, e.to_string()))?;
     if frames.is_empty() && end == 0 {
-        return Err(FileError::at(path, 0, format!("not a tapdeck stored file: no frame at its start ({e})")));
+        return Err(FileError::at(
+            path,
+            0,
+            format!("not a tapdeck stored file: no frame at its start ({e})"),
+        ));
     }
     Err(FileError::at(
         path,
@@ -234,7 +279,11 @@ fn check_layout(f: &StoredFile) -> Result<(), FileError> {
         return Err(FileError::at(path, 0, "the chunk index lists no frames"));
     };
     if first.kind != FrameKind::Header {
-        return Err(FileError::at(path, 0, "the first frame is not a header frame"));
+        return Err(FileError::at(
+            path,
+            0,
+            "the first frame is not a header frame",
+        ));
     }
     let (mut frame_at, mut data_at) = (0u64, 0u64);
     for (i, e) in entries.iter().enumerate() {
@@ -253,7 +302,13 @@ fn check_layout(f: &StoredFile) -> Result<(), FileError> {
             ));
         }
         if f.container == Container::Plain && e.frame_len != e.data_len {
-            return Err(FileError::at(path, e.frame_offset, format!("chunk index entry {i} of a plain file has frame and data lengths that differ")));
+            return Err(FileError::at(
+                path,
+                e.frame_offset,
+                format!(
+                    "chunk index entry {i} of a plain file has frame and data lengths that differ"
+                ),
+            ));
         }
         let misplaced = match e.kind {
             FrameKind::Header => i != 0,
@@ -261,10 +316,21 @@ fn check_layout(f: &StoredFile) -> Result<(), FileError> {
             FrameKind::Stats => i != entries.len() - 1 || f.format == Format::Pcap,
         };
         if misplaced {
-            return Err(FileError::at(path, e.frame_offset, format!("chunk index entry {i}: a {:?} frame cannot be here", e.kind)));
+            return Err(FileError::at(
+                path,
+                e.frame_offset,
+                format!("chunk index entry {i}: a {:?} frame cannot be here", e.kind),
+            ));
         }
         if e.kind != FrameKind::Packets && e.packets != 0 {
-            return Err(FileError::at(path, e.frame_offset, format!("chunk index entry {i}: a {:?} frame with {} packets", e.kind, e.packets)));
+            return Err(FileError::at(
+                path,
+                e.frame_offset,
+                format!(
+                    "chunk index entry {i}: a {:?} frame with {} packets",
+                    e.kind, e.packets
+                ),
+            ));
         }
         frame_at += u64::from(e.frame_len);
         data_at += u64::from(e.data_len);
@@ -272,7 +338,8 @@ fn check_layout(f: &StoredFile) -> Result<(), FileError> {
     let frames_end_should_be = if f.container == Container::Plain {
         f.data_len
     } else {
-        f.data_len.saturating_sub(f.index.encode_trailer().len() as u64)
+        f.data_len
+            .saturating_sub(f.index.encode_trailer().len() as u64)
     };
     if frame_at != frames_end_should_be {
         return Err(FileError::at(
@@ -292,22 +359,45 @@ fn check_header(f: &StoredFile, header: &Header) -> Result<(), FileError> {
         return Err(FileError::at(
             path,
             0,
-            format!("the name says {}, the metadata {}, the header frame {}", f.format.extension(), m.format, header.format.extension()),
+            format!(
+                "the name says {}, the metadata {}, the header frame {}",
+                f.format.extension(),
+                m.format,
+                header.format.extension()
+            ),
         ));
     }
     if m.container != meta::container_name(f.container) {
-        return Err(FileError::whole(path, format!("the name says a {} container, the metadata {}", meta::container_name(f.container), m.container)));
+        return Err(FileError::whole(
+            path,
+            format!(
+                "the name says a {} container, the metadata {}",
+                meta::container_name(f.container),
+                m.container
+            ),
+        ));
     }
     let declared: Vec<InterfaceMeta> = header.interfaces.iter().map(InterfaceMeta::from).collect();
     // Classic pcap has nowhere to keep an interface's name: compare what it can hold.
     let same = |a: &InterfaceMeta, b: &InterfaceMeta| {
-        a.linktype == b.linktype && a.snaplen == b.snaplen && (f.format == Format::Pcap || a.name == b.name)
+        a.linktype == b.linktype
+            && a.snaplen == b.snaplen
+            && (f.format == Format::Pcap || a.name == b.name)
     };
-    let snap_ok = |a: &InterfaceMeta, b: &InterfaceMeta| f.format == Format::Pcap && b.snaplen == 0 && a.snaplen == 262_144;
+    let snap_ok = |a: &InterfaceMeta, b: &InterfaceMeta| {
+        f.format == Format::Pcap && b.snaplen == 0 && a.snaplen == 262_144
+    };
     if declared.len() != m.interfaces.len()
-        || !declared.iter().zip(&m.interfaces).all(|(a, b)| same(a, b) || (snap_ok(a, b) && a.linktype == b.linktype))
+        || !declared
+            .iter()
+            .zip(&m.interfaces)
+            .all(|(a, b)| same(a, b) || (snap_ok(a, b) && a.linktype == b.linktype))
     {
-        return Err(FileError::at(path, 0, "the header frame's interfaces differ from those the metadata lists"));
+        return Err(FileError::at(
+            path,
+            0,
+            "the header frame's interfaces differ from those the metadata lists",
+        ));
     }
     let name = f.name();
     if let Some((stream, seq)) = read::stream_and_seq_of_name(&name) {
@@ -321,9 +411,20 @@ fn check_header(f: &StoredFile, header: &Header) -> Result<(), FileError> {
     Ok(())
 }
 
-fn check_chunk_against_index(f: &StoredFile, i: usize, e: &ChunkEntry, chunk: &ChunkPackets) -> Result<(), FileError> {
+fn check_chunk_against_index(
+    f: &StoredFile,
+    i: usize,
+    e: &ChunkEntry,
+    chunk: &ChunkPackets,
+) -> Result<(), FileError> {
     let at = e.frame_offset;
-    let fail = |what: String| Err(FileError::at(&f.path, at, format!("chunk index entry {i}: {what}")));
+    let fail = |what: String| {
+        Err(FileError::at(
+            &f.path,
+            at,
+            format!("chunk index entry {i}: {what}"),
+        ))
+    };
     match e.kind {
         FrameKind::Stats if !chunk.is_empty() || chunk.stats.is_empty() => {
             return fail(format!(
@@ -335,7 +436,11 @@ fn check_chunk_against_index(f: &StoredFile, i: usize, e: &ChunkEntry, chunk: &C
         _ => {}
     }
     if e.packets as usize != chunk.len() {
-        return fail(format!("says {} packets, the chunk holds {}", e.packets, chunk.len()));
+        return fail(format!(
+            "says {} packets, the chunk holds {}",
+            e.packets,
+            chunk.len()
+        ));
     }
     let min = chunk.records.iter().map(|r| r.ts_ns).min();
     let max = chunk.records.iter().map(|r| r.ts_ns).max();
@@ -354,26 +459,61 @@ fn check_chunk_against_index(f: &StoredFile, i: usize, e: &ChunkEntry, chunk: &C
 /// frame (for a plain file, every complete record), truncates after them, writes a new
 /// index and renames the file to its final name. Returns the final path.
 pub fn repair(partial: &Path) -> Result<PathBuf, FileError> {
-    let name = partial.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = partial
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let final_name = meta::final_name_of_partial(&name)
         .filter(|n| meta::is_data_file(n))
-        .ok_or_else(|| FileError::whole(partial, "not the name of an incomplete data file (.NAME.partial)"))?
+        .ok_or_else(|| {
+            FileError::whole(
+                partial,
+                "not the name of an incomplete data file (.NAME.partial)",
+            )
+        })?
         .to_string();
-    let (stream, seq) = read::stream_and_seq_of_name(&final_name)
-        .ok_or_else(|| FileError::whole(partial, "its name does not say its stream and sequence number"))?;
+    let (stream, seq) = read::stream_and_seq_of_name(&final_name).ok_or_else(|| {
+        FileError::whole(
+            partial,
+            "its name does not say its stream and sequence number",
+        )
+    })?;
     let container = Container::from_suffix(&final_name);
     let format = read::format_of_name(&final_name).expect("is_data_file checked the extension");
     let final_path = partial.with_file_name(&final_name);
     if final_path.exists() {
-        return Err(FileError::whole(partial, format!("{} exists already; not overwriting it", final_path.display())));
+        return Err(FileError::whole(
+            partial,
+            format!(
+                "{} exists already; not overwriting it",
+                final_path.display()
+            ),
+        ));
     }
-    let file = OpenOptions::new().read(true).write(true).open(partial).map_err(|e| FileError::whole(partial, e.to_string()))?;
-    let Rebuilt { header, entries, end, out_of_order } = match container {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(partial)
+        .map_err(|e| FileError::whole(partial, e.to_string()))?;
+    let Rebuilt {
+        header,
+        entries,
+        end,
+        out_of_order,
+    } = match container {
         Container::Plain => rebuild_plain(partial, &file)?,
         _ => rebuild_frames(partial, &file, container)?,
     };
     if header.format != format {
-        return Err(FileError::at(partial, 0, format!("the name says {}, the header {}", format.extension(), header.format.extension())));
+        return Err(FileError::at(
+            partial,
+            0,
+            format!(
+                "the name says {}, the header {}",
+                format.extension(),
+                header.format.extension()
+            ),
+        ));
     }
     let with_packets = || entries.iter().filter(|e| e.packets > 0);
     let meta = FileMeta {
@@ -390,7 +530,10 @@ pub fn repair(partial: &Path) -> Result<PathBuf, FileError> {
         out_of_order,
         repaired: true,
     };
-    let index = ChunkIndex { meta: serde_json::to_string(&meta).expect("metadata serializes"), entries };
+    let index = ChunkIndex {
+        meta: serde_json::to_string(&meta).expect("metadata serializes"),
+        entries,
+    };
     let io = |e: std::io::Error| FileError::whole(partial, format!("cannot finalize: {e}"));
     file.set_len(end).map_err(io)?;
     if container == Container::Plain {
@@ -400,7 +543,8 @@ pub fn repair(partial: &Path) -> Result<PathBuf, FileError> {
         s.write_all(&index.encode_trailer()).map_err(io)?;
         s.sync_all().map_err(io)?;
     } else {
-        file.write_all_at(&index.encode_trailer(), end).map_err(io)?;
+        file.write_all_at(&index.encode_trailer(), end)
+            .map_err(io)?;
     }
     file.sync_all().map_err(io)?;
     std::fs::rename(partial, &final_path).map_err(io)?;
@@ -422,7 +566,8 @@ struct Rebuilt {
 
 /// Rebuilds the index of a compressed container from its complete frames.
 fn rebuild_frames(path: &Path, file: &File, container: Container) -> Result<Rebuilt, FileError> {
-    let (frames, _) = container::scan_frames(file).map_err(|e| FileError::whole(path, e.to_string()))?;
+    let (frames, _) =
+        container::scan_frames(file).map_err(|e| FileError::whole(path, e.to_string()))?;
     let mut entries: Vec<ChunkEntry> = Vec::new();
     let mut header: Option<Header> = None;
     let mut frame = Vec::new();
@@ -431,9 +576,12 @@ fn rebuild_frames(path: &Path, file: &File, container: Container) -> Result<Rebu
     let mut order = TimeOrder::default();
     for (frame_offset, frame_len) in frames {
         frame.resize(frame_len, 0);
-        file.read_exact_at(&mut frame, frame_offset).map_err(|e| FileError::whole(path, e.to_string()))?;
+        file.read_exact_at(&mut frame, frame_offset)
+            .map_err(|e| FileError::whole(path, e.to_string()))?;
         data.clear();
-        let Some(size) = content_size(&frame) else { break };
+        let Some(size) = content_size(&frame) else {
+            break;
+        };
         if container::decode_frame(container, &frame, size, &mut data).is_err() {
             break;
         }
@@ -444,7 +592,11 @@ fn rebuild_frames(path: &Path, file: &File, container: Container) -> Result<Rebu
                     (FrameKind::Header, 0, 0, 0)
                 }
                 Err(e) => {
-                    return Err(FileError::at(path, frame_offset, format!("the header frame does not parse ({e}); nothing can be kept")))
+                    return Err(FileError::at(
+                        path,
+                        frame_offset,
+                        format!("the header frame does not parse ({e}); nothing can be kept"),
+                    ))
                 }
             },
             Some(h) => match ChunkPackets::parse(h, &data) {
@@ -475,10 +627,21 @@ fn rebuild_frames(path: &Path, file: &File, container: Container) -> Result<Rebu
         }
     }
     let Some(header) = header else {
-        return Err(FileError::at(path, 0, "not even the header frame is complete; nothing can be kept"));
+        return Err(FileError::at(
+            path,
+            0,
+            "not even the header frame is complete; nothing can be kept",
+        ));
     };
-    let end = entries.last().map_or(0, |e| e.frame_offset + u64::from(e.frame_len));
-    Ok(Rebuilt { header, entries, end, out_of_order: order.backwards })
+    let end = entries
+        .last()
+        .map_or(0, |e| e.frame_offset + u64::from(e.frame_len));
+    Ok(Rebuilt {
+        header,
+        entries,
+        end,
+        out_of_order: order.backwards,
+    })
 }
 
 /// Decompressed size a frame's header declares; tapdeck's frames always declare it.
@@ -508,7 +671,9 @@ fn content_size(frame: &[u8]) -> Option<usize> {
         }
         _ => return None,
     };
-    usize::try_from(size).ok().filter(|&n| n <= container::MAX_FRAME_LEN)
+    usize::try_from(size)
+        .ok()
+        .filter(|&n| n <= container::MAX_FRAME_LEN)
 }
 
 /// The codec a frame was written with, as far as the frame shows it: a frame no smaller
@@ -529,7 +694,13 @@ fn codec_of_frame(frame: &[u8], data_len: usize) -> Codec {
 /// writer ends the file: in pcapng it is not a block; in pcap it reads as empty records
 /// at time 0, where we stop.
 fn rebuild_plain(path: &Path, file: &File) -> Result<Rebuilt, FileError> {
-    let mut reader = TraceReader::new(BufReader::new(file)).map_err(|e| FileError::at(path, e.offset, format!("the file header does not parse ({e}); nothing can be kept")))?;
+    let mut reader = TraceReader::new(BufReader::new(file)).map_err(|e| {
+        FileError::at(
+            path,
+            e.offset,
+            format!("the file header does not parse ({e}); nothing can be kept"),
+        )
+    })?;
     let mut validator = Validator::new();
     let mut order = TimeOrder::default();
     let mut header_end: Option<u64> = None;
@@ -541,7 +712,10 @@ fn rebuild_plain(path: &Path, file: &File) -> Result<Rebuilt, FileError> {
                 let p = c.packet;
                 let zero_record = p.ts_ns == 0 && p.orig_len == 0 && p.data.is_empty();
                 // Lengths only: a replayed trace may be out of order, and that is kept.
-                let clamped = tapdeck_pcap::Packet { ts_ns: order.max_ts.unwrap_or(0).max(p.ts_ns), ..p };
+                let clamped = tapdeck_pcap::Packet {
+                    ts_ns: order.max_ts.unwrap_or(0).max(p.ts_ns),
+                    ..p
+                };
                 if zero_record || validator.check(c.interfaces, &clamped, c.offset).is_err() {
                     break;
                 }
@@ -560,9 +734,13 @@ fn rebuild_plain(path: &Path, file: &File) -> Result<Rebuilt, FileError> {
             }
         };
         let end = reader.offset();
-        let start_new = spans.last().is_none_or(|s| s.data_len as u64 >= REPAIR_CHUNK);
+        let start_new = spans
+            .last()
+            .is_none_or(|s| s.data_len as u64 >= REPAIR_CHUNK);
         if start_new {
-            let start = spans.last().map_or(offset, |s| s.data_offset + u64::from(s.data_len));
+            let start = spans
+                .last()
+                .map_or(offset, |s| s.data_offset + u64::from(s.data_len));
             spans.push(ChunkEntry {
                 frame_offset: start,
                 frame_len: 0,
@@ -586,8 +764,15 @@ fn rebuild_plain(path: &Path, file: &File) -> Result<Rebuilt, FileError> {
     // Without a packet, the header is everything that parsed.
     let header_len = header_end.unwrap_or(kept_end);
     let mut header_bytes = vec![0; header_len as usize];
-    file.read_exact_at(&mut header_bytes, 0).map_err(|e| FileError::whole(path, e.to_string()))?;
-    let header = Header::parse(header_bytes).map_err(|e| FileError::at(path, e.offset, format!("the header does not parse ({e}); nothing can be kept")))?;
+    file.read_exact_at(&mut header_bytes, 0)
+        .map_err(|e| FileError::whole(path, e.to_string()))?;
+    let header = Header::parse(header_bytes).map_err(|e| {
+        FileError::at(
+            path,
+            e.offset,
+            format!("the header does not parse ({e}); nothing can be kept"),
+        )
+    })?;
     let mut entries = vec![ChunkEntry {
         frame_offset: 0,
         frame_len: header_len as u32,
@@ -599,13 +784,16 @@ fn rebuild_plain(path: &Path, file: &File) -> Result<Rebuilt, FileError> {
         kind: FrameKind::Header,
         codec: Codec::Raw,
     }];
-    let packets_end = spans.last().map_or(header_len, |s| s.data_offset + u64::from(s.data_len));
+    let packets_end = spans
+        .last()
+        .map_or(header_len, |s| s.data_offset + u64::from(s.data_len));
     entries.extend(spans);
     // Whole blocks after the last packet (interface statistics) make a last frame.
     if kept_end > packets_end {
         let len = (kept_end - packets_end) as u32;
         let mut tail = vec![0; len as usize];
-        file.read_exact_at(&mut tail, packets_end).map_err(|e| FileError::whole(path, e.to_string()))?;
+        file.read_exact_at(&mut tail, packets_end)
+            .map_err(|e| FileError::whole(path, e.to_string()))?;
         let kind = match ChunkPackets::parse(&header, &tail) {
             Ok(c) if c.is_empty() && !c.stats.is_empty() => FrameKind::Stats,
             _ => FrameKind::Packets,
@@ -622,7 +810,12 @@ fn rebuild_plain(path: &Path, file: &File) -> Result<Rebuilt, FileError> {
             codec: Codec::Raw,
         });
     }
-    Ok(Rebuilt { header, entries, end: kept_end, out_of_order: order.backwards })
+    Ok(Rebuilt {
+        header,
+        entries,
+        end: kept_end,
+        out_of_order: order.backwards,
+    })
 }
 
 #[cfg(test)]
@@ -633,7 +826,10 @@ mod tests {
     fn two_chunk_spec(format: Format, container: Container) -> FileSpec<'static> {
         let mut s = FileSpec::new(1, 4, format, container);
         s.chunks = vec![
-            (Codec::Zstd(3), vec![pkt(1_000, 1), pkt(2_000, 2), pkt(3_000, 3)]),
+            (
+                Codec::Zstd(3),
+                vec![pkt(1_000, 1), pkt(2_000, 2), pkt(3_000, 3)],
+            ),
             (Codec::Lz4, vec![pkt(4_000, 4), pkt(5_000, 5)]),
         ];
         s.stats = true;
@@ -651,7 +847,10 @@ mod tests {
             for format in [Format::Pcapng, Format::Pcap] {
                 let path = write_file(dir.path(), &two_chunk_spec(format, container));
                 let s = verify_file(&path).unwrap_or_else(|e| panic!("{e}"));
-                assert_eq!((s.packets, s.chunks, s.first_ts_ns, s.last_ts_ns), (5, 2, Some(1_000), Some(5_000)));
+                assert_eq!(
+                    (s.packets, s.chunks, s.first_ts_ns, s.last_ts_ns),
+                    (5, 2, Some(1_000), Some(5_000))
+                );
                 assert_eq!(s.container, Some(container));
             }
         }
@@ -661,7 +860,9 @@ mod tests {
     fn a_plain_capture_without_index_is_read_fully() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("foreign.pcapng");
-        let mut bytes = Format::Pcapng.file_header(&[eth("x")], &Default::default()).unwrap();
+        let mut bytes = Format::Pcapng
+            .file_header(&[eth("x")], &Default::default())
+            .unwrap();
         let header_len = bytes.len() as u64;
         bytes.extend(record_bytes(Format::Pcapng, &pkt(5, 1)));
         std::fs::write(&path, &bytes).unwrap();
@@ -670,7 +871,12 @@ mod tests {
         bytes.extend(record_bytes(Format::Pcapng, &pkt(4, 1)));
         std::fs::write(&path, &bytes).unwrap();
         let msg = message(verify_file(&path));
-        assert!(msg.contains(&format!("at byte offset {second}: timestamp on interface 0 goes backwards")), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "at byte offset {second}: timestamp on interface 0 goes backwards"
+            )),
+            "{msg}"
+        );
         assert!(second > header_len);
     }
 
@@ -684,20 +890,33 @@ mod tests {
         bytes[(chunk.frame_offset + u64::from(chunk.frame_len) / 2) as usize] ^= 0x10;
         std::fs::write(&path, &bytes).unwrap();
         let msg = message(verify_file(&path));
-        assert!(msg.starts_with(&format!("{}: at byte offset {}: ", path.display(), chunk.frame_offset)), "{msg}");
+        assert!(
+            msg.starts_with(&format!(
+                "{}: at byte offset {}: ",
+                path.display(),
+                chunk.frame_offset
+            )),
+            "{msg}"
+        );
     }
 
     #[test]
     fn a_flipped_length_in_a_plain_file_names_the_record() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write_file(dir.path(), &two_chunk_spec(Format::Pcapng, Container::Plain));
+        let path = write_file(
+            dir.path(),
+            &two_chunk_spec(Format::Pcapng, Container::Plain),
+        );
         let f = StoredFile::open(&path).unwrap();
         let second_chunk = f.index.entries[2].data_offset;
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[second_chunk as usize + 4] ^= 0x01; // the block length of the chunk's first EPB
         std::fs::write(&path, &bytes).unwrap();
         let msg = message(verify_file(&path));
-        assert!(msg.contains(&format!("at byte offset {second_chunk}: ")), "{msg}");
+        assert!(
+            msg.contains(&format!("at byte offset {second_chunk}: ")),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -709,7 +928,13 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..(second.frame_offset + 5) as usize]).unwrap();
         let msg = message(verify_file(&path));
-        assert!(msg.contains(&format!("at byte offset {}: file is truncated", second.frame_offset)), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "at byte offset {}: file is truncated",
+                second.frame_offset
+            )),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -720,7 +945,12 @@ mod tests {
         let path = write_file(dir.path(), &spec);
         let at = StoredFile::open(&path).unwrap().index.entries[2].frame_offset;
         let msg = message(verify_file(&path));
-        assert!(msg.contains(&format!("at byte offset {at}: chunk index entry 2: says 3 packets, the chunk holds 2")), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "at byte offset {at}: chunk index entry 2: says 3 packets, the chunk holds 2"
+            )),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -733,8 +963,16 @@ mod tests {
         let chunk = f.index.entries[2];
         let record = chunk.data_offset + record_bytes(Format::Pcapng, &pkt(4_000, 4)).len() as u64;
         let msg = message(verify_file(&path));
-        assert!(msg.contains(&format!("at byte offset {record}: timestamp goes backwards by 500 ns")), "{msg}");
-        assert!(msg.contains(&format!("frame at file offset {}", chunk.frame_offset)), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "at byte offset {record}: timestamp goes backwards by 500 ns"
+            )),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("frame at file offset {}", chunk.frame_offset)),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -742,24 +980,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut spec = two_chunk_spec(Format::Pcapng, Container::Plain);
         spec.ifaces.push(eth("eth1"));
-        spec.chunks[1].1[0] = Pkt { ts_ns: 2_500, iface: 1, fill: 9, len: 60 };
+        spec.chunks[1].1[0] = Pkt {
+            ts_ns: 2_500,
+            iface: 1,
+            fill: 9,
+            len: 60,
+        };
         let path = write_file(dir.path(), &spec);
         let at = StoredFile::open(&path).unwrap().index.entries[2].data_offset;
         let msg = message(verify_file(&path));
-        assert!(msg.contains(&format!("at byte offset {at}: timestamp goes backwards by 500 ns")), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "at byte offset {at}: timestamp goes backwards by 500 ns"
+            )),
+            "{msg}"
+        );
     }
 
     #[test]
     fn a_partial_file_is_refused_without_repair() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(".20261123T055734.000000123Z-s01-000007.pcapng.zst.partial");
+        let path = dir
+            .path()
+            .join(".20261123T055734.000000123Z-s01-000007.pcapng.zst.partial");
         std::fs::write(&path, b"").unwrap();
         assert!(message(verify_file(&path)).contains("run `tapdeck verify --repair`"));
     }
 
     /// Writes `spec`'s frames without a trailer under a partial name, cut at `keep` bytes,
     /// then `padding` zero bytes.
-    fn write_partial(dir: &Path, spec: &FileSpec, keep: impl Fn(&[u8], &ChunkIndex) -> usize, padding: usize) -> PathBuf {
+    fn write_partial(
+        dir: &Path,
+        spec: &FileSpec,
+        keep: impl Fn(&[u8], &ChunkIndex) -> usize,
+        padding: usize,
+    ) -> PathBuf {
         let (bytes, index) = build(spec);
         let first = spec.chunks[0].1[0].ts_ns;
         let name = meta::file_name(first, spec.stream, spec.seq, spec.format, spec.container);
@@ -776,7 +1031,8 @@ mod tests {
             for format in [Format::Pcapng, Format::Pcap] {
                 let dir = tempfile::tempdir().unwrap();
                 let mut spec = two_chunk_spec(format, container);
-                spec.chunks.push((Codec::Zstd(1), vec![pkt(6_000, 6), pkt(7_000, 7)]));
+                spec.chunks
+                    .push((Codec::Zstd(1), vec![pkt(6_000, 6), pkt(7_000, 7)]));
                 spec.stats = false;
                 // Cut in the middle of the last chunk, then O_DIRECT-style zero padding.
                 let cut = |_: &[u8], index: &ChunkIndex| {
@@ -785,16 +1041,29 @@ mod tests {
                 };
                 // Classic pcap records have no trailing length: a record cut short and
                 // padded with zeros cannot be told from a whole one, so no padding there.
-                let padding = if (container, format) == (Container::Plain, Format::Pcap) { 0 } else { 4096 };
+                let padding = if (container, format) == (Container::Plain, Format::Pcap) {
+                    0
+                } else {
+                    4096
+                };
                 let partial = write_partial(dir.path(), &spec, cut, padding);
-                let repaired = repair(&partial).unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}"));
+                let repaired =
+                    repair(&partial).unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}"));
                 assert!(!partial.exists());
-                let s = verify_file(&repaired).unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}"));
+                let s = verify_file(&repaired)
+                    .unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}"));
                 // A plain file keeps every complete record; a container every complete frame.
                 let expect = if container == Container::Plain { 6 } else { 5 };
-                assert_eq!((s.packets, s.repaired), (expect, true), "{container:?} {format:?}");
+                assert_eq!(
+                    (s.packets, s.repaired),
+                    (expect, true),
+                    "{container:?} {format:?}"
+                );
                 let f = StoredFile::open(&repaired).unwrap();
-                assert_eq!((f.meta.stream, f.meta.seq, f.meta.last_ts_ns), (1, 4, expect * 1_000));
+                assert_eq!(
+                    (f.meta.stream, f.meta.seq, f.meta.last_ts_ns),
+                    (1, 4, expect * 1_000)
+                );
                 assert!(f.meta.counts.is_empty());
             }
         }
@@ -831,7 +1100,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spec = two_chunk_spec(Format::Pcapng, Container::Zstd);
         let partial = write_partial(dir.path(), &spec, |_, _| 10, 0);
-        assert!(repair(&partial).unwrap_err().to_string().contains("nothing can be kept"));
+        assert!(repair(&partial)
+            .unwrap_err()
+            .to_string()
+            .contains("nothing can be kept"));
         assert!(partial.exists());
     }
 }

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
-use tapdeck_pcap::container::{raw_frame_pieces, ChunkEntry, ChunkIndex, Codec, Container, FrameKind};
+use tapdeck_pcap::container::{
+    raw_frame_pieces, ChunkEntry, ChunkIndex, Codec, Container, FrameKind,
+};
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
 use crate::direct::DirectFile;
@@ -28,19 +30,28 @@ pub struct DataDirs {
 impl DataDirs {
     pub fn new(paths: Vec<PathBuf>) -> DataDirs {
         let failed = paths.iter().map(|_| AtomicBool::new(false)).collect();
-        DataDirs { paths, failed, next: AtomicUsize::new(0) }
+        DataDirs {
+            paths,
+            failed,
+            next: AtomicUsize::new(0),
+        }
     }
 
     /// The next healthy directory in round-robin order.
     fn pick(&self) -> Option<usize> {
         let n = self.paths.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n).map(|k| (start + k) % n).find(|&i| !self.failed[i].load(Ordering::Relaxed))
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| !self.failed[i].load(Ordering::Relaxed))
     }
 
     fn fail(&self, i: usize, why: &str) {
         if !self.failed[i].swap(true, Ordering::Relaxed) {
-            tracing::error!("data directory {} is skipped from now on: {why}", self.paths[i].display());
+            tracing::error!(
+                "data directory {} is skipped from now on: {why}",
+                self.paths[i].display()
+            );
         }
     }
 }
@@ -121,7 +132,10 @@ impl StreamWriter {
         debug_assert!(pending.is_empty(), "sequence gap at {next}");
         if self.current.is_some() {
             // Only when a capture loop died without closing: keep what was written.
-            self.close(CloseFile { capture: Vec::new(), out_of_order: 0 });
+            self.close(CloseFile {
+                capture: Vec::new(),
+                out_of_order: 0,
+            });
         }
     }
 
@@ -132,16 +146,27 @@ impl StreamWriter {
 
     /// Opens a file on the next healthy directory and writes its header frame.
     fn start_file(&mut self, first_ts_ns: u64) -> bool {
-        let header = match self.cfg.format.file_header(&self.interfaces, &self.cfg.section) {
+        let header = match self
+            .cfg
+            .format
+            .file_header(&self.interfaces, &self.cfg.section)
+        {
             Ok(h) => h,
             Err(e) => {
-                self.control.fail(format!("stream {}: {e}", self.cfg.stream));
+                self.control
+                    .fail(format!("stream {}: {e}", self.cfg.stream));
                 return false;
             }
         };
         while let Some(dir) = self.dirs.pick() {
             let name = loop {
-                let name = meta::file_name(first_ts_ns, self.cfg.stream, self.file_seq, self.cfg.format, self.cfg.container);
+                let name = meta::file_name(
+                    first_ts_ns,
+                    self.cfg.stream,
+                    self.file_seq,
+                    self.cfg.format,
+                    self.cfg.container,
+                );
                 self.file_seq += 1;
                 // A second run into the same store may reach the same name: never clobber.
                 if !self.dirs.paths[dir].join(&name).exists() {
@@ -152,7 +177,8 @@ impl StreamWriter {
             let out = match DirectFile::create(&partial, self.cfg.direct, self.cfg.write_buffer) {
                 Ok(out) => out,
                 Err(e) => {
-                    self.dirs.fail(dir, &format!("cannot create {}: {e}", partial.display()));
+                    self.dirs
+                        .fail(dir, &format!("cannot create {}: {e}", partial.display()));
                     continue;
                 }
             };
@@ -175,13 +201,21 @@ impl StreamWriter {
                 max_ts_ns: 0,
                 packets: 0,
             });
-            if self.append_raw(&header, FrameKind::Header, 0, (0, 0)).is_ok() {
+            if self
+                .append_raw(&header, FrameKind::Header, 0, (0, 0))
+                .is_ok()
+            {
                 return true;
             }
         }
         self.control.fail(format!(
             "no data directory is usable any more ({}); every completed file is intact",
-            self.dirs.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            self.dirs
+                .paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         false
     }
@@ -206,7 +240,12 @@ impl StreamWriter {
                     chunk.packets,
                     (chunk.min_ts_ns, chunk.max_ts_ns),
                 ),
-                Encoded::Raw => self.append_raw(data, FrameKind::Packets, chunk.packets, (chunk.min_ts_ns, chunk.max_ts_ns)),
+                Encoded::Raw => self.append_raw(
+                    data,
+                    FrameKind::Packets,
+                    chunk.packets,
+                    (chunk.min_ts_ns, chunk.max_ts_ns),
+                ),
             };
             match result {
                 Ok(n) => break Some(n),
@@ -242,7 +281,13 @@ impl StreamWriter {
         drop(chunk);
     }
 
-    fn append_raw(&mut self, data: &[u8], kind: FrameKind, packets: u32, ts: (u64, u64)) -> std::io::Result<usize> {
+    fn append_raw(
+        &mut self,
+        data: &[u8],
+        kind: FrameKind,
+        packets: u32,
+        ts: (u64, u64),
+    ) -> std::io::Result<usize> {
         let container = self.cfg.container;
         let mut frame_len = 0;
         raw_frame_pieces(container, data, |p| frame_len += p.len());
@@ -295,7 +340,9 @@ impl StreamWriter {
             cur.min_ts_ns = cur.min_ts_ns.min(min_ts);
             cur.max_ts_ns = cur.max_ts_ns.max(max_ts);
         }
-        self.stats.bytes_written.fetch_add(frame_len as u64, Ordering::Relaxed);
+        self.stats
+            .bytes_written
+            .fetch_add(frame_len as u64, Ordering::Relaxed);
         Ok(frame_len)
     }
 
@@ -303,7 +350,10 @@ impl StreamWriter {
     /// repairable) and marks the directory failed.
     fn abandon_current(&mut self, why: &str) {
         if let Some(cur) = self.current.take() {
-            self.dirs.fail(cur.dir, &format!("writing {} failed: {why}", cur.partial.display()));
+            self.dirs.fail(
+                cur.dir,
+                &format!("writing {} failed: {why}", cur.partial.display()),
+            );
             tracing::warn!(
                 "{} keeps its complete chunks; `tapdeck verify --repair` finalizes it",
                 cur.partial.display()
@@ -312,10 +362,16 @@ impl StreamWriter {
     }
 
     fn close(&mut self, close: CloseFile) {
-        let Some(mut cur) = self.current.take() else { return };
+        let Some(mut cur) = self.current.take() else {
+            return;
+        };
         let counts = self.interface_counts(&close);
         if self.cfg.format == Format::Pcapng && !counts.is_empty() {
-            let ts = if cur.max_ts_ns > 0 { cur.max_ts_ns } else { cur.first_ts_ns };
+            let ts = if cur.max_ts_ns > 0 {
+                cur.max_ts_ns
+            } else {
+                cur.first_ts_ns
+            };
             let mut isbs = Vec::new();
             for (i, c) in counts.iter().enumerate() {
                 let stats = InterfaceStats {
@@ -330,7 +386,11 @@ impl StreamWriter {
                     "tapdeck: stored={} dropped_kernel={} dropped_staging_full={} dropped_write_error={}",
                     c.stored, c.dropped_kernel, c.dropped_staging_full, c.dropped_write_error
                 );
-                isbs.extend_from_slice(&self.cfg.format.stats_block(&stats, cur.first_ts_ns, &comment));
+                isbs.extend_from_slice(&self.cfg.format.stats_block(
+                    &stats,
+                    cur.first_ts_ns,
+                    &comment,
+                ));
             }
             self.current = Some(cur);
             if let Err(e) = self.append_raw(&isbs, FrameKind::Stats, 0, (0, 0)) {
@@ -345,21 +405,32 @@ impl StreamWriter {
             format: meta::format_name(self.cfg.format).into(),
             container: meta::container_name(self.cfg.container).into(),
             first_ts_ns: cur.first_ts_ns,
-            last_ts_ns: if cur.packets > 0 { cur.max_ts_ns } else { cur.first_ts_ns },
+            last_ts_ns: if cur.packets > 0 {
+                cur.max_ts_ns
+            } else {
+                cur.first_ts_ns
+            },
             packets: cur.packets,
             interfaces: self.interfaces.iter().map(InterfaceMeta::from).collect(),
             counts,
             out_of_order: close.out_of_order,
             repaired: false,
         };
-        let index = ChunkIndex { meta: serde_json::to_string(&meta).expect("meta serializes"), entries: cur.entries };
+        let index = ChunkIndex {
+            meta: serde_json::to_string(&meta).expect("meta serializes"),
+            entries: cur.entries,
+        };
         let trailer = index.encode_trailer();
         let dir = self.dirs.paths[cur.dir].clone();
         let final_path = dir.join(&cur.name);
         let result = (|| -> std::io::Result<()> {
             if self.cfg.container == Container::Plain {
                 let sidecar = dir.join(meta::sidecar_name(&cur.name));
-                write_new(&dir.join(meta::partial_name(&meta::sidecar_name(&cur.name))), &trailer, &sidecar)?;
+                write_new(
+                    &dir.join(meta::partial_name(&meta::sidecar_name(&cur.name))),
+                    &trailer,
+                    &sidecar,
+                )?;
             } else {
                 cur.out.append(&trailer)?;
             }
@@ -367,8 +438,14 @@ impl StreamWriter {
             std::fs::rename(&cur.partial, &final_path)
         })();
         if let Err(e) = result {
-            self.dirs.fail(cur.dir, &format!("finishing {} failed: {e}", cur.partial.display()));
-            tracing::warn!("{} keeps its complete chunks; `tapdeck verify --repair` finalizes it", cur.partial.display());
+            self.dirs.fail(
+                cur.dir,
+                &format!("finishing {} failed: {e}", cur.partial.display()),
+            );
+            tracing::warn!(
+                "{} keeps its complete chunks; `tapdeck verify --repair` finalizes it",
+                cur.partial.display()
+            );
             return;
         }
         self.stats.files_written.fetch_add(1, Ordering::Relaxed);
@@ -403,12 +480,19 @@ impl StreamWriter {
     }
 
     fn publish(&self) {
-        *self.stats.streams[self.cfg.stream as usize].writer.lock().unwrap() = self.counts.clone();
+        *self.stats.streams[self.cfg.stream as usize]
+            .writer
+            .lock()
+            .unwrap() = self.counts.clone();
     }
 }
 
 fn seq_from_name(name: &str) -> u64 {
-    name.split('-').nth(2).and_then(|s| s.split('.').next()).and_then(|s| s.parse().ok()).unwrap_or(0)
+    name.split('-')
+        .nth(2)
+        .and_then(|s| s.split('.').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Writes a small file under a temporary name and renames it into place.
