@@ -480,13 +480,13 @@ impl ChunkIndex {
 
     /// Reads the index from the end of a stored file (for a plain container, from its
     /// sidecar, which holds the trailer alone).
-    pub fn read_trailer(file: &File) -> Result<ChunkIndex, ContainerError> {
-        let size = file.metadata()?.len();
+    pub fn read_trailer(file: &(impl ReadAt + ?Sized)) -> Result<ChunkIndex, ContainerError> {
+        let size = file.size()?;
         let mut footer = [0u8; 9];
         if size < 9 {
             return Err(ContainerError::Truncated(0));
         }
-        file.read_exact_at(&mut footer, size - 9)?;
+        file.read_at_offset(&mut footer, size - 9)?;
         if read_u32(&footer, 5) != Some(SEEKABLE_FOOTER_MAGIC) {
             return Err(invalid(
                 size - 9,
@@ -495,7 +495,7 @@ impl ChunkIndex {
         }
         let frames = u64::from(read_u32(&footer, 0).unwrap());
         let table_len = 8 + frames * 8 + 9;
-        if table_len > size {
+        if table_len > size || table_len > MAX_FRAME_LEN as u64 {
             return Err(invalid(
                 size - 9,
                 format!("seek table claims {frames} frames, more than the file can hold"),
@@ -503,7 +503,7 @@ impl ChunkIndex {
         }
         let table_start = size - table_len;
         let mut table = vec![0u8; table_len as usize];
-        file.read_exact_at(&mut table, table_start)?;
+        file.read_at_offset(&mut table, table_start)?;
         if read_u32(&table, 0) != Some(SEEK_TABLE_MAGIC)
             || u64::from(read_u32(&table, 4).unwrap()) != table_len - 8
         {
@@ -520,7 +520,7 @@ impl ChunkIndex {
         let mut index_start = 0;
         for start in [data_end, 0] {
             if start < table_start {
-                file.read_exact_at(&mut head, start)?;
+                file.read_at_offset(&mut head, start)?;
                 if read_u32(&head, 0) == Some(INDEX_MAGIC) {
                     index_start = start;
                     break;
@@ -541,7 +541,7 @@ impl ChunkIndex {
             ));
         }
         let mut body = vec![0u8; body_len as usize];
-        file.read_exact_at(&mut body, index_start + 8)?;
+        file.read_at_offset(&mut body, index_start + 8)?;
         let index = ChunkIndex::decode_body(&body)
             .map_err(|(at, what)| invalid(index_start + 8 + at as u64, what))?;
         if index.entries.len() as u64 != frames {
@@ -623,6 +623,36 @@ impl ChunkIndex {
             });
         }
         Ok(ChunkIndex { meta, entries })
+    }
+}
+
+/// Random-access input the trailer is read from: a file, or bytes in memory (fuzzing).
+pub trait ReadAt {
+    fn size(&self) -> std::io::Result<u64>;
+    fn read_at_offset(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+}
+
+impl ReadAt for File {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn read_at_offset(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+impl ReadAt for [u8] {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.len() as u64)
+    }
+    fn read_at_offset(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let src = start
+            .checked_add(buf.len())
+            .and_then(|end| self.get(start..end))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(())
     }
 }
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every system package tapdeck's build, tests, demo and benchmarks use, then builds
+# the release binary. Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  libpcap-dev      # BPF filters are compiled by libpcap
+  tcpdump tshark   # oracles in tests, peers in benchmarks
+  wireshark-common # capinfos, editcap, mergecap
+  zstd lz4         # the stock tools our files must decompress with
+  iproute2         # network namespaces and veth pairs for tests and the demo
+  iputils-ping
+  procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  # tshark asks whether non-root users may capture; answer for it.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest
+
+cargo build --release --locked -q
+echo "setup: built $(pwd)/target/release/tapdeck" >&2

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: formatting and lints, the unit and integration
+# tests of every crate, the end-to-end suite against the real binary, and (where a nightly
+# toolchain with cargo-fuzz is present) a short fuzzing run of every parser.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+
+echo "== cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "== cargo clippy" >&2
+cargo clippy --workspace --all-targets --locked -q -- -D warnings
+echo "== cargo test" >&2
+cargo test --workspace --locked -q
+
+if [[ -z "${CI:-}" ]] && cargo +nightly fuzz --version >/dev/null 2>&1; then
+  echo "== fuzz smoke (30 s per target)" >&2
+  bash fuzz/run.sh 30
+fi
+
+echo "== end-to-end tests" >&2
+export TAPDECK_BIN="$PWD/target/release/tapdeck"
+python3 -m pytest tests -q -p no:cacheprovider
