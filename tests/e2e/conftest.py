@@ -242,17 +242,16 @@ TSHARK_FIELDS = ["frame.time_epoch", "frame.len", "frame.cap_len", "frame.encap_
 
 
 def tshark_packets(path) -> tuple[int, list[str], str]:
-    """tshark's view: per packet time (ns), lengths, encapsulation, and the raw bytes."""
+    """tshark's view of each packet: time (ns), lengths, encapsulation. tshark 4.0 also
+    lists pcapng custom blocks as frames without an encapsulation; those are left out."""
     args = ["tshark", "-r", path, "-n", "-T", "fields"]
     for f in TSHARK_FIELDS:
         args += ["-e", f]
     r = run(args, timeout=SLOW)
     if r.returncode != 0:
         return r.returncode, [], r.stderr
-    meta = r.out.splitlines()
-    # -x prints every frame's bytes; frame boundaries are blank lines.
-    r3 = run(["tshark", "-r", path, "-n", "-x"], timeout=SLOW)
-    return r3.returncode, meta + ["--bytes--"] + r3.out.splitlines(), r.stderr + r3.stderr
+    rows = [l for l in r.out.splitlines() if l.split("\t")[-1] != ""]
+    return 0, rows, r.stderr
 
 
 def capinfos_count(path) -> int:
@@ -346,6 +345,104 @@ def _read_pcapng(buf: bytes) -> list[Pkt]:
             out.append(Pkt(lt, 0, orig, body[4:4 + min(orig, len(body) - 4)]))
         off += blen
     return out
+
+
+def scan_capture(path) -> dict:
+    """Facts about a (possibly malformed) capture file that decide what tapdeck can keep:
+    format, link types of its interfaces, simple packet blocks, interfaces declared after
+    packets, records longer than the snap length or than on the wire, and timestamps whose
+    fraction is out of range (µs >= 1e6, ns >= 1e9). Stops quietly at the first defect."""
+    buf = Path(path).read_bytes()
+    info = dict(format=None, linktypes=[], has_spb=False, idb_after_packet=False,
+                caplen_gt_snap=False, caplen_gt_orig=False, frac_overflow=False, packets=0)
+    try:
+        if buf[:4] == b"\x0a\x0d\x0d\x0a":
+            info["format"] = "pcapng"
+            off, e, snaps, seen_packet = 0, "<", [], False
+            while off + 12 <= len(buf):
+                if buf[off:off + 4] == b"\x0a\x0d\x0d\x0a":
+                    e = "<" if buf[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+                    snaps = []  # (tapdeck numbers interfaces across sections)
+                btype, blen = struct.unpack(e + "II", buf[off:off + 8])
+                if blen < 12 or off + blen > len(buf):
+                    break
+                body = buf[off + 8:off + blen - 4]
+                if btype == 1:
+                    lt, _, snap = struct.unpack(e + "HHI", body[:8])
+                    info["linktypes"].append(lt)
+                    snaps.append(snap)
+                    if seen_packet:
+                        info["idb_after_packet"] = True
+                elif btype in (2, 6):
+                    seen_packet = True
+                    info["packets"] += 1
+                    if btype == 6:
+                        iface, _, _, cap, orig = struct.unpack(e + "IIIII", body[:20])
+                    else:
+                        iface, _, _, _, cap, orig = struct.unpack(e + "HHIIII", body[:20])
+                    if cap > orig:
+                        info["caplen_gt_orig"] = True
+                    if iface < len(snaps) and snaps[iface] and cap > snaps[iface]:
+                        info["caplen_gt_snap"] = True
+                elif btype == 3:
+                    seen_packet = True
+                    info["has_spb"] = True
+                    info["packets"] += 1
+                off += blen
+        elif len(buf) >= 24:
+            e = "<" if buf[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+            (m,) = struct.unpack(e + "I", buf[:4])
+            info["format"] = "pcap"
+            unit = 10**9 if m == 0xA1B23C4D else 10**6
+            snap, lt = struct.unpack(e + "II", buf[16:24])
+            info["linktypes"] = [lt & 0xFFFF]
+            off = 24
+            while off + 16 <= len(buf):
+                _, frac, cap, orig = struct.unpack(e + "IIII", buf[off:off + 16])
+                if off + 16 + cap > len(buf):
+                    break
+                info["packets"] += 1
+                info["frac_overflow"] |= frac >= unit
+                info["caplen_gt_orig"] |= cap > orig
+                info["caplen_gt_snap"] |= bool(snap) and cap > snap
+                off += 16 + cap
+    except (struct.error, IndexError):
+        pass
+    return info
+
+
+# Known recorder bugs, keyed by a fact of the input (see the report / README).
+BUG_ISB_UNDECLARED = (
+    "writer.rs close(): the interface statistics blocks cover every interface the source "
+    "knows at close time, but the file's header (written at open) declares only the "
+    "interfaces known then; a pcapng whose IDBs arrive after packets yields a file with an "
+    "ISB naming an undeclared interface, which verify rejects"
+)
+BUG_CAPLEN_GT_SNAP = (
+    "the recorder copies each input interface's snap length into the stored file's header "
+    "verbatim, and stores records longer than it; verify rejects its own file ('packet has "
+    "N captured bytes but interface 0 has snap length M'). The writer must declare a snap "
+    "length that covers what it stores (or 0)"
+)
+BUG_CAPLEN_GT_ORIG = (
+    "the recorder stores records whose captured length exceeds the original length "
+    "verbatim; verify (validate.rs) rejects its own file ('packet has N captured bytes but "
+    "was only M bytes long on the wire'); record accepts what verify refuses"
+)
+
+
+def known_bugs(info: dict, variant: str = "default") -> list[str]:
+    bugs = []
+    several = len(info["linktypes"]) > 1
+    if variant == "pcap" and several:
+        return bugs  # refused before these matter
+    if info["idb_after_packet"] and variant != "pcap":
+        bugs.append(BUG_ISB_UNDECLARED)
+    if info["caplen_gt_snap"]:
+        bugs.append(BUG_CAPLEN_GT_SNAP)
+    if info["caplen_gt_orig"]:
+        bugs.append(BUG_CAPLEN_GT_ORIG)
+    return bugs
 
 
 def read_packets(path) -> list[Pkt]:

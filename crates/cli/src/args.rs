@@ -131,6 +131,11 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_direct: bool,
 
+    /// Write nothing: run the whole pipeline but discard the chunks instead of writing
+    /// them, counting them as stored. For measuring the recorder without the disk.
+    #[arg(long)]
+    pub discard: bool,
+
     /// No live progress line.
     #[arg(short, long)]
     pub quiet: bool,

@@ -80,6 +80,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         retention,
         compressors: args.compressors.unwrap_or(cores.saturating_sub(1).max(1)),
         direct: !args.no_direct,
+        discard: args.discard,
         flush_interval: seconds("--flush-interval", args.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         duration: args
@@ -199,6 +200,9 @@ fn show_progress(r: &StatsRecord, prev: Option<&StatsRecord>) {
 fn print_summary(s: &Summary) {
     let t = &s.stats.totals;
     let elapsed = s.stats.elapsed_s.max(1e-9);
+    if s.discard {
+        eprintln!("tapdeck: --discard: nothing was written; \"stored\" counts the packets the writer discarded");
+    }
     eprintln!(
         "tapdeck: {:.2} s, {} files written, {} deleted by retention",
         elapsed, s.stats.files_written, s.stats.files_deleted
@@ -222,11 +226,15 @@ fn print_summary(s: &Summary) {
         }
     );
     eprintln!(
-        "  rate: {:.3} Mpps, {:.1} MB/s of capture data; {} bytes written ({:.2}:1)",
+        "  rate: {:.3} Mpps, {:.1} MB/s of capture data; {} bytes written{}",
         t.stored as f64 / elapsed / 1e6,
         t.staged_bytes as f64 / elapsed / 1e6,
         s.stats.bytes_written,
-        t.staged_bytes as f64 / s.stats.bytes_written.max(1) as f64
+        if s.stats.bytes_written > 0 {
+            format!(" ({:.2}:1)", t.staged_bytes as f64 / s.stats.bytes_written as f64)
+        } else {
+            String::new()
+        }
     );
     for (codec, c) in &s.stats.codecs {
         eprintln!(
@@ -236,6 +244,16 @@ fn print_summary(s: &Summary) {
             c.bytes_out,
             c.bytes_in as f64 / c.bytes_out.max(1) as f64
         );
+    }
+    if !s.stats.cpu_seconds.is_empty() {
+        let per_million = |cpu: f64| cpu / (t.stored.max(1) as f64 / 1e6);
+        let roles: Vec<String> = s
+            .stats
+            .cpu_seconds
+            .iter()
+            .map(|(role, cpu)| format!("{role} {cpu:.2} s ({:.3} s per million stored)", per_million(*cpu)))
+            .collect();
+        eprintln!("  cpu: {}", roles.join(", "));
     }
     if t.wire_bytes > t.captured_bytes {
         eprintln!(

@@ -58,6 +58,8 @@ pub struct RecorderConfig {
     pub retention: RetentionPolicy,
     pub compressors: usize,
     pub direct: bool,
+    /// Write nothing (benchmarks): see `WriterConfig::discard`.
+    pub discard: bool,
     pub flush_interval: Duration,
     pub stats_interval: Duration,
     pub duration: Option<Duration>,
@@ -71,6 +73,7 @@ pub struct Summary {
     pub fatal: Option<String>,
     pub staging_locked: bool,
     pub direct: bool,
+    pub discard: bool,
 }
 
 /// A sensible staging pool: an eighth of the machine's memory, between 64 MiB and 4 GiB.
@@ -174,13 +177,14 @@ pub fn record<S: PacketSource + 'static>(
                 direct: cfg.direct,
                 write_buffer: 4 << 20,
                 section: section.clone(),
+                discard: cfg.discard,
             },
             Arc::clone(&data_dirs),
             Arc::clone(&retention),
             Arc::clone(&stats),
             Arc::clone(&control),
         );
-        threads.push(spawn(format!("writer-{stream}"), move || {
+        threads.push(spawn(format!("writer-{stream}"), &stats, move || {
             // The writer frees staging segments; it must keep pace with capture.
             set_nice(CAPTURE_NICE);
             writer.run(rx)
@@ -191,11 +195,11 @@ pub fn record<S: PacketSource + 'static>(
         let txs = writer_txs.clone();
         let pools = pools.clone();
         let ladder = cfg.ladder.clone();
-        let stats = Arc::clone(&stats);
-        threads.push(spawn(format!("compress-{i}"), move || {
+        let hub = Arc::clone(&stats);
+        threads.push(spawn(format!("compress-{i}"), &stats, move || {
             // Compression yields to capture: a burst must never starve the capture loop.
             set_nice(19);
-            compress_loop(rx, txs, pools, ladder, stats)
+            compress_loop(rx, txs, pools, ladder, hub)
         }));
     }
     drop(work_rx);
@@ -212,11 +216,11 @@ pub fn record<S: PacketSource + 'static>(
             cfg.rotation,
             cfg.flush_interval,
         );
-        let stats = Arc::clone(&stats);
+        let hub = Arc::clone(&stats);
         let control = Arc::clone(&control);
-        capture_threads.push(spawn(format!("capture-{stream}"), move || {
+        capture_threads.push(spawn(format!("capture-{stream}"), &stats, move || {
             set_nice(CAPTURE_NICE);
-            capture.run(source, &stats.streams[stream], &control, deadline)
+            capture.run(source, &hub.streams[stream], &control, deadline)
         }));
     }
     drop((work_tx, writer_txs));
@@ -260,17 +264,39 @@ pub fn record<S: PacketSource + 'static>(
         fatal,
         staging_locked,
         direct: cfg.direct,
+        discard: cfg.discard,
     })
 }
 
+/// Spawns a thread of the recorder; when it ends, its CPU time is added to its role's
+/// (the part of the name before the dash: capture, compress, writer).
 fn spawn<T: Send + 'static>(
     name: String,
+    stats: &Arc<StatsHub>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> thread::JoinHandle<T> {
+    let stats = Arc::clone(stats);
+    let role = name.split('-').next().unwrap_or("other").to_string();
     thread::Builder::new()
         .name(name)
-        .spawn(f)
+        .spawn(move || {
+            let result = f();
+            stats.add_cpu(&role, thread_cpu_seconds());
+            result
+        })
         .expect("spawn thread")
+}
+
+/// User plus system CPU seconds of the calling thread.
+fn thread_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
 }
 
 /// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.

@@ -81,9 +81,15 @@ pub struct StatsHub {
     pub files_deleted: AtomicU64,
     pub bytes_deleted: AtomicU64,
     pub write_errors: AtomicU64,
+    /// CPU seconds (user + system) per thread role, added as threads finish.
+    pub cpu: Mutex<BTreeMap<String, f64>>,
 }
 
 impl StatsHub {
+    pub fn add_cpu(&self, role: &str, seconds: f64) {
+        *self.cpu.lock().unwrap().entry(role.to_string()).or_default() += seconds;
+    }
+
     pub fn new(streams: usize) -> StatsHub {
         StatsHub {
             streams: (0..streams).map(|_| StreamStats::default()).collect(),
@@ -134,6 +140,7 @@ impl StatsHub {
             bytes_deleted: self.bytes_deleted.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
             codecs: self.codecs.lock().unwrap().clone(),
+            cpu_seconds: self.cpu.lock().unwrap().clone(),
             streams,
         }
     }
@@ -191,5 +198,8 @@ pub struct StatsRecord {
     pub bytes_deleted: u64,
     pub write_errors: u64,
     pub codecs: BTreeMap<String, CodecBytes>,
+    /// CPU seconds per thread role (capture, compress, writer) of threads that finished;
+    /// complete in the final record.
+    pub cpu_seconds: BTreeMap<String, f64>,
     pub streams: Vec<StreamRecord>,
 }

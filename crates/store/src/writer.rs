@@ -63,6 +63,9 @@ pub struct WriterConfig {
     pub direct: bool,
     pub write_buffer: usize,
     pub section: SectionInfo,
+    /// Write nothing: every chunk is counted as if stored, no file is created. Isolates
+    /// the pipeline from the disk in benchmarks (the papers' "drop all" runs).
+    pub discard: bool,
 }
 
 struct CurrentFile {
@@ -141,7 +144,9 @@ impl StreamWriter {
 
     fn open(&mut self, open: OpenFile) {
         self.interfaces = open.interfaces;
-        self.start_file(open.first_ts_ns);
+        if !self.cfg.discard {
+            self.start_file(open.first_ts_ns);
+        }
     }
 
     /// Opens a file on the next healthy directory and writes its header frame.
@@ -226,6 +231,15 @@ impl StreamWriter {
             Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
             Encoded::Raw => (Codec::Raw, 0),
         };
+        if self.cfg.discard {
+            self.stats.add_codec(codec, data.len(), if frame_len > 0 { frame_len } else { data.len() });
+            self.grow_counts(chunk.per_iface.len());
+            for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+                c.stored += u64::from(n);
+            }
+            self.publish();
+            return;
+        }
         let written = loop {
             if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
                 break None;
