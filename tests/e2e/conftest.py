@@ -354,7 +354,7 @@ def scan_capture(path) -> dict:
     fraction is out of range (µs >= 1e6, ns >= 1e9). Stops quietly at the first defect."""
     buf = Path(path).read_bytes()
     info = dict(format=None, linktypes=[], has_spb=False, idb_after_packet=False,
-                caplen_gt_snap=False, caplen_gt_orig=False, frac_overflow=False, packets=0)
+                caplen_gt_snap=False, caplen_gt_orig=False, frac_overflow=False, packets=0, end=0)
     try:
         if buf[:4] == b"\x0a\x0d\x0d\x0a":
             info["format"] = "pcapng"
@@ -389,6 +389,7 @@ def scan_capture(path) -> dict:
                     info["has_spb"] = True
                     info["packets"] += 1
                 off += blen
+                info["end"] = off
         elif len(buf) >= 24:
             e = "<" if buf[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
             (m,) = struct.unpack(e + "I", buf[:4])
@@ -397,6 +398,7 @@ def scan_capture(path) -> dict:
             snap, lt = struct.unpack(e + "II", buf[16:24])
             info["linktypes"] = [lt & 0xFFFF]
             off = 24
+            info["end"] = off
             while off + 16 <= len(buf):
                 _, frac, cap, orig = struct.unpack(e + "IIII", buf[off:off + 16])
                 if off + 16 + cap > len(buf):
@@ -406,6 +408,7 @@ def scan_capture(path) -> dict:
                 info["caplen_gt_orig"] |= cap > orig
                 info["caplen_gt_snap"] |= bool(snap) and cap > snap
                 off += 16 + cap
+                info["end"] = off
     except (struct.error, IndexError):
         pass
     return info
@@ -598,3 +601,37 @@ def procs():
                 p.communicate(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def pcapng_blocks(buf: bytes):
+    """(type, body) of every block of a pcapng byte string (all sections)."""
+    off, e = 0, "<"
+    while off + 12 <= len(buf):
+        if buf[off:off + 4] == b"\x0a\x0d\x0d\x0a":
+            e = "<" if buf[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+        btype, blen = struct.unpack(e + "II", buf[off:off + 8])
+        assert blen >= 12 and off + blen <= len(buf), f"bad block at {off}"
+        yield btype, buf[off + 8:off + blen - 4], e
+        off += blen
+
+
+def parse_isb(body: bytes, e: str = "<") -> dict:
+    """An interface statistics block: interface, and its options by name."""
+    iface, _hi, _lo = struct.unpack(e + "III", body[:12])
+    names = {1: "comment", 4: "ifrecv", 5: "ifdrop", 6: "filteraccept", 7: "osdrop", 8: "usrdeliv"}
+    out = {"iface": iface}
+    o = 12
+    while o + 4 <= len(body):
+        code, ln = struct.unpack(e + "HH", body[o:o + 4])
+        if code == 0:
+            break
+        val = body[o + 4:o + 4 + ln]
+        name = names.get(code, str(code))
+        out[name] = val.decode() if code == 1 else (struct.unpack(e + "Q", val)[0] if ln == 8 else val)
+        o += 4 + ((ln + 3) & ~3)
+    return out
+
+
+def pcapng_record_lengths(buf: bytes) -> list[int]:
+    """Block length of each packet block (what the recorder counts as capture data)."""
+    return [len(body) + 12 for t, body, _ in pcapng_blocks(buf) if t in (2, 3, 6)]

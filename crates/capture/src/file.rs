@@ -153,6 +153,10 @@ impl PacketSource for FileSource {
         counters
     }
 
+    fn live(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         if self.path == "-" {
             "standard input".into()

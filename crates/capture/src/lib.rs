@@ -67,4 +67,11 @@ pub trait PacketSource: Send {
 
     /// A short human description ("file capture.pcap", "synthetic 64-byte frames").
     fn describe(&self) -> String;
+
+    /// Whether packets arrive whether or not the recorder keeps up (a link, or synthetic
+    /// traffic offered on a schedule): then a full staging pool drops and counts. A source
+    /// that can wait (a file) is instead made to wait, and loses nothing.
+    fn live(&self) -> bool {
+        true
+    }
 }

@@ -231,7 +231,10 @@ fn print_summary(s: &Summary) {
         t.staged_bytes as f64 / elapsed / 1e6,
         s.stats.bytes_written,
         if s.stats.bytes_written > 0 {
-            format!(" ({:.2}:1)", t.staged_bytes as f64 / s.stats.bytes_written as f64)
+            format!(
+                " ({:.2}:1)",
+                t.staged_bytes as f64 / s.stats.bytes_written as f64
+            )
         } else {
             String::new()
         }
@@ -251,7 +254,12 @@ fn print_summary(s: &Summary) {
             .stats
             .cpu_seconds
             .iter()
-            .map(|(role, cpu)| format!("{role} {cpu:.2} s ({:.3} s per million stored)", per_million(*cpu)))
+            .map(|(role, cpu)| {
+                format!(
+                    "{role} {cpu:.2} s ({:.3} s per million stored)",
+                    per_million(*cpu)
+                )
+            })
             .collect();
         eprintln!("  cpu: {}", roles.join(", "));
     }

@@ -109,6 +109,11 @@ impl CodecLadder {
         self.rungs.iter().map(|r| r.0)
     }
 
+    /// The first rung: what an idle recorder uses.
+    pub fn strongest(&self) -> Codec {
+        self.rungs[0].0
+    }
+
     /// The codec for a chunk compressed while the pool is `fill` (0..=1) full.
     pub fn choose(&self, fill: f64) -> Codec {
         self.rungs

@@ -34,6 +34,9 @@ pub struct Chunk {
     pub packets: u32,
     /// Packets per interface, for counting them as stored or lost.
     pub per_iface: Vec<u32>,
+    /// The source waits for the recorder (a file), so there is no backlog to shed: use
+    /// the strongest codec of the ladder rather than the one the pool's fill calls for.
+    pub source_waits: bool,
 }
 
 /// Finish the current file; the counters go into its statistics block.

@@ -215,12 +215,12 @@ pub fn record<S: PacketSource + 'static>(
             cfg.ladder.clone(),
             cfg.rotation,
             cfg.flush_interval,
+            Arc::clone(&control),
         );
         let hub = Arc::clone(&stats);
-        let control = Arc::clone(&control);
         capture_threads.push(spawn(format!("capture-{stream}"), &stats, move || {
             set_nice(CAPTURE_NICE);
-            capture.run(source, &hub.streams[stream], &control, deadline)
+            capture.run(source, &hub.streams[stream], deadline)
         }));
     }
     drop((work_tx, writer_txs));
@@ -357,7 +357,12 @@ fn compress_loop(
     } in rx
     {
         // The backlog may have grown while this chunk waited: decide now.
-        let encoded = match ladder.choose(pools[stream as usize].fill()) {
+        let codec = if chunk.source_waits {
+            ladder.strongest()
+        } else {
+            ladder.choose(pools[stream as usize].fill())
+        };
+        let encoded = match codec {
             Codec::Raw => Encoded::Raw,
             codec => {
                 let mut bytes = Vec::new();
@@ -412,6 +417,9 @@ struct CaptureLoop {
     rotate_pending: bool,
     interfaces: Vec<Interface>,
     counts: Vec<CaptureCounts>,
+    /// See `PacketSource::live`.
+    live: bool,
+    control: Arc<Control>,
 }
 
 impl CaptureLoop {
@@ -423,6 +431,7 @@ impl CaptureLoop {
         ladder: CodecLadder,
         rotation: Rotation,
         flush_interval: Duration,
+        control: Arc<Control>,
     ) -> CaptureLoop {
         CaptureLoop {
             stream,
@@ -448,6 +457,8 @@ impl CaptureLoop {
             rotate_pending: false,
             interfaces: Vec::new(),
             counts: Vec::new(),
+            live: true,
+            control,
         }
     }
 
@@ -455,9 +466,10 @@ impl CaptureLoop {
         mut self,
         mut source: S,
         stats: &StreamStats,
-        control: &Control,
         deadline: Option<Instant>,
     ) -> Result<Vec<Interface>, String> {
+        self.live = source.live();
+        let control = Arc::clone(&self.control);
         let mut rotate_gen = control.rotate.load(Ordering::Relaxed);
         let mut last_publish = Instant::now();
         let result = loop {
@@ -490,7 +502,7 @@ impl CaptureLoop {
                 Ok(Poll::Delivered) => {}
                 Ok(Poll::Idle) => {
                     // A quiet link still gets its files cut on time.
-                    if self.file_open && now_ns() >= self.boundary {
+                    if self.live && self.file_open && now_ns() >= self.boundary {
                         self.close_file(&source.counters());
                     }
                 }
@@ -556,10 +568,16 @@ impl CaptureLoop {
             max_ts_ns: self.seg_max_ts,
             packets: self.seg_packets,
             per_iface,
+            source_waits: !self.live,
         };
         // When the backlog calls for a raw copy, the compressors are skipped altogether:
         // at idle priority they may be the very thing that is behind.
-        if self.ladder.choose(self.pool.fill()) == Codec::Raw {
+        let codec = if self.live {
+            self.ladder.choose(self.pool.fill())
+        } else {
+            self.ladder.strongest()
+        };
+        if codec == Codec::Raw {
             self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));
         } else {
             let seq = self.next_seq();
@@ -596,6 +614,20 @@ impl CaptureLoop {
         self.rotate_pending = false;
         self.boundary = self.rotation.boundary_after(first_ts);
         self.last_ts = first_ts;
+    }
+
+    /// For a source that can wait: block until the writers free a segment, unless the
+    /// recorder is stopping or a writer failed (then the packet is dropped and counted).
+    #[cold]
+    fn wait_for_segment(&self) -> Option<Segment> {
+        loop {
+            if let Some(s) = self.pool.take_waiting(Duration::from_millis(100)) {
+                return Some(s);
+            }
+            if self.control.stopping() {
+                return None;
+            }
+        }
     }
 
     #[cold]
@@ -641,6 +673,8 @@ impl PacketSink for CaptureLoop {
             // A cheap look before the free list, which is costly to poll per packet.
             let taken = if self.pool.has_free() {
                 self.pool.try_take()
+            } else if !self.live {
+                self.wait_for_segment()
             } else {
                 None
             };

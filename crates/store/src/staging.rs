@@ -89,6 +89,17 @@ impl StagingPool {
         self.in_use.load(Ordering::Relaxed) < self.segments
     }
 
+    /// A free segment, waiting up to `timeout` for one (for sources that can wait).
+    pub fn take_waiting(self: &Arc<Self>, timeout: std::time::Duration) -> Option<Segment> {
+        let index = self.free_rx.recv_timeout(timeout).ok()?;
+        self.in_use.fetch_add(1, Ordering::Relaxed);
+        Some(Segment {
+            pool: Arc::clone(self),
+            index,
+            len: 0,
+        })
+    }
+
     /// A free segment, or `None` at once when there is none: the caller drops and counts.
     #[inline]
     pub fn try_take(self: &Arc<Self>) -> Option<Segment> {

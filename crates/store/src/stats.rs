@@ -87,7 +87,12 @@ pub struct StatsHub {
 
 impl StatsHub {
     pub fn add_cpu(&self, role: &str, seconds: f64) {
-        *self.cpu.lock().unwrap().entry(role.to_string()).or_default() += seconds;
+        *self
+            .cpu
+            .lock()
+            .unwrap()
+            .entry(role.to_string())
+            .or_default() += seconds;
     }
 
     pub fn new(streams: usize) -> StatsHub {

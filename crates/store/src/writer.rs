@@ -232,7 +232,11 @@ impl StreamWriter {
             Encoded::Raw => (Codec::Raw, 0),
         };
         if self.cfg.discard {
-            self.stats.add_codec(codec, data.len(), if frame_len > 0 { frame_len } else { data.len() });
+            self.stats.add_codec(
+                codec,
+                data.len(),
+                if frame_len > 0 { frame_len } else { data.len() },
+            );
             self.grow_counts(chunk.per_iface.len());
             for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                 c.stored += u64::from(n);

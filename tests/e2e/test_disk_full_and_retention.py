@@ -1,0 +1,174 @@
+"""A full disk, and retention (--max-bytes, --min-free), on a 24 MiB tmpfs.
+
+Needs root (to mount); skipped otherwise. The tmpfs is mounted inside tmp_path and
+unmounted by a finalizer. tmpfs refuses O_DIRECT, so the recorder writes buffered there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import (
+    data_files,
+    dropped_total,
+    final_stats,
+    one_error_line,
+    partial_files,
+    run,
+)
+
+MiB = 1 << 20
+TMPFS_SIZE = 24 * MiB
+# ~60 MiB of capture data, offered at a rate lz4 keeps up with on two cores.
+SIXTY_MIB = ["--synthetic", "1514", "--count", "40000", "--rate", "40000"]
+BASE = ["--staging", "32MiB", "--chunk-size", "1MiB", "--log", "error"]
+COMMON = ["--codec", "lz4", *BASE]
+
+
+@pytest.fixture
+def tmpfs(tmp_path, request):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt])
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+
+    def unmount():
+        if subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+    request.addfinalizer(unmount)
+    st = os.statvfs(mnt)
+    assert st.f_blocks * st.f_frsize == TMPFS_SIZE
+    return mnt
+
+
+def free_bytes(path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def seq(p) -> int:
+    return int(p.name.split("-")[2].split(".")[0])
+
+
+def verify_each(tapdeck, files):
+    for f in files:
+        v = tapdeck.verify(f)
+        assert v.returncode == 0, v.describe()
+
+
+def test_disk_full_without_retention(tapdeck, tmpfs, tmp_path):
+    """Data on the full tmpfs, the store (manifest, stats) elsewhere: the recorder stops
+    with one error line; every complete file verifies; the accounting still balances,
+    and counts the chunks it could not write."""
+    store, data = tmp_path / "S", tmpfs / "d"
+    r = tapdeck.record(store, "--dir", data, *SIXTY_MIB, *COMMON, "--rotate-size", "4MiB")
+    assert r.returncode != 0, r.describe()
+    one_error_line(r.stderr)
+    files = data_files(data)
+    assert len(files) >= 3
+    verify_each(tapdeck, files)
+    last = final_stats(store)
+    t = last["totals"]
+    assert t["seen"] == t["stored"] + dropped_total(last), t
+    assert t["dropped"]["write_error"] > 0, t
+    # What the complete files hold is what was counted as stored, less the chunks of the
+    # abandoned partial file (which `verify --repair` could keep, given space).
+    held = sum(tapdeck.info(store)["totals"]["packets"] for _ in [0])
+    assert held <= t["stored"]
+    assert len(partial_files(data)) <= 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "writer.rs start_file(): when the last data directory has failed, the fatal error is "
+    "'no data directory is usable any more (DIR); every completed file is intact' - the "
+    "cause (disk full, ENOSPC) is only in an earlier log line, not in the one-line error"))
+def test_disk_full_error_names_the_cause(tapdeck, tmpfs, tmp_path):
+    store, data = tmp_path / "S", tmpfs / "d"
+    r = tapdeck.record(store, "--dir", data, *SIXTY_MIB, *COMMON, "--rotate-size", "4MiB")
+    assert r.returncode != 0
+    line = one_error_line(r.stderr)
+    assert "disk full" in line or "No space left on device" in line, line
+
+
+def test_disk_full_store_on_the_full_disk(tapdeck, tmpfs):
+    """Store and data on the full tmpfs: one error line that says the disk is full; the
+    complete files verify."""
+    store = tmpfs / "S"
+    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "4MiB")
+    assert r.returncode != 0, r.describe()
+    line = one_error_line(r.stderr)
+    assert "disk full" in line or "No space left on device" in line, line
+    files = data_files(store)
+    assert files
+    verify_each(tapdeck, files)
+
+
+def check_retention(tapdeck, store, r):
+    assert r.returncode == 0, r.describe()
+    last = final_stats(store)
+    t = last["totals"]
+    assert t["seen"] == 40000
+    assert t["seen"] == t["stored"] + dropped_total(last), t
+    assert t["dropped"]["write_error"] == 0, t
+    assert t["staged_bytes"] > 50 * MiB, "the test did not record ~60 MiB"
+    assert last["files_deleted"] > 0, last
+    files = data_files(store)
+    assert partial_files(store) == []
+    assert len(files) == last["files_written"] - last["files_deleted"]
+    verify_each(tapdeck, files)
+    # The oldest went: what remains is the newest files, in an unbroken run.
+    seqs = [seq(f) for f in files]
+    assert seqs == list(range(last["files_written"] - len(files) + 1, last["files_written"] + 1)), seqs
+    return files, last
+
+
+def test_max_bytes(tapdeck, tmpfs):
+    store = tmpfs / "S"
+    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--max-bytes", "12MiB")
+    files, last = check_retention(tapdeck, store, r)
+    size = sum(f.stat().st_size for f in files)
+    assert size <= 12 * MiB, size
+    assert size > 6 * MiB, f"retention deleted more than needed: {size} bytes left"
+
+
+def test_min_free(tapdeck, tmpfs):
+    store = tmpfs / "S"
+    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--min-free", "8MiB")
+    files, last = check_retention(tapdeck, store, r)
+    # Enforced after each file completes; the stats and manifest written afterwards are small.
+    assert free_bytes(tmpfs) >= 8 * MiB - 64 * 1024, free_bytes(tmpfs)
+    assert free_bytes(tmpfs) < 8 * MiB + 6 * MiB, "retention deleted more than needed"
+
+
+def test_full_dir_is_skipped_among_several(tapdeck, tmpfs, tmp_path):
+    """Two data directories, one on the tiny tmpfs without retention: when it fills, the
+    recorder carries on with the other one (a directory that fails is skipped)."""
+    store, small, big = tmp_path / "S", tmpfs / "d", tmp_path / "big"
+    # Uncompressed, so the 60 MiB surely overflow the tmpfs's half of the round-robin.
+    r = tapdeck.record(store, "--dir", small, "--dir", big, *SIXTY_MIB, *BASE,
+                       "--codec", "none", "--rotate-size", "2MiB")
+    assert r.returncode == 0, r.describe()
+    last = final_stats(store)
+    t = last["totals"]
+    assert t["seen"] == t["stored"] + dropped_total(last), t
+    assert t["dropped"]["write_error"] == 0, "a chunk was lost instead of going to the other dir"
+    on_small, on_big = data_files(small), data_files(big)
+    assert on_small and on_big
+    assert len(on_big) > len(on_small), "recording did not continue on the healthy dir"
+    verify_each(tapdeck, on_small + on_big)
+    info = tapdeck.info(store)
+    # The chunks of the abandoned partial file on the full disk are not in a complete file.
+    stranded = len(partial_files(small))
+    assert stranded <= 1
+    if not stranded:
+        assert info["totals"]["packets"] == t["stored"]
+    # Files after the failure are all on the healthy dir.
+    last_small = max(seq(f) for f in on_small)
+    assert all(seq(f) > last_small for f in on_big[-3:])
