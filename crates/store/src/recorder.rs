@@ -209,12 +209,9 @@ pub fn record<S: PacketSource + 'static>(
     for (stream, source) in sources.into_iter().enumerate() {
         let capture = CaptureLoop::new(
             stream as u32,
-            cfg.format,
+            &cfg,
             Arc::clone(&pools[stream]),
             (work_tx.clone(), writer_txs[stream].clone()),
-            cfg.ladder.clone(),
-            cfg.rotation,
-            cfg.flush_interval,
             Arc::clone(&control),
         );
         let hub = Arc::clone(&stats);
@@ -425,24 +422,21 @@ struct CaptureLoop {
 impl CaptureLoop {
     fn new(
         stream: u32,
-        format: Format,
+        cfg: &RecorderConfig,
         pool: Arc<StagingPool>,
         (to_compress, to_writer): (Sender<Sequenced<Chunk>>, Sender<Sequenced<Done>>),
-        ladder: CodecLadder,
-        rotation: Rotation,
-        flush_interval: Duration,
         control: Arc<Control>,
     ) -> CaptureLoop {
         CaptureLoop {
             stream,
-            format,
+            format: cfg.format,
             pool,
             to_compress,
             to_writer,
-            ladder,
+            ladder: cfg.ladder.clone(),
             seq: 0,
-            rotation,
-            flush_interval,
+            rotation: cfg.rotation,
+            flush_interval: cfg.flush_interval,
             segment: None,
             seg_min_ts: u64::MAX,
             seg_max_ts: 0,
