@@ -35,7 +35,9 @@ def compact_utc(ts_ns: int) -> str:
 def record_and_describe(tapdeck, tmp_path, packets, *args):
     src = write_pcap(tmp_path / "in.pcap", packets)
     store = tmp_path / "S"
-    r = tapdeck.record(store, "-r", src, "--staging", "8MiB", "--chunk-size", "512KiB", *args)
+    # File replay runs at full speed and, like a live capture, drops what does not fit in
+    # staging: make the pool larger than the file.
+    r = tapdeck.record(store, "-r", src, "--staging", "32MiB", "--chunk-size", "512KiB", *args)
     assert r.returncode == 0, r.describe()
     v = tapdeck.verify(store)
     assert v.returncode == 0, v.describe()
@@ -74,7 +76,7 @@ def test_interval_with_a_gap(tapdeck, tmp_path):
     """A quiet stretch longer than the interval: no empty files, and the next file still
     starts on the first packet after the gap."""
     a = gen_packets(100, start_ns=T0, duration_ns=20 * 10**9, seed=1)
-    b = gen_packets(100, start_ns=T0 + 200 * 10**9, duration_ns=20 * 10**9, seed=2)
+    b = gen_packets(100, start_ns=T0 + 180 * 10**9, duration_ns=20 * 10**9, seed=2)
     store, info = record_and_describe(tapdeck, tmp_path, a + b, "--rotate-interval", "60")
     assert [f["packets"] for f in info["files"]] == [100, 100]
     assert info["files"][1]["first_ts_ns"] == b[0].ts_ns

@@ -175,7 +175,8 @@ pub fn record<S: PacketSource + 'static>(
                 format: cfg.format,
                 container,
                 direct: cfg.direct,
-                write_buffer: 4 << 20,
+                // Room for a whole chunk frame, so each chunk goes out in one large write.
+                write_buffer: 2 * cfg.chunk_size + (1 << 20),
                 section: section.clone(),
                 discard: cfg.discard,
             },

@@ -121,7 +121,7 @@ impl StreamWriter {
     pub fn run(mut self, rx: Receiver<Sequenced<Done>>) {
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
-        for done in rx {
+        for done in rx.iter() {
             pending.insert(done.seq, done.item);
             while let Some(item) = pending.remove(&next) {
                 next += 1;
@@ -130,6 +130,9 @@ impl StreamWriter {
                     Done::Chunk(chunk, encoded) => self.chunk(chunk, encoded),
                     Done::Close(close) => self.close(close),
                 }
+            }
+            if rx.is_empty() {
+                self.flush_when_idle();
             }
         }
         debug_assert!(pending.is_empty(), "sequence gap at {next}");
@@ -335,7 +338,9 @@ impl StreamWriter {
     ) -> std::io::Result<usize> {
         let cur = self.current.as_mut().expect("a file is open");
         let frame_offset = cur.out.len();
-        let result = write(&mut cur.out).and_then(|_| cur.out.flush());
+        // Under load only whole blocks go out (large writes, no block written twice); the
+        // last partial block follows with the next frame, or when the writer goes idle.
+        let result = write(&mut cur.out).and_then(|_| cur.out.write_whole_blocks());
         if let Err(e) = result {
             cur.out.rollback(frame_offset)?;
             return Err(e);
@@ -362,6 +367,18 @@ impl StreamWriter {
             .bytes_written
             .fetch_add(frame_len as u64, Ordering::Relaxed);
         Ok(frame_len)
+    }
+
+    /// Nothing waiting: put the current file's last partial block on disk too, so a quiet
+    /// link's packets are readable (and survive a crash) without waiting for more.
+    fn flush_when_idle(&mut self) {
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        if let Err(e) = cur.out.flush() {
+            // Its chunks were counted as stored; the partial file keeps all but this tail.
+            self.abandon_current(&format!("flushing failed: {e}"));
+        }
     }
 
     /// Gives up on the current file's directory: keeps the file as it is (complete chunks,
