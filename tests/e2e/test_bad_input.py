@@ -288,7 +288,13 @@ def test_bad_sizes(tapdeck, tmp_path, args, flag):
 
 
 def test_verify_and_extract_of_missing_store(tapdeck, tmp_path):
-    for r in (tapdeck.verify(tmp_path / "nope"), tapdeck.extract(tmp_path / "nope", tmp_path / "o")):
-        assert r.returncode != 0
-        line = one_error_line(r.stderr)
-        assert "nope" in line, line
+    # verify reports per path, one line each ("PATH: problem"), then a summary on stdout.
+    r = tapdeck.verify(tmp_path / "nope")
+    assert r.returncode != 0 and "panicked" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(str(tmp_path / "nope")), r.stderr
+    assert "0 file(s) ok, 1 failed" in r.out
+    r = tapdeck.extract(tmp_path / "nope", tmp_path / "o")
+    assert r.returncode != 0
+    line = one_error_line(r.stderr)
+    assert "nope" in line, line

@@ -71,10 +71,12 @@ def test_sighup_rotates(tapdeck, procs, tmp_path):
     wait_for(lambda: stored_so_far(store) > 0, 20, "first packets stored")
     hups = 3
     for i in range(hups):
-        before = stored_so_far(store)
         p.send_signal(signal.SIGHUP)
-        # The next file starts with the next packet; wait until more are stored.
-        wait_for(lambda: stored_so_far(store) > before + 1000, 20, f"packets after SIGHUP {i + 1}")
+        # The rotation happens at the next packet: the file before it completes.
+        wait_for(lambda: len(data_files(store)) == i + 1, 20, f"rotation after SIGHUP {i + 1}")
+        assert p.poll() is None
+    before = stored_so_far(store)
+    wait_for(lambda: stored_so_far(store) > before, 20, "packets in the last file")
     p.send_signal(signal.SIGINT)
     rc, _, err = finish(p)
     assert rc == 0, err

@@ -71,9 +71,13 @@ pub struct Control {
 }
 
 impl Control {
+    /// Records the first fatal error (later ones are consequences) and stops recording.
     pub fn fail(&self, why: String) {
-        tracing::error!("{why}");
-        self.fatal.lock().unwrap().get_or_insert(why);
+        let mut fatal = self.fatal.lock().unwrap();
+        if fatal.is_none() {
+            tracing::error!("{why}");
+            *fatal = Some(why);
+        }
         self.stop.store(true, Ordering::SeqCst);
     }
 

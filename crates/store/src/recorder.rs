@@ -134,10 +134,7 @@ pub fn record<S: PacketSource + 'static>(
                 cfg.staging_bytes
             )
         })?;
-    let staging_locked = pools.iter().all(|p| p.locked);
-    if !staging_locked {
-        tracing::warn!("staging pool not locked in memory (raise RLIMIT_MEMLOCK, or run as root): it may be swapped out");
-    }
+
     let container = cfg.ladder.container();
     let data_dirs = Arc::new(DataDirs::new(abs_dirs.clone()));
     let started_ns = now_ns();
@@ -252,8 +249,17 @@ pub fn record<S: PacketSource + 'static>(
     let last = stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill());
     report(&last, true);
     manifest.finished_ns = Some(now_ns());
-    write_manifest(&cfg, &manifest)?;
+    if let Err(e) = write_manifest(&cfg, &manifest) {
+        // The files carry everything a reader needs; the manifest only adds the summary.
+        tracing::warn!("{e}");
+    }
     let fatal = control.fatal.lock().unwrap().clone();
+    let staging_locked = pools.iter().all(|p| p.locked());
+    if !staging_locked {
+        tracing::warn!(
+            "the staging pool was not locked in memory (raise RLIMIT_MEMLOCK, or run as root): it could be swapped out"
+        );
+    }
     if let Some(e) = errors.into_iter().next() {
         return Err(e);
     }
@@ -337,7 +343,10 @@ fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), Strin
     let json = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
     std::fs::write(&tmp, json)
         .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write {}: {e}", path.display())
+        })
 }
 
 fn compress_loop(

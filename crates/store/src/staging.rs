@@ -3,10 +3,25 @@
 //! encoded records and hands it on; the segment comes back to the free list only when its
 //! chunk is on disk, so the pool's fill level is the whole pipeline's backlog.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
+
+/// Bytes locked (and so faulted in) per step of the prefault thread.
+const PREFAULT_STEP: usize = 64 << 20;
+
+/// The pool's memory as the prefault thread sees it.
+struct Region(*mut u8, usize);
+// SAFETY: the prefault thread only passes the address to mlock.
+unsafe impl Send for Region {}
+
+impl Region {
+    // Taking `self` whole makes a closure capture the Region, not its raw pointer field.
+    fn into_parts(self) -> (*mut u8, usize) {
+        (self.0, self.1)
+    }
+}
 
 /// Segments are page-aligned so that O_DIRECT could write them as they are.
 const ALIGN: usize = 4096;
@@ -19,7 +34,9 @@ pub struct StagingPool {
     free_tx: Sender<u32>,
     free_rx: Receiver<u32>,
     in_use: AtomicUsize,
-    pub locked: bool,
+    locked: Arc<AtomicBool>,
+    prefault_stop: Arc<AtomicBool>,
+    prefault: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 // SAFETY: the region is only reached through `Segment`, which owns its index exclusively.
@@ -27,8 +44,10 @@ unsafe impl Send for StagingPool {}
 unsafe impl Sync for StagingPool {}
 
 impl StagingPool {
-    /// Maps `total` bytes (rounded down to whole segments, at least two) and faults them
-    /// in now, so the capture loop never takes a page fault on first touch.
+    /// Maps `total` bytes (rounded down to whole segments, at least two). The region is
+    /// backed by huge pages where the kernel allows, and locked and faulted in by a
+    /// background thread: startup does not wait seconds for gigabytes of page zeroing, and
+    /// the capture loop rarely takes a page fault.
     pub fn new(total: usize, segment_size: usize) -> std::io::Result<Arc<StagingPool>> {
         let segment_size = segment_size.div_ceil(ALIGN) * ALIGN;
         let segments = (total / segment_size).max(2);
@@ -39,7 +58,7 @@ impl StagingPool {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -47,14 +66,13 @@ impl StagingPool {
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        // SAFETY: the range was just mapped. Locking may be refused (RLIMIT_MEMLOCK); the
-        // pool still works, only without the guarantee that it is never swapped out.
-        let locked = unsafe { libc::mlock(base, len) } == 0;
+        // SAFETY: advice on the range just mapped; refusal only costs speed.
+        unsafe { libc::madvise(base, len, libc::MADV_HUGEPAGE) };
         let (free_tx, free_rx) = crossbeam_channel::bounded(segments);
         for i in 0..segments as u32 {
             free_tx.send(i).expect("free list sized for every segment");
         }
-        Ok(Arc::new(StagingPool {
+        let pool = Arc::new(StagingPool {
             base: base as *mut u8,
             len,
             segment_size,
@@ -62,8 +80,38 @@ impl StagingPool {
             free_tx,
             free_rx,
             in_use: AtomicUsize::new(0),
-            locked,
-        }))
+            locked: Arc::new(AtomicBool::new(false)),
+            prefault_stop: Arc::new(AtomicBool::new(false)),
+            prefault: Mutex::new(None),
+        });
+        let region = Region(pool.base, len);
+        let (stop, locked) = (Arc::clone(&pool.prefault_stop), Arc::clone(&pool.locked));
+        let handle = std::thread::Builder::new()
+            .name("staging-prefault".into())
+            .spawn(move || {
+                // mlock faults every page in, in segment order, as the free list hands them
+                // out; a step at a time, so that a short run is not kept waiting at exit. It may
+                // be refused (RLIMIT_MEMLOCK): the pool still works, only without the guarantee
+                // that it is never swapped out.
+                let (base, len) = region.into_parts();
+                let mut ok = true;
+                for start in (0..len).step_by(PREFAULT_STEP) {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let n = PREFAULT_STEP.min(len - start);
+                    // SAFETY: inside the mapping, which outlives this thread (Drop joins it).
+                    ok &= unsafe { libc::mlock(base.add(start) as *const libc::c_void, n) } == 0;
+                }
+                locked.store(ok, Ordering::Relaxed);
+            })?;
+        *pool.prefault.lock().unwrap() = Some(handle);
+        Ok(pool)
+    }
+
+    /// Whether the pool is locked in memory (known once the prefault thread finished).
+    pub fn locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
     }
 
     pub fn segment_size(&self) -> usize {
@@ -115,6 +163,10 @@ impl StagingPool {
 
 impl Drop for StagingPool {
     fn drop(&mut self) {
+        self.prefault_stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.prefault.lock().unwrap().take() {
+            let _ = h.join();
+        }
         // SAFETY: every Segment holds an Arc to the pool, so none outlives this mapping.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }

@@ -25,6 +25,8 @@ pub struct DataDirs {
     pub paths: Vec<PathBuf>,
     failed: Vec<AtomicBool>,
     next: AtomicUsize,
+    /// Why the last directory failed, for the final error.
+    last_failure: std::sync::Mutex<String>,
 }
 
 impl DataDirs {
@@ -34,6 +36,7 @@ impl DataDirs {
             paths,
             failed,
             next: AtomicUsize::new(0),
+            last_failure: std::sync::Mutex::new(String::new()),
         }
     }
 
@@ -52,6 +55,7 @@ impl DataDirs {
                 "data directory {} is skipped from now on: {why}",
                 self.paths[i].display()
             );
+            *self.last_failure.lock().unwrap() = why.to_string();
         }
     }
 }
@@ -216,14 +220,9 @@ impl StreamWriter {
                 return true;
             }
         }
+        let last = self.dirs.last_failure.lock().unwrap().clone();
         self.control.fail(format!(
-            "no data directory is usable any more ({}); every completed file is intact",
-            self.dirs
-                .paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "recording stopped, no data directory is usable any more ({last}); every completed file is intact"
         ));
         false
     }
