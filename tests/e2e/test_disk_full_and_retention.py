@@ -86,10 +86,6 @@ def test_disk_full_without_retention(tapdeck, tmpfs, tmp_path):
     assert len(partial_files(data)) <= 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "writer.rs start_file(): when the last data directory has failed, the fatal error is "
-    "'no data directory is usable any more (DIR); every completed file is intact' - the "
-    "cause (disk full, ENOSPC) is only in an earlier log line, not in the one-line error"))
 def test_disk_full_error_names_the_cause(tapdeck, tmpfs, tmp_path):
     store, data = tmp_path / "S", tmpfs / "d"
     r = tapdeck.record(store, "--dir", data, *SIXTY_MIB, *COMMON, "--rotate-size", "4MiB")

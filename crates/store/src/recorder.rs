@@ -367,7 +367,7 @@ fn compress_loop(
         let codec = if chunk.source_waits {
             ladder.strongest()
         } else {
-            ladder.choose(pools[stream as usize].fill())
+            ladder.choose(pools[stream as usize].compression_backlog())
         };
         let encoded = match codec {
             Codec::Raw => Encoded::Raw,
@@ -382,6 +382,7 @@ fn compress_loop(
                 }
             }
         };
+        pools[stream as usize].note_compression(false);
         let done = Done::Chunk(chunk, encoded);
         if txs[stream as usize]
             .send(Sequenced {
@@ -577,7 +578,7 @@ impl CaptureLoop {
         // When the backlog calls for a raw copy, the compressors are skipped altogether:
         // at idle priority they may be the very thing that is behind.
         let codec = if self.live {
-            self.ladder.choose(self.pool.fill())
+            self.ladder.choose(self.pool.compression_backlog())
         } else {
             self.ladder.strongest()
         };
@@ -585,6 +586,7 @@ impl CaptureLoop {
             self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));
         } else {
             let seq = self.next_seq();
+            self.pool.note_compression(true);
             let _ = self.to_compress.send(Sequenced {
                 stream: self.stream,
                 seq,

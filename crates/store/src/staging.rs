@@ -34,6 +34,7 @@ pub struct StagingPool {
     free_tx: Sender<u32>,
     free_rx: Receiver<u32>,
     in_use: AtomicUsize,
+    awaiting_compression: AtomicUsize,
     locked: Arc<AtomicBool>,
     prefault_stop: Arc<AtomicBool>,
     prefault: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -80,6 +81,7 @@ impl StagingPool {
             free_tx,
             free_rx,
             in_use: AtomicUsize::new(0),
+            awaiting_compression: AtomicUsize::new(0),
             locked: Arc::new(AtomicBool::new(false)),
             prefault_stop: Arc::new(AtomicBool::new(false)),
             prefault: Mutex::new(None),
@@ -129,6 +131,22 @@ impl StagingPool {
     /// Fraction of segments not free: filled, being compressed, or waiting for the disk.
     pub fn fill(&self) -> f64 {
         self.in_use.load(Ordering::Relaxed) as f64 / self.segments as f64
+    }
+
+    /// Fraction of segments waiting for (or in) a compressor: the backlog the codec ladder
+    /// answers. A backlog at the disk is not counted: a cheaper codec would only make it
+    /// worse, so while the compressors keep up they keep compressing.
+    pub fn compression_backlog(&self) -> f64 {
+        self.awaiting_compression.load(Ordering::Relaxed) as f64 / self.segments as f64
+    }
+
+    /// A segment was queued for compression (`true`) or left the compressor (`false`).
+    pub fn note_compression(&self, queued: bool) {
+        if queued {
+            self.awaiting_compression.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.awaiting_compression.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Whether a segment is likely free (racy, but never wrong for long).
