@@ -1,6 +1,8 @@
-//! The codec ladder: the strongest codec while the staging pool is nearly empty, cheaper
-//! ones as it fills, a raw copy when it is nearly full — the gzip -9 / -1 / lzf / copy
-//! ladder of the HP papers, with zstd and lz4.
+//! The codec ladder: the strongest codec while few chunks wait for compression, cheaper
+//! ones as that backlog grows, a raw copy when it is nearly the whole pool — the gzip -9 /
+//! -1 / lzf / copy ladder of the HP papers, with zstd and lz4. The backlog is measured
+//! at the compressors only: when the disk is what is behind, compressing less would only
+//! add bytes to its queue.
 
 use tapdeck_pcap::container::{Codec, Container};
 
