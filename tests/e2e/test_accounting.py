@@ -116,12 +116,6 @@ def test_rotating_overloaded_balances(tapdeck, overloaded_rotating):
     assert info["totals"]["drops"] == dropped_total(last)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "recorder.rs CaptureLoop::packet(): a size (or interval) rotation opens the new file "
-    "with the triggering packet's timestamp (open_file(p.ts_ns)) before checking for "
-    "staging room; when that packet is then dropped (staging full), the file's name and "
-    "meta first_ts_ns name a packet that is not in it, and verify rejects the file "
-    "('file metadata: says packets span X to Y ns, the records span X' to Y')"))
 def test_rotating_overloaded_files_verify(tapdeck, overloaded_rotating, tmp_path):
     # Whether a rotating packet meets a full pool is a matter of timing: three recordings
     # (each with ~10 rotations) make the outcome certain in practice.
@@ -170,11 +164,6 @@ def test_codec_bytes_add_up(tapdeck, overloaded):
     assert mix == {k: v["chunks"] for k, v in codecs.items()}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "recorder.rs CaptureLoop publishes seen/received only every 100 ms (publish()), while "
-    "the writer publishes stored after every chunk (writer.rs chunk() -> publish()); a "
-    "stats snapshot pairs a stale 'seen' with a fresh 'stored', so running records show "
-    "stored > seen (e.g. seen 0, stored 5416 at 0.1 s)"))
 def test_periodic_records_never_overcount(tmp_path, tapdeck):
     """While running, stored + dropped may lag seen but never exceed it."""
     store = tmp_path / "S"

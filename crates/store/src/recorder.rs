@@ -18,7 +18,7 @@ use crate::meta::{self, InterfaceMeta, Manifest};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
-use crate::stats::{CaptureCounts, StatsHub, StatsRecord, StreamStats};
+use crate::stats::{CaptureCounts, StatsHub, StatsRecord};
 use crate::writer::{DataDirs, StreamWriter, WriterConfig};
 
 /// Capture and writer threads outrank everything else; compressors run at idle priority
@@ -211,11 +211,11 @@ pub fn record<S: PacketSource + 'static>(
             Arc::clone(&pools[stream]),
             (work_tx.clone(), writer_txs[stream].clone()),
             Arc::clone(&control),
+            Arc::clone(&stats),
         );
-        let hub = Arc::clone(&stats);
         capture_threads.push(spawn(format!("capture-{stream}"), &stats, move || {
             set_nice(CAPTURE_NICE);
-            capture.run(source, &hub.streams[stream], deadline)
+            capture.run(source, deadline)
         }));
     }
     drop((work_tx, writer_txs));
@@ -428,6 +428,9 @@ struct CaptureLoop {
     /// See `PacketSource::live`.
     live: bool,
     control: Arc<Control>,
+    hub: Arc<StatsHub>,
+    /// Packets whose captured length exceeded their original length (bad input).
+    length_fixups: u64,
 }
 
 impl CaptureLoop {
@@ -437,6 +440,7 @@ impl CaptureLoop {
         pool: Arc<StagingPool>,
         (to_compress, to_writer): (Sender<Sequenced<Chunk>>, Sender<Sequenced<Done>>),
         control: Arc<Control>,
+        hub: Arc<StatsHub>,
     ) -> CaptureLoop {
         CaptureLoop {
             stream,
@@ -464,13 +468,14 @@ impl CaptureLoop {
             counts: Vec::new(),
             live: true,
             control,
+            hub,
+            length_fixups: 0,
         }
     }
 
     fn run<S: PacketSource>(
         mut self,
         mut source: S,
-        stats: &StreamStats,
         deadline: Option<Instant>,
     ) -> Result<Vec<Interface>, String> {
         self.live = source.live();
@@ -482,7 +487,12 @@ impl CaptureLoop {
                 break Ok(());
             }
             if source.interfaces().len() != self.interfaces.len() {
-                self.interfaces = source.interfaces().to_vec();
+                let mut fresh = source.interfaces().to_vec();
+                // Keep the snap lengths this loop raised (see `raise_snaplen`).
+                for (new, old) in fresh.iter_mut().zip(&self.interfaces) {
+                    new.snaplen = old.snaplen;
+                }
+                self.interfaces = fresh;
                 self.grow(self.interfaces.len());
                 // A file's header lists its interfaces: new ones start a new file.
                 self.rotate_pending = self.file_open;
@@ -500,7 +510,7 @@ impl CaptureLoop {
                 self.submit_segment();
             }
             if now - last_publish >= Duration::from_millis(100) {
-                self.publish(&source.counters(), stats);
+                self.publish(&source.counters());
                 last_publish = now;
             }
             match poll {
@@ -516,9 +526,16 @@ impl CaptureLoop {
             }
         };
         let counters = source.counters();
-        self.publish(&counters, stats);
+        self.publish(&counters);
         if self.file_open {
             self.close_file(&counters);
+        }
+        if self.length_fixups > 0 {
+            tracing::warn!(
+                "{} packets had more captured bytes than their original length; each was \
+                 stored with its captured length as the original one",
+                self.length_fixups
+            );
         }
         result.map(|_| self.interfaces)
     }
@@ -533,14 +550,28 @@ impl CaptureLoop {
     fn apply_source_counters(&mut self, counters: &[SourceCounters]) {
         self.grow(counters.len());
         for (c, s) in self.counts.iter_mut().zip(counters) {
-            c.seen = s.seen;
+            // A socket's counters are read periodically and may lag what was delivered
+            // since; the source saw at least what it delivered plus what it dropped.
+            c.seen = s.seen.max(c.received + s.dropped);
             c.dropped_kernel = s.dropped;
         }
     }
 
-    fn publish(&mut self, counters: &[SourceCounters], stats: &StreamStats) {
+    fn publish(&mut self, counters: &[SourceCounters]) {
         self.apply_source_counters(counters);
-        *stats.capture.lock().unwrap() = self.counts.clone();
+        self.publish_counts();
+    }
+
+    /// Publishes this loop's counters. The source's own counts are read less often; the
+    /// source saw at least what it delivered plus what it dropped, so `seen` never lags.
+    fn publish_counts(&mut self) {
+        for c in &mut self.counts {
+            c.seen = c.seen.max(c.received + c.dropped_kernel);
+        }
+        *self.hub.streams[self.stream as usize]
+            .capture
+            .lock()
+            .unwrap() = self.counts.clone();
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -566,6 +597,8 @@ impl CaptureLoop {
         if segment.is_empty() {
             return;
         }
+        // Publish first, so no stats record ever shows a packet stored before received.
+        self.publish_counts();
         let per_iface = std::mem::replace(&mut self.seg_per_iface, vec![0; self.counts.len()]);
         let chunk = Chunk {
             segment,
@@ -636,22 +669,36 @@ impl CaptureLoop {
         }
     }
 
+    /// Closes the current file (its last segment is already submitted); the packet being
+    /// staged opens the next one.
     #[cold]
-    fn rotate(&mut self, ts: u64) {
-        if self.file_open {
-            // Counters in the statistics block are as of the last publish; exact at the end.
-            let counters: Vec<SourceCounters> = self
-                .counts
-                .iter()
-                .map(|c| SourceCounters {
-                    seen: c.seen,
-                    dropped: c.dropped_kernel,
-                    freezes: 0,
-                })
-                .collect();
-            self.close_file(&counters);
-        }
-        self.open_file(ts);
+    fn close_for_rotation(&mut self) {
+        // Counters in the statistics block are as of the last publish; exact at the end.
+        let counters: Vec<SourceCounters> = self
+            .counts
+            .iter()
+            .map(|c| SourceCounters {
+                seen: c.seen,
+                dropped: c.dropped_kernel,
+                freezes: 0,
+            })
+            .collect();
+        self.close_file(&counters);
+    }
+
+    /// A packet longer than its interface's snap length (a malformed input file): declare
+    /// a snap length that covers it, in a new file, rather than store a file that breaks
+    /// its own header.
+    #[cold]
+    fn raise_snaplen(&mut self, iface: usize, caplen: usize) {
+        let snaplen = (caplen as u32).max(262_144);
+        tracing::warn!(
+            "interface {iface} declares snap length {} but a packet has {caplen} bytes; \
+             files from here on declare {snaplen}",
+            self.interfaces[iface].snaplen
+        );
+        self.interfaces[iface].snaplen = snaplen;
+        self.rotate_pending = self.file_open;
     }
 }
 
@@ -663,18 +710,41 @@ impl PacketSink for CaptureLoop {
             self.grow(i + 1);
         }
         self.counts[i].received += 1;
-        let len = self.format.record_len(p.data.len());
-        if !self.file_open
-            || self.rotate_pending
-            || p.ts_ns >= self.boundary
-            || self
-                .rotation
-                .max_bytes
-                .is_some_and(|max| self.file_bytes > 0 && self.file_bytes + len as u64 > max)
+        let caplen = p.data.len();
+        if self
+            .interfaces
+            .get(i)
+            .is_some_and(|f| f.snaplen != 0 && caplen > f.snaplen as usize)
         {
-            self.rotate(p.ts_ns);
+            self.raise_snaplen(i, caplen);
         }
-        if self.segment.as_ref().is_none_or(|s| s.room() < len) {
+        let mut fixed;
+        let p = if caplen as u64 > u64::from(p.orig_len) {
+            // A packet cannot have been shorter on the wire than what was captured of it
+            // (bad input); store the captured length as the original one, and say so.
+            self.length_fixups += 1;
+            if self.length_fixups == 1 {
+                tracing::warn!(
+                    "a packet has {caplen} captured bytes but an original length of {}; \
+                     storing {caplen} as its original length (counted at the end)",
+                    p.orig_len
+                );
+            }
+            fixed = *p;
+            fixed.orig_len = caplen as u32;
+            &fixed
+        } else {
+            p
+        };
+        let len = self.format.record_len(caplen);
+        let rotate = self.file_open
+            && (self.rotate_pending
+                || p.ts_ns >= self.boundary
+                || self
+                    .rotation
+                    .max_bytes
+                    .is_some_and(|max| self.file_bytes > 0 && self.file_bytes + len as u64 > max));
+        if rotate || self.segment.as_ref().is_none_or(|s| s.room() < len) {
             self.submit_segment();
             // A cheap look before the free list, which is costly to poll per packet.
             let taken = if self.pool.has_free() {
@@ -684,16 +754,21 @@ impl PacketSink for CaptureLoop {
             } else {
                 None
             };
-            match taken {
-                Some(s) if s.room() >= len => {
-                    self.segment = Some(s);
-                    self.seg_started = Instant::now();
-                }
-                _ => {
-                    self.counts[i].dropped_staging_full += 1;
-                    return;
-                }
+            let Some(segment) = taken.filter(|s| s.room() >= len) else {
+                // The current file stays open, so its statistics block counts this drop.
+                self.counts[i].dropped_staging_full += 1;
+                return;
+            };
+            if rotate {
+                // Only now that the packet has a place: a file is always named after a
+                // packet it holds.
+                self.close_for_rotation();
             }
+            self.segment = Some(segment);
+            self.seg_started = Instant::now();
+        }
+        if !self.file_open {
+            self.open_file(p.ts_ns);
         }
         let segment = self.segment.as_mut().expect("segment taken above");
         let n = self.format.write_record(p, segment.spare_mut());
@@ -709,7 +784,7 @@ impl PacketSink for CaptureLoop {
         self.file_bytes += n as u64;
         let c = &mut self.counts[i];
         c.staged_bytes += n as u64;
-        c.captured_bytes += p.data.len() as u64;
+        c.captured_bytes += caplen as u64;
         c.wire_bytes += u64::from(p.orig_len);
     }
 }

@@ -399,7 +399,9 @@ impl StreamWriter {
         let Some(mut cur) = self.current.take() else {
             return;
         };
-        let counts = self.interface_counts(&close);
+        let mut counts = self.interface_counts(&close);
+        // Interfaces the source declared after this file began belong to the next file.
+        counts.truncate(self.interfaces.len());
         if self.cfg.format == Format::Pcapng && !counts.is_empty() {
             let ts = if cur.max_ts_ns > 0 {
                 cur.max_ts_ns
