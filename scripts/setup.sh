@@ -11,6 +11,7 @@ packages=(
   zstd lz4         # the stock tools our files must decompress with
   iproute2         # network namespaces and veth pairs for tests and the demo
   iputils-ping
+  ethtool          # GRO/GSO off on capture interfaces
   procps
 )
 missing=()
