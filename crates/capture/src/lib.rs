@@ -4,9 +4,11 @@
 //! a file) and must never block for long: the recorder polls it in a loop that also rotates
 //! files and flushes partial chunks. Sources own no disk I/O beyond their input.
 
+mod afpacket;
 mod file;
 mod synthetic;
 
+pub use afpacket::{drop_privileges, AfPacketConfig, AfPacketSource, KernelStats, DEFAULT_SNAPLEN};
 pub use file::FileSource;
 pub use synthetic::{SyntheticProfile, SyntheticSource};
 pub use tapdeck_pcap::{Interface, Packet};

@@ -50,6 +50,57 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PROFILE")]
     pub synthetic: Option<String>,
 
+    /// Capture live from this network interface (repeat for several: each becomes an
+    /// interface of the same files). AF_PACKET with a TPACKET_V3 ring per interface,
+    /// promiscuous, nanosecond timestamps (the NIC's clock where the driver stamps in
+    /// hardware). Needs CAP_NET_RAW. Turn GRO/LRO off on it (`ethtool -K IF gro off`).
+    #[arg(
+        short = 'i',
+        long = "interface",
+        value_name = "IF",
+        conflicts_with_all = ["read", "synthetic"]
+    )]
+    pub interfaces: Vec<String>,
+
+    /// With -i: capture threads, each its own stream (and files). The sockets of an
+    /// interface form a PACKET_FANOUT group with a symmetric flow hash, so both directions
+    /// of a connection land in the same stream; `extract` merges streams by time.
+    #[arg(long, value_name = "N", default_value = "1", requires = "interfaces")]
+    pub threads: usize,
+
+    /// With -i: capture filter in tcpdump syntax (compiled by libpcap, run in the kernel,
+    /// so other packets never reach tapdeck), e.g. `tcp port 2049 or udp port 2049`.
+    #[arg(long, value_name = "EXPR", requires = "interfaces")]
+    pub filter: Option<String>,
+
+    /// With -i: keep at most this many bytes of each packet (header-only capture, e.g. 96);
+    /// the original length is still recorded. Default 262144.
+    #[arg(long, value_name = "BYTES", requires = "interfaces")]
+    pub snaplen: Option<u32>,
+
+    /// With -i: bytes per kernel ring block (a multiple of the page size).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "4MiB",
+        requires = "interfaces"
+    )]
+    pub ring_block_size: String,
+
+    /// With -i: blocks per kernel ring; one ring per interface and thread.
+    #[arg(long, value_name = "N", default_value = "64", requires = "interfaces")]
+    pub ring_blocks: u32,
+
+    /// With -i: the kernel hands over a partly filled ring block after this many
+    /// milliseconds, so packets on a quiet link arrive promptly.
+    #[arg(long, value_name = "MS", default_value = "10", requires = "interfaces")]
+    pub block_timeout_ms: u32,
+
+    /// With -i: once the sockets are open, drop root privileges and run as this user
+    /// (who must be able to write the store).
+    #[arg(long, value_name = "NAME", requires = "interfaces")]
+    pub user: Option<String>,
+
     /// With --synthetic: offer this many packets per second on a fixed schedule (default:
     /// as fast as the capture thread can generate them).
     #[arg(long, value_name = "PPS", requires = "synthetic")]

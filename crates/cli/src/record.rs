@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tapdeck_capture::{FileSource, PacketSource, SyntheticSource};
+use tapdeck_capture::{AfPacketConfig, AfPacketSource, FileSource, PacketSource, SyntheticSource};
 use tapdeck_pcap::Format;
 use tapdeck_store::ladder::CodecLadder;
 use tapdeck_store::pipeline::Control;
@@ -104,12 +104,42 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
 
     let control = Arc::new(Control::default());
     install_signals(&control)?;
+    if args.interfaces.is_empty()
+        && (args.filter.is_some() || args.snaplen.is_some() || args.user.is_some())
+    {
+        bail!("--filter, --snaplen and --user apply to live capture: add -i IF");
+    }
     let summary = match (&args.read, &args.synthetic) {
+        (None, None) if !args.interfaces.is_empty() => {
+            let live = AfPacketConfig {
+                interfaces: args.interfaces.clone(),
+                block_size: u32::try_from(parse_size("--ring-block-size", &args.ring_block_size)?)
+                    .context("--ring-block-size must be under 4 GiB")?,
+                blocks: args.ring_blocks,
+                block_timeout_ms: args.block_timeout_ms,
+                filter: args.filter.clone(),
+                snaplen: args.snaplen,
+                count: args.count,
+                ..AfPacketConfig::default()
+            };
+            let sources = AfPacketSource::open_fanout(&live, args.threads)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if let Some(user) = &args.user {
+                tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            let mut cfg = cfg;
+            cfg.options["source"] =
+                serde_json::json!(format!("live {}", args.interfaces.join(",")));
+            cfg.options["threads"] = serde_json::json!(args.threads);
+            cfg.options["filter"] = serde_json::json!(args.filter);
+            cfg.options["snaplen"] = serde_json::json!(args.snaplen);
+            run_with(cfg, sources, control, args)?
+        }
         (Some(path), None) => {
             let source = FileSource::open(path)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .with_limit(args.count);
-            run_with(cfg, source, control, args)?
+            run_with(cfg, vec![source], control, args)?
         }
         (None, Some(profile)) => {
             let profile = profile
@@ -117,12 +147,12 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
                 .map_err(|e: String| anyhow::anyhow!("--synthetic: {e}"))?;
             run_with(
                 cfg,
-                SyntheticSource::new(profile, args.count, 1).with_rate(args.rate),
+                vec![SyntheticSource::new(profile, args.count, 1).with_rate(args.rate)],
                 control,
                 args,
             )?
         }
-        _ => bail!("say where packets come from: -r FILE or --synthetic PROFILE"),
+        _ => bail!("say where packets come from: -i IF, -r FILE or --synthetic PROFILE"),
     };
     print_summary(&summary);
     if let Some(fatal) = summary.fatal {
@@ -133,7 +163,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
 
 fn run_with<S: PacketSource + 'static>(
     cfg: RecorderConfig,
-    source: S,
+    sources: Vec<S>,
     control: Arc<Control>,
     args: &RecordArgs,
 ) -> anyhow::Result<Summary> {
@@ -160,11 +190,15 @@ fn run_with<S: PacketSource + 'static>(
     let progress = !args.quiet && std::io::stderr().is_terminal();
     tracing::info!(
         "recording {} into {}",
-        source.describe(),
+        sources
+            .iter()
+            .map(|s| s.describe())
+            .collect::<Vec<_>>()
+            .join("; "),
         cfg.store.display()
     );
     let mut last: Option<StatsRecord> = None;
-    let summary = recorder::record(cfg, vec![source], control, |record, done| {
+    let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
         if progress {
             show_progress(record, last.as_ref());
