@@ -282,7 +282,7 @@ fn print_summary(s: &Summary) {
             c.bytes_in as f64 / c.bytes_out.max(1) as f64
         );
     }
-    if !s.stats.cpu_seconds.is_empty() {
+    if !s.stats.cpu_seconds.is_empty() && t.stored > 0 {
         let per_million = |cpu: f64| cpu / (t.stored.max(1) as f64 / 1e6);
         let roles: Vec<String> = s
             .stats

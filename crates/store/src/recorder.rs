@@ -26,6 +26,9 @@ use crate::writer::{DataDirs, StreamWriter, WriterConfig};
 /// root; without it the threads keep the default.
 const CAPTURE_NICE: i32 = -5;
 
+/// Classic pcap stores seconds in 32 bits.
+const PCAP_TIME_LIMIT_NS: u64 = (u32::MAX as u64 + 1) * 1_000_000_000;
+
 /// How files are cut.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Rotation {
@@ -431,6 +434,8 @@ struct CaptureLoop {
     hub: Arc<StatsHub>,
     /// Packets whose captured length exceeded their original length (bad input).
     length_fixups: u64,
+    /// Why a packet could not be stored in the chosen format; stops the recording.
+    unfit: Option<String>,
 }
 
 impl CaptureLoop {
@@ -470,6 +475,7 @@ impl CaptureLoop {
             control,
             hub,
             length_fixups: 0,
+            unfit: None,
         }
     }
 
@@ -493,6 +499,9 @@ impl CaptureLoop {
                     new.snaplen = old.snaplen;
                 }
                 self.interfaces = fresh;
+                if let Err(e) = self.fits_format(&source) {
+                    break Err(e);
+                }
                 self.grow(self.interfaces.len());
                 // A file's header lists its interfaces: new ones start a new file.
                 self.rotate_pending = self.file_open;
@@ -503,6 +512,9 @@ impl CaptureLoop {
                 self.rotate_pending = self.file_open;
             }
             let poll = source.poll(&mut self);
+            if self.unfit.is_some() {
+                break self.fits_format(&source);
+            }
             let now = Instant::now();
             if self.segment.as_ref().is_some_and(|s| !s.is_empty())
                 && now - self.seg_started >= self.flush_interval
@@ -525,6 +537,8 @@ impl CaptureLoop {
                 Err(e) => break Err(e.to_string()),
             }
         };
+        // A file's last interfaces may be declared after its last packet.
+        let result = result.and_then(|()| self.fits_format(&source));
         let counters = source.counters();
         self.publish(&counters);
         if self.file_open {
@@ -538,6 +552,22 @@ impl CaptureLoop {
             );
         }
         result.map(|_| self.interfaces)
+    }
+
+    /// Classic pcap holds one interface and times before 2106: say so as soon as a source
+    /// goes beyond.
+    fn fits_format<S: PacketSource>(&self, source: &S) -> Result<(), String> {
+        if let Some(why) = &self.unfit {
+            return Err(why.clone());
+        }
+        let n = source.interfaces().len();
+        if self.format == Format::Pcap && n > 1 {
+            return Err(format!(
+                "{} has {n} interfaces, and classic pcap holds one: use --format pcapng",
+                source.describe()
+            ));
+        }
+        Ok(())
     }
 
     fn grow(&mut self, n: usize) {
@@ -711,6 +741,15 @@ impl PacketSink for CaptureLoop {
         }
         self.counts[i].received += 1;
         let caplen = p.data.len();
+        if self.format == Format::Pcap && p.ts_ns >= PCAP_TIME_LIMIT_NS {
+            self.counts[i].received -= 1;
+            self.unfit.get_or_insert_with(|| {
+                "a packet is timed after 2106-02-07, past what classic pcap's 32-bit seconds \
+                 hold: use --format pcapng"
+                    .to_string()
+            });
+            return;
+        }
         if self
             .interfaces
             .get(i)
