@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, end to end on an embedded default: build, make a test network in a
-# namespace, generate traffic on it, record it, and run every later stage that exists
+# namespace, generate traffic on it, record it live, and run every later stage that exists
 # (verify, extract, info); then print where the results are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ rm -rf "$out" && mkdir -p "$out"
 
 cleanup() {
   [[ -n "${capture_pid:-}" ]] && kill "$capture_pid" 2>/dev/null || true
+  [[ -n "${record_pid:-}" ]] && kill "$record_pid" 2>/dev/null || true
   [[ -n "${sink_pid:-}" ]] && kill "$sink_pid" 2>/dev/null || true
   ip link del td-demo0 2>/dev/null || true
   ip netns del "$ns" 2>/dev/null || true
@@ -32,9 +33,8 @@ ip -n "$ns" link set lo up
 # Segmentation offloads merge packets the wire never carried; capture sees real frames only.
 ethtool -K td-demo0 gro off gso off tso off >/dev/null 2>&1 || true
 
-echo "== traffic: UDP size mix + one TCP transfer from the namespace, captured on td-demo0"
-# tapdeck's live AF_PACKET source is the next milestone (issue 3); until it lands, tcpdump
-# takes the link to a file, and tapdeck records that file with its original timestamps.
+echo "== traffic: UDP size mix + one TCP transfer from the namespace"
+echo "   recorded live on td-demo0 by tapdeck (AF_PACKET v3), and by tcpdump as a reference"
 python3 -c "
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -43,22 +43,27 @@ c, _ = s.accept()
 while c.recv(1 << 16): pass
 " &
 sink_pid=$!
+"$bin" record -i td-demo0 --store "$out/store" --rotate-interval 60 --staging 256MiB -q 2>"$out/record.log" &
+record_pid=$!
 tcpdump -i td-demo0 -s 0 -w "$out/link.pcap" -U -q 2>/dev/null &
 capture_pid=$!
 sleep 1
 ip netns exec "$ns" python3 scripts/traffic.py 198.18.0.1 --count 20000 --rate 10000 --tcp-bytes 4000000
 ip netns exec "$ns" ping -c 5 -i 0.2 -q 198.18.0.1 >/dev/null
 sleep 1
+kill -INT "$record_pid"; wait "$record_pid"; record_pid=
 kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=
 wait "$sink_pid" 2>/dev/null || true; sink_pid=
+cat "$out/record.log" | grep -v INFO
+echo "   tcpdump, on the same link, wrote $(tcpdump -r "$out/link.pcap" 2>/dev/null | wc -l) packets"
 
-echo "== record: the link capture into a store (adaptive zstd/lz4 ladder, 1-minute files)"
-"$bin" record -r "$out/link.pcap" --store "$out/store" --rotate-interval 60 -q
+echo "== record: the tcpdump file replayed into a second store (original timestamps kept)"
+"$bin" record -r "$out/link.pcap" --store "$out/replay-store" -q
 echo "== record: 2 million synthetic mixed-size packets at full speed"
 "$bin" record --synthetic mix --count 2000000 --store "$out/synthetic-store" --rotate-size 256MiB -q
 
 echo "== verify"
-"$bin" verify "$out/store" "$out/synthetic-store"
+"$bin" verify "$out/store" "$out/replay-store" "$out/synthetic-store"
 
 echo "== extract: UDP to port 9 from the middle of the capture, as a standard pcapng"
 first=$(tcpdump -r "$out/link.pcap" -tt -c 1 2>/dev/null | awk '{print $1}')
@@ -75,8 +80,9 @@ echo "== info"
 cat <<EOT
 
 Results:
-  $out/link.pcap            the traffic as captured on the link
-  $out/store/               the trace store (manifest.json, stats.jsonl, *.pcapng.zst)
+  $out/store/               the live recording (manifest.json, stats.jsonl, *.pcapng.zst)
+  $out/link.pcap            the same traffic as tcpdump wrote it, for comparison
+  $out/replay-store/        link.pcap replayed into a store
   $out/synthetic-store/     the synthetic recording
   $out/extract.pcapng       the extracted window, readable by tcpdump/tshark/Wireshark
 EOT
