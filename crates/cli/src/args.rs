@@ -120,9 +120,10 @@ pub struct RecordArgs {
     pub format: String,
 
     /// Codec ladder, strongest first: `zstd:6,zstd:1,lz4,raw`. Each chunk uses the first rung
-    /// whose threshold is above the staging backlog (`zstd:6@0.2` = while less than 20 % of
-    /// the pool is waiting); rungs without one are spread evenly below 75 %, and a raw rung
-    /// is used when the pool is 90 % full. `none` (or `raw` alone) writes plain files.
+    /// whose threshold is above the compression backlog (`zstd:6@0.2` = while less than 20 %
+    /// of the staging pool waits for a compressor); rungs without one are spread evenly below
+    /// 75 %, and a raw rung is used from 90 %. A slow disk does not step the ladder down. A
+    /// file source (-r) always gets the first rung. `none` (or `raw` alone) writes plain files.
     #[arg(long, default_value = "zstd:6,zstd:1,lz4,raw", value_name = "LADDER")]
     pub codec: String,
 
@@ -210,8 +211,9 @@ pub struct ExtractArgs {
     #[arg(value_name = "STORE")]
     pub store: PathBuf,
 
-    /// Capture filter in tcpdump syntax (compiled by libpcap), e.g. `udp and port 53`.
-    #[arg(value_name = "FILTER", trailing_var_arg = true)]
+    /// Capture filter in tcpdump syntax (compiled by libpcap), e.g. `udp and port 53`; the
+    /// words may come before or after the options.
+    #[arg(value_name = "FILTER")]
     pub filter: Vec<String>,
 
     /// First packet time to include: RFC 3339 (`2026-11-23T05:57:34.5Z`) or seconds since
