@@ -53,22 +53,27 @@ impl StreamStats {
     pub fn interface_counts(&self) -> Vec<InterfaceCounts> {
         let capture = self.capture.lock().unwrap().clone();
         let writer = self.writer.lock().unwrap().clone();
-        let n = capture.len().max(writer.len());
-        (0..n)
-            .map(|i| {
-                let c = capture.get(i).copied().unwrap_or_default();
-                let w = writer.get(i).copied().unwrap_or_default();
-                InterfaceCounts {
-                    seen: c.seen,
-                    dropped_kernel: c.dropped_kernel,
-                    received: c.received,
-                    dropped_staging_full: c.dropped_staging_full,
-                    dropped_write_error: w.dropped_write_error,
-                    stored: w.stored,
-                }
-            })
-            .collect()
+        combine(&capture, &writer)
     }
+}
+
+/// Per-interface counts from both sides of the pipeline, as the files record them.
+pub fn combine(capture: &[CaptureCounts], writer: &[WriterCounts]) -> Vec<InterfaceCounts> {
+    let n = capture.len().max(writer.len());
+    (0..n)
+        .map(|i| {
+            let c = capture.get(i).copied().unwrap_or_default();
+            let w = writer.get(i).copied().unwrap_or_default();
+            InterfaceCounts {
+                seen: c.seen,
+                dropped_kernel: c.dropped_kernel,
+                received: c.received,
+                dropped_staging_full: c.dropped_staging_full,
+                dropped_write_error: w.dropped_write_error,
+                stored: w.stored,
+            }
+        })
+        .collect()
 }
 
 /// Everything the recorder counts, shared by all its threads.

@@ -492,21 +492,7 @@ impl StreamWriter {
 
     fn interface_counts(&mut self, close: &CloseFile) -> Vec<meta::InterfaceCounts> {
         self.grow_counts(close.capture.len().max(self.interfaces.len()));
-        self.counts
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                let c = close.capture.get(i).copied().unwrap_or_default();
-                meta::InterfaceCounts {
-                    seen: c.seen,
-                    dropped_kernel: c.dropped_kernel,
-                    received: c.received,
-                    dropped_staging_full: c.dropped_staging_full,
-                    dropped_write_error: w.dropped_write_error,
-                    stored: w.stored,
-                }
-            })
-            .collect()
+        crate::stats::combine(&close.capture, &self.counts)
     }
 
     fn grow_counts(&mut self, n: usize) {
