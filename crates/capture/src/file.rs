@@ -4,6 +4,9 @@
 use std::fs::File;
 use std::io::{self, Read};
 
+use std::os::unix::fs::FileExt;
+
+use tapdeck_pcap::container::{decode_frame, ChunkEntry, ChunkIndex, Container};
 use tapdeck_pcap::{Interface, Packet, TraceReader};
 
 use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
@@ -40,7 +43,18 @@ impl FileSource {
         } else {
             let file = File::open(path)
                 .map_err(|e| SourceError::Other(format!("cannot open {path}: {e}")))?;
-            Box::new(file)
+            match ChunkIndex::read_trailer(&file) {
+                // A stored tapdeck file: decode it frame by frame, as its index lists them
+                // (its frames may mix zstd and LZ4, which no single stream decoder reads).
+                Ok(index) => Box::new(StoredFrames {
+                    file,
+                    container: Container::from_suffix(path),
+                    entries: index.entries.into_iter(),
+                    buf: Vec::new(),
+                    pos: 0,
+                }),
+                Err(_) => Box::new(file),
+            }
         };
         let input =
             sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))?;
@@ -62,6 +76,41 @@ impl FileSource {
     pub fn with_limit(mut self, limit: Option<u64>) -> FileSource {
         self.limit = limit;
         self
+    }
+}
+
+/// The capture bytes of a stored file, one frame at a time.
+struct StoredFrames {
+    file: File,
+    container: Container,
+    entries: std::vec::IntoIter<ChunkEntry>,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for StoredFrames {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.buf.len() {
+            let Some(e) = self.entries.next() else {
+                return Ok(0);
+            };
+            let mut frame = vec![0u8; e.frame_len as usize];
+            self.file.read_exact_at(&mut frame, e.frame_offset)?;
+            self.buf.clear();
+            self.pos = 0;
+            decode_frame(self.container, &frame, e.data_len as usize, &mut self.buf).map_err(
+                |why| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("frame at byte offset {}: {why}", e.frame_offset),
+                    )
+                },
+            )?;
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 
