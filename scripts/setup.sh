@@ -13,6 +13,8 @@ packages=(
   iputils-ping
   ethtool          # GRO/GSO off on capture interfaces
   procps
+  tcpreplay        # generator for bench/capture.py (dumpcap comes with wireshark-common)
+  netsniff-ng      # peer recorder in bench/capture.py
 )
 missing=()
 for p in "${packages[@]}"; do
