@@ -119,19 +119,19 @@ pub struct RecordArgs {
     #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
     pub format: String,
 
-    /// Codec ladder, strongest first: `zstd:6,zstd:1,lz4,raw`. Each chunk uses the first rung
+    /// Codec ladder, strongest first: `zstd:3,zstd:1,lz4,raw`. Each chunk uses the first rung
     /// whose threshold is above the compression backlog (`zstd:6@0.2` = while less than 20 %
     /// of the staging pool waits for a compressor); rungs without one are spread evenly below
     /// 75 %, and a raw rung is used from 90 %. A slow disk does not step the ladder down. A
     /// file source (-r) always gets the first rung. `none` (or `raw` alone) writes plain files.
-    #[arg(long, default_value = "zstd:6,zstd:1,lz4,raw", value_name = "LADDER")]
+    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
     pub codec: String,
 
     /// Capture data per chunk (an independently decompressible unit), e.g. 4MiB.
     #[arg(long, default_value = "4MiB", value_name = "SIZE")]
     pub chunk_size: String,
 
-    /// Staging pool size; default: an eighth of RAM, between 64 MiB and 4 GiB.
+    /// Staging pool size; default: 1/32 of RAM, between 64 MiB and 2 GiB.
     #[arg(long, value_name = "SIZE")]
     pub staging: Option<String>,
 
