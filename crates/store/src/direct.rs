@@ -118,21 +118,6 @@ impl DirectFile {
         Ok(())
     }
 
-    /// Writes the buffer's whole blocks and keeps only the last partial one (less than
-    /// ALIGN bytes) in memory: everything else appended so far is then on disk, and no
-    /// block is ever written twice.
-    pub fn write_whole_blocks(&mut self) -> io::Result<()> {
-        let whole = self.buf_len / ALIGN * ALIGN;
-        if whole == 0 {
-            return Ok(());
-        }
-        self.write_at(self.buf_offset, whole)?;
-        self.buf.as_mut().copy_within(whole..self.buf_len, 0);
-        self.buf_offset += whole as u64;
-        self.buf_len -= whole;
-        Ok(())
-    }
-
     /// Puts everything appended so far on disk. With O_DIRECT the last partial block is
     /// written zero-padded and kept in the buffer, to be rewritten when it fills: the file
     /// may end in padding until `finish`, which a reader of an interrupted file must
@@ -240,10 +225,6 @@ mod tests {
             for piece in data.chunks(3001) {
                 f.append(piece).unwrap();
                 expected.extend_from_slice(piece);
-                f.write_whole_blocks().unwrap();
-                let on_disk = std::fs::read(&path).unwrap();
-                let whole = expected.len() / ALIGN * ALIGN;
-                assert_eq!(&on_disk[..whole], &expected[..whole]);
                 f.flush().unwrap();
                 // After a flush everything appended is in the file (padding may follow).
                 let on_disk = std::fs::read(&path).unwrap();

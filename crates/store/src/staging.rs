@@ -1,7 +1,7 @@
 //! The staging pool: one large, preallocated, page-aligned region, locked in memory where
 //! the system allows, cut into fixed-size segments. The capture loop fills a segment with
 //! encoded records and hands it on; the segment comes back to the free list only when its
-//! chunk is on disk, so the pool's fill level is the whole pipeline's backlog.
+//! chunk is in the writer's hands, so the pool's fill level is the whole pipeline's backlog.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

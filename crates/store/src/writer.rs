@@ -297,7 +297,7 @@ impl StreamWriter {
             }
         }
         self.publish();
-        // The segment returns to the staging pool only now that its chunk is on disk.
+        // The segment returns to the staging pool only now that the writer holds its chunk.
         drop(chunk);
     }
 
@@ -323,7 +323,8 @@ impl StreamWriter {
         self.append(write, frame_len, data.len(), kind, Codec::Raw, packets, ts)
     }
 
-    /// Appends one frame and puts it on disk; on failure the file is left as it was.
+    /// Appends one frame (written when the buffer fills); on failure the file is left as
+    /// it was.
     #[allow(clippy::too_many_arguments)]
     fn append(
         &mut self,
@@ -337,9 +338,9 @@ impl StreamWriter {
     ) -> std::io::Result<usize> {
         let cur = self.current.as_mut().expect("a file is open");
         let frame_offset = cur.out.len();
-        // Under load only whole blocks go out (large writes, no block written twice); the
-        // last partial block follows with the next frame, or when the writer goes idle.
-        let result = write(&mut cur.out).and_then(|_| cur.out.write_whole_blocks());
+        // Under load the buffer goes out only when full (the largest writes, no block
+        // written twice); whatever is left goes as soon as the writer is idle.
+        let result = write(&mut cur.out);
         if let Err(e) = result {
             cur.out.rollback(frame_offset)?;
             return Err(e);
