@@ -309,7 +309,7 @@ fn thread_cpu_seconds() -> f64 {
 }
 
 /// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
-fn set_nice(nice: i32) {
+pub(crate) fn set_nice(nice: i32) {
     // SAFETY: setpriority on our own thread id.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;

@@ -97,11 +97,7 @@ impl StagingPool {
                 // that it is never swapped out.
                 let (base, len) = region.into_parts();
                 // Zeroing gigabytes is work for a spare core, never the capture thread's.
-                // SAFETY: setpriority on this thread's own id.
-                unsafe {
-                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                    libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-                }
+                crate::recorder::set_nice(19);
                 let mut ok = true;
                 for start in (0..len).step_by(PREFAULT_STEP) {
                     if stop.load(Ordering::Relaxed) {
