@@ -582,10 +582,17 @@ impl CaptureLoop {
     fn apply_source_counters(&mut self, counters: &[SourceCounters]) {
         self.grow(counters.len());
         for (c, s) in self.counts.iter_mut().zip(counters) {
-            // A socket's counters are read periodically and may lag what was delivered
-            // since; the source saw at least what it delivered plus what it dropped.
-            c.seen = s.seen.max(c.received + s.dropped);
+            c.seen = s.seen;
             c.dropped_kernel = s.dropped;
+        }
+        self.raise_seen();
+    }
+
+    /// A socket's counters are read periodically and may lag what was delivered since;
+    /// the source saw at least what it delivered plus what it dropped.
+    fn raise_seen(&mut self) {
+        for c in &mut self.counts {
+            c.seen = c.seen.max(c.received + c.dropped_kernel);
         }
     }
 
@@ -594,12 +601,9 @@ impl CaptureLoop {
         self.publish_counts();
     }
 
-    /// Publishes this loop's counters. The source's own counts are read less often; the
-    /// source saw at least what it delivered plus what it dropped, so `seen` never lags.
+    /// Publishes this loop's counters (the source's own are read less often).
     fn publish_counts(&mut self) {
-        for c in &mut self.counts {
-            c.seen = c.seen.max(c.received + c.dropped_kernel);
-        }
+        self.raise_seen();
         *self.hub.streams[self.stream as usize]
             .capture
             .lock()
