@@ -1,0 +1,1 @@
+//! ONC RPC (RFC 5531) and NFSv3/NFSv4/MOUNT message decoding over XDR
