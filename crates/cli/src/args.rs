@@ -158,6 +158,18 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N")]
     pub compressors: Option<usize>,
 
+    /// Pin capture threads to these CPUs, one each in turn (e.g. `1`, `0-1`, `2,3`).
+    #[arg(long, value_name = "CPUS")]
+    pub pin_capture: Option<String>,
+
+    /// Pin writer threads to these CPUs, one each in turn.
+    #[arg(long, value_name = "CPUS")]
+    pub pin_writers: Option<String>,
+
+    /// Let the compressor threads run only on these CPUs.
+    #[arg(long, value_name = "CPUS")]
+    pub pin_compressors: Option<String>,
+
     /// Stop after this many packets.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,

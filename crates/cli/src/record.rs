@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tapdeck_capture::{AfPacketConfig, AfPacketSource, FileSource, PacketSource, SyntheticSource};
 use tapdeck_pcap::Format;
+use tapdeck_store::affinity::{parse_cpu_list, Pinning};
 use tapdeck_store::ladder::CodecLadder;
 use tapdeck_store::pipeline::Control;
 use tapdeck_store::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
@@ -70,6 +71,12 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             .filter(|d| !d.is_zero())
             .with_context(|| format!("{flag} must be a positive number of seconds"))
     };
+    let cpus = |flag: &str, v: &Option<String>| -> anyhow::Result<Vec<usize>> {
+        v.as_deref()
+            .map(|s| parse_cpu_list(s).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
     let cfg = RecorderConfig {
         store: args.store.clone(),
         dirs: args.dirs.clone(),
@@ -79,6 +86,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         rotation,
         retention,
         compressors: args.compressors.unwrap_or(cores.saturating_sub(1).max(1)),
+        pinning: Pinning {
+            capture: cpus("--pin-capture", &args.pin_capture)?,
+            writers: cpus("--pin-writers", &args.pin_writers)?,
+            compressors: cpus("--pin-compressors", &args.pin_compressors)?,
+        },
         direct: !args.no_direct,
         discard: args.discard,
         flush_interval: seconds("--flush-interval", args.flush_interval)?,
@@ -98,6 +110,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             "max_bytes": retention.max_bytes,
             "min_free": retention.min_free,
             "direct": !args.no_direct,
+            "pin_capture": args.pin_capture,
+            "pin_writers": args.pin_writers,
+            "pin_compressors": args.pin_compressors,
         }),
         ladder,
     };

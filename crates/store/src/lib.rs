@@ -6,6 +6,7 @@
 //! writes, rotates files and applies retention. The capture loop never waits: when no
 //! segment is free the packet is dropped and counted.
 
+pub mod affinity;
 pub mod direct;
 pub mod extract;
 pub mod ladder;

@@ -13,6 +13,7 @@ use tapdeck_capture::{PacketSink, PacketSource, Poll, SourceCounters};
 use tapdeck_pcap::container::{Codec, FrameEncoder};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
+use crate::affinity::{cpu_for, pin_current_thread, Pinning};
 use crate::ladder::CodecLadder;
 use crate::meta::{self, InterfaceMeta, Manifest};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -60,6 +61,8 @@ pub struct RecorderConfig {
     pub rotation: Rotation,
     pub retention: RetentionPolicy,
     pub compressors: usize,
+    /// CPUs per thread role.
+    pub pinning: Pinning,
     pub direct: bool,
     /// Write nothing (benchmarks): see `WriterConfig::discard`.
     pub discard: bool,
@@ -187,9 +190,11 @@ pub fn record<S: PacketSource + 'static>(
             Arc::clone(&stats),
             Arc::clone(&control),
         );
+        let cpus = cpu_for(&cfg.pinning.writers, stream);
         threads.push(spawn(format!("writer-{stream}"), &stats, move || {
             // The writer frees staging segments; it must keep pace with capture.
             set_nice(CAPTURE_NICE);
+            pin(&cpus);
             writer.run(rx)
         }));
     }
@@ -199,9 +204,11 @@ pub fn record<S: PacketSource + 'static>(
         let pools = pools.clone();
         let ladder = cfg.ladder.clone();
         let hub = Arc::clone(&stats);
+        let cpus = cfg.pinning.compressors.clone();
         threads.push(spawn(format!("compress-{i}"), &stats, move || {
             // Compression yields to capture: a burst must never starve the capture loop.
             set_nice(19);
+            pin(&cpus);
             compress_loop(rx, txs, pools, ladder, hub)
         }));
     }
@@ -218,8 +225,10 @@ pub fn record<S: PacketSource + 'static>(
             Arc::clone(&control),
             Arc::clone(&stats),
         );
+        let cpus = cpu_for(&cfg.pinning.capture, stream);
         capture_threads.push(spawn(format!("capture-{stream}"), &stats, move || {
             set_nice(CAPTURE_NICE);
+            pin(&cpus);
             capture.run(source, deadline)
         }));
     }
@@ -306,6 +315,13 @@ fn thread_cpu_seconds() -> f64 {
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// Pins the calling thread; a failure is a warning, not a reason to stop recording.
+fn pin(cpus: &[usize]) {
+    if let Err(e) = pin_current_thread(cpus) {
+        tracing::warn!("{e}");
+    }
 }
 
 /// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
