@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,9 @@ struct Tap {
     delivered: u64,
     kernel: Cell<KernelStats>,
     down: bool,
+    /// Shared by the sockets of one interface (a fanout group), so that a link going down
+    /// or up is announced once, not once per thread.
+    announced_down: Arc<AtomicBool>,
     last_down_check: Instant,
     removed: bool,
 }
@@ -151,8 +154,10 @@ impl AfPacketSource {
                 )));
             }
             let mut group: Option<u16> = None;
+            let announced_down = Arc::new(AtomicBool::new(false));
             for source in &mut sources {
-                let (tap, interface) = open_tap(name, cfg)?;
+                let (mut tap, interface) = open_tap(name, cfg)?;
+                tap.announced_down = Arc::clone(&announced_down);
                 if threads > 1 {
                     group = Some(join_fanout(&tap, group)?);
                 }
@@ -310,10 +315,12 @@ impl Tap {
             0 => {}
             libc::ENETDOWN => {
                 if !self.down {
-                    tracing::warn!(
-                        "interface {} went down; capture continues and resumes when it is up again",
-                        self.name
-                    );
+                    if !self.announced_down.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "interface {} went down; capture continues and resumes when it is up again",
+                            self.name
+                        );
+                    }
                     self.down = true;
                     self.last_down_check = Instant::now();
                 }
@@ -327,7 +334,9 @@ impl Tap {
     }
 
     fn came_back(&mut self) {
-        tracing::info!("interface {} is up again; capturing", self.name);
+        if self.announced_down.swap(false, Ordering::Relaxed) {
+            tracing::info!("interface {} is up again; capturing", self.name);
+        }
         self.down = false;
     }
 
@@ -482,6 +491,7 @@ fn open_tap(name: &str, cfg: &AfPacketConfig) -> Result<(Tap, Interface), Source
         delivered: 0,
         kernel: Cell::new(KernelStats::default()),
         down: false,
+        announced_down: Arc::new(AtomicBool::new(false)),
         last_down_check: Instant::now(),
         removed: false,
     };

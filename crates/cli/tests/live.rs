@@ -240,3 +240,40 @@ fn errors_are_one_line_with_what_to_do() {
     let e = run(&["-i", "lo", "-r", "x.pcap"], false);
     assert!(e.contains("cannot be used with"), "{e}");
 }
+
+#[test]
+fn a_link_going_down_and_up_is_announced_once_and_capture_resumes() {
+    require_root!();
+    let net = TestNet::new(1);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let batch = |from: u32| -> Vec<Vec<u8>> {
+        (from..from + 50)
+            .map(|i| frames::ipv4(17, 1, 1000 + i as u16, 2, 2, 200, i))
+            .collect()
+    };
+    // Two fanout threads, each with its own socket on the interface: one announcement each
+    // way, not one per socket.
+    let mut child = spawn_record(net.outside(0), &store, 100, &["--threads", "2"]);
+    wait_started(&store, &mut child);
+    let tx = net.sender_inside(0);
+    tx.send_all(&batch(0));
+    std::thread::sleep(Duration::from_millis(300));
+    net.set_link(0, false);
+    std::thread::sleep(Duration::from_millis(1500));
+    net.set_link(0, true);
+    std::thread::sleep(Duration::from_millis(1500));
+    tx.send_all(&batch(50));
+    let stderr = finish(child);
+    assert_eq!(stderr.matches("went down").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("is up again; capturing").count(),
+        1,
+        "{stderr}"
+    );
+    let mut got: Vec<Vec<u8>> = stored_frames(&store).into_iter().map(|f| f.1).collect();
+    let mut want: Vec<Vec<u8>> = batch(0).into_iter().chain(batch(50)).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
