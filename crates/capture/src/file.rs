@@ -35,29 +35,9 @@ struct HeldPacket {
 }
 
 impl FileSource {
-    /// Opens `path` (`-` for standard input). A file compressed with zstd (such as a
-    /// stored tapdeck file) is decompressed on the fly.
+    /// Opens `path` (`-` for standard input), compressed or not: see `open_trace_bytes`.
     pub fn open(path: &str) -> Result<FileSource, SourceError> {
-        let input: Box<dyn Read + Send> = if path == "-" {
-            Box::new(io::stdin())
-        } else {
-            let file = File::open(path)
-                .map_err(|e| SourceError::Other(format!("cannot open {path}: {e}")))?;
-            match ChunkIndex::read_trailer(&file) {
-                // A stored tapdeck file: decode it frame by frame, as its index lists them
-                // (its frames may mix zstd and LZ4, which no single stream decoder reads).
-                Ok(index) => Box::new(StoredFrames {
-                    file,
-                    container: Container::from_suffix(path),
-                    entries: index.entries.into_iter(),
-                    buf: Vec::new(),
-                    pos: 0,
-                }),
-                Err(_) => Box::new(file),
-            }
-        };
-        let input =
-            sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))?;
+        let input = open_trace_bytes(path)?;
         let reader = TraceReader::new(input).map_err(|source| SourceError::Format {
             path: path.to_string(),
             source,
@@ -77,6 +57,30 @@ impl FileSource {
         self.limit = limit;
         self
     }
+}
+
+/// The uncompressed capture bytes of a trace: `-` is standard input; a stored tapdeck file
+/// is decoded frame by frame from its index (its frames may mix zstd and LZ4, which no
+/// single stream decoder reads); any other zstd- or LZ4-compressed file is decompressed
+/// as a stream. What comes out is plain pcap or pcapng for a `TraceReader`.
+pub fn open_trace_bytes(path: &str) -> Result<Box<dyn Read + Send>, SourceError> {
+    let input: Box<dyn Read + Send> = if path == "-" {
+        Box::new(io::stdin())
+    } else {
+        let file =
+            File::open(path).map_err(|e| SourceError::Other(format!("cannot open {path}: {e}")))?;
+        match ChunkIndex::read_trailer(&file) {
+            Ok(index) => Box::new(StoredFrames {
+                file,
+                container: Container::from_suffix(path),
+                entries: index.entries.into_iter(),
+                buf: Vec::new(),
+                pos: 0,
+            }),
+            Err(_) => Box::new(file),
+        }
+    };
+    sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))
 }
 
 /// The capture bytes of a stored file, one frame at a time.
@@ -114,7 +118,8 @@ impl Read for StoredFrames {
     }
 }
 
-/// Wraps a zstd-compressed input in a decoder; passes anything else through unchanged.
+/// Wraps a zstd- or LZ4-compressed input in a decoder; passes anything else through
+/// unchanged.
 fn sniff_compression(mut input: Box<dyn Read + Send>) -> io::Result<Box<dyn Read + Send>> {
     let mut magic = [0u8; 4];
     let mut got = 0;
@@ -127,10 +132,10 @@ fn sniff_compression(mut input: Box<dyn Read + Send>) -> io::Result<Box<dyn Read
     }
     let head = io::Cursor::new(magic[..got].to_vec());
     let whole: Box<dyn Read + Send> = Box::new(head.chain(input));
-    if got == 4 && u32::from_le_bytes(magic) == 0xFD2F_B528 {
-        Ok(Box::new(zstd::stream::read::Decoder::new(whole)?))
-    } else {
-        Ok(whole)
+    match (got == 4).then(|| u32::from_le_bytes(magic)) {
+        Some(0xFD2F_B528) => Ok(Box::new(zstd::stream::read::Decoder::new(whole)?)),
+        Some(0x184D_2204) => Ok(Box::new(lz4_flex::frame::FrameDecoder::new(whole))),
+        _ => Ok(whole),
     }
 }
 
