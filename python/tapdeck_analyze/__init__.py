@@ -1,0 +1,25 @@
+"""Analyses of tapdeck datasets: each a plain function of a dataset returning an Arrow table."""
+
+from .burstiness import burstiness
+from .dataset import Dataset, DatasetError, open_dataset
+from .files import files
+from .nfs_latency import nfs_latency
+from .nfs_ops import nfs_ops
+from .rates import rates
+from .recency import recency
+from .rpc_matching import rpc_matching
+from .sizes import sizes
+
+__all__ = [
+    "Dataset",
+    "DatasetError",
+    "open_dataset",
+    "rates",
+    "burstiness",
+    "sizes",
+    "nfs_latency",
+    "nfs_ops",
+    "rpc_matching",
+    "files",
+    "recency",
+]

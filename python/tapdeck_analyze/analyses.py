@@ -1,0 +1,99 @@
+"""The analyses by name: what `run` and `report` call, and the sentence that tells how to read
+each one."""
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Modules by name: the package re-exports each analysis function under its module's name.
+burstiness, files, nfs_latency, nfs_ops, rates, recency, rpc_matching, sizes = (
+    importlib.import_module(f"tapdeck_analyze.{m}")
+    for m in ("burstiness", "files", "nfs_latency", "nfs_ops", "rates", "recency", "rpc_matching",
+              "sizes")
+)  # fmt: skip
+
+
+@dataclass
+class Analysis:
+    name: str
+    main: Callable
+    how_to_read: str
+    parts: dict[str, Callable] = field(default_factory=dict)
+    options: tuple[str, ...] = ()
+
+
+ANALYSES = {
+    a.name: a
+    for a in [
+        Analysis(
+            "rates",
+            rates.rates,
+            "Each window shows the lowest, mean and highest rate of its samples: a max far above "
+            "the mean means short busy periods that the mean hides.",
+            options=("sample", "window", "align", "by"),
+        ),
+        Analysis(
+            "burstiness",
+            burstiness.burstiness,
+            "For each time scale, the rate that intervals of that length exceed only 50 %, 10 %, "
+            "1 % … of the time; the further the curves spread at short scales, the burstier the "
+            "traffic (scales flagged below the timestamp resolution are not meaningful).",
+            parts={"distribution": burstiness.burstiness_distribution},
+        ),
+        Analysis(
+            "sizes",
+            sizes.sizes,
+            "Packet sizes on the wire: the cumulative curve shows which sizes carry the "
+            "packets, the rank plot how few sizes dominate; protocols, talkers and flows show "
+            "where the bytes go.",
+            parts={"protocols": sizes.protocols, "talkers": sizes.talkers, "flows": sizes.flows},
+        ),
+        Analysis(
+            "nfs_latency",
+            nfs_latency.nfs_latency,
+            "Server response time per operation from the first call to the first reply; p99 far "
+            "above p50 means a slow tail, and retransmits or duplicate replies point at loss or "
+            "an overloaded server.",
+            parts={"over_time": nfs_latency.latency_over_time},
+        ),
+        Analysis(
+            "nfs_ops",
+            nfs_ops.nfs_ops,
+            "Which NFS operations the clients use and how many bytes they move; per minute, per "
+            "host, the errors, and the requests still waiting for a reply.",
+            parts={
+                "per_minute": nfs_ops.per_minute,
+                "per_client": lambda ds: nfs_ops.per_host(ds, "client"),
+                "per_server": lambda ds: nfs_ops.per_host(ds, "server"),
+                "errors": nfs_ops.errors,
+                "outstanding": nfs_ops.outstanding,
+            },
+        ),
+        Analysis(
+            "rpc_matching",
+            rpc_matching.rpc_matching,
+            "Calls without a reply and replies without a call: on a lossless capture both are "
+            "zero (except calls in the last moments), so they estimate how many messages the "
+            "capture missed, beside the drops the recorder counted.",
+            parts={"per_minute": rpc_matching.per_minute, "drops": rpc_matching.capture_drops},
+        ),
+        Analysis(
+            "files",
+            files.files,
+            "The files read and written most, with how sequentially they were accessed: "
+            "sequential reads near reads − 1 mean streaming access.",
+        ),
+        Analysis(
+            "recency",
+            recency.recency,
+            "The fraction of reads (and of bytes read) an LRU cache of each size would have "
+            "served; where the curve flattens, a bigger cache stops helping.",
+            parts={"distribution": recency.recency_distribution},
+        ),
+    ]
+}
+
+
+def table_names(analysis: Analysis) -> list[str]:
+    """The result names of an analysis: its own and `<name>_<part>` for each part."""
+    return [analysis.name] + [f"{analysis.name}_{p}" for p in analysis.parts]

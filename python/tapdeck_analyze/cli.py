@@ -1,0 +1,115 @@
+"""The `tapdeck-analyze` command: a thin layer over the analysis functions."""
+
+import argparse
+import sys
+
+from . import output
+from .analyses import ANALYSES
+from .dataset import DatasetError, open_dataset
+from .engine import QueryError
+from .times import TimeFormatError, zone
+
+PROG = "tapdeck-analyze"
+
+
+def _common(p: argparse.ArgumentParser, engine: bool = True) -> None:
+    p.add_argument(
+        "dataset", metavar="DATASET", help="the dataset directory (tapdeck convert --out)"
+    )
+    p.add_argument(
+        "--start",
+        metavar="TIME",
+        help="first time to include: RFC 3339 (2026-11-23T05:57:34.5Z) or epoch seconds",
+    )
+    p.add_argument("--end", metavar="TIME", help="times at or after this are left out")
+    p.add_argument("--client", metavar="ADDR", help="only RPCs from this client (and its packets)")
+    p.add_argument("--server", metavar="ADDR", help="only RPCs to this server (and its packets)")
+    p.add_argument("--op", metavar="NAME", help="only this NFS operation, e.g. READ")
+    p.add_argument("--tz", metavar="ZONE", help="time zone for displayed times (default UTC)")
+    if engine:
+        p.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
+        p.add_argument("--master", metavar="URL", help="Spark master (default local[2])")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=PROG,
+        description="Analyses of a tapdeck dataset (packets, RPC and NFS tables in Parquet): "
+        "rates, burstiness, sizes, NFS latency and operations, RPC matching, files, recency.",
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    rp = sub.add_parser("report", help="run every analysis; write tables, plots and report.html")
+    _common(rp)
+    rp.add_argument("--out", required=True, metavar="DIR", help="directory for the report")
+
+    run = sub.add_parser("run", help="run one analysis and print its table")
+    run.add_argument("name", choices=sorted(ANALYSES), metavar="NAME",
+                     help="one of: " + ", ".join(ANALYSES))  # fmt: skip
+    _common(run)
+    run.add_argument("--part", metavar="PART",
+                     help="another table of the analysis, e.g. sizes --part protocols")  # fmt: skip
+    run.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    run.add_argument("--sample", default="1min", help="rates: sample length (100us … 1h)")
+    run.add_argument("--window", default="1h", help="rates: window over which samples summarise")
+    run.add_argument("--align", choices=["epoch", "first"], default="epoch",
+                     help="rates: intervals start at epoch multiples or the first packet")  # fmt: skip
+    run.add_argument("--by", choices=["interface"], help="rates: one series per interface")
+
+    sq = sub.add_parser("sql", help="ad-hoc SQL over the dataset's tables (as views)")
+    _common(sq)
+    sq.add_argument("query", metavar="SQL")
+    sq.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        tz = zone(args.tz)
+        ds = open_dataset(
+            args.dataset,
+            start=args.start,
+            end=args.end,
+            client=args.client,
+            server=args.server,
+            op=args.op,
+            engine=args.engine,
+            master=args.master,
+            require_packets=args.command != "sql",
+        )
+        if args.command == "report":
+            from .report import write_report
+
+            path = write_report(ds, args.out, tz=tz, progress=sys.stderr.isatty())
+            print(path)
+        elif args.command == "run":
+            table = _run(ds, args)
+            output.write(table, args.format, sys.stdout.buffer, tz)
+        else:
+            table = ds.query(args.query)
+            output.write(table, args.format, sys.stdout.buffer, tz)
+    except (DatasetError, TimeFormatError) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    except QueryError as e:
+        print(f"{PROG}: query failed: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def _run(ds, args):
+    analysis = ANALYSES[args.name]
+    if args.part:
+        if args.part not in analysis.parts:
+            parts = ", ".join(analysis.parts) or "none"
+            raise DatasetError(f"{args.name} has no part '{args.part}' (parts: {parts})")
+        return analysis.parts[args.part](ds)
+    options = {o: getattr(args, o) for o in analysis.options}
+    return analysis.main(ds, **options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

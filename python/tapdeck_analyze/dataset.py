@@ -1,0 +1,258 @@
+"""Opening a dataset: checks, one SQL view per table, the time range and the common filters.
+
+Every analysis reads the views `packets`, `rpc`, `nfs_ops`, `nfs_rw`, `nfs_attrs`, `nfs_names`,
+`mount`, `capture_stats`, `sources` and `row_groups`. The views already hold the time range and
+the filters, so an analysis never repeats them. The range filters on `time_ns` (and on the hive
+partition `hour`), which the engines push down into the Parquet scan: only the files and row
+groups whose statistics overlap the range are read.
+"""
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import schema
+from .times import NS, format_time, parse_time
+
+
+class DatasetError(Exception):
+    """Bad input a user can fix; the CLI prints it as one line."""
+
+
+@dataclass
+class Filters:
+    client: str | None = None
+    server: str | None = None
+    op: str | None = None
+
+    def any(self) -> bool:
+        return any((self.client, self.server, self.op))
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _hour(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns // NS, dt.timezone.utc).strftime("%Y-%m-%dT%H")
+
+
+@dataclass
+class Dataset:
+    """An opened dataset: its directory, `dataset.json`, the range and filters, and an engine."""
+
+    path: Path
+    meta: dict
+    start_ns: int | None = None
+    end_ns: int | None = None
+    filters: Filters = field(default_factory=Filters)
+    engine: object = None  # duckdb or spark, see engine.py
+    tables_present: dict[str, bool] = field(default_factory=dict)
+
+    def query(self, sql: str) -> pa.Table:
+        """Runs one query (written in DuckDB's dialect) and returns its result as Arrow."""
+        return self.engine.query(sql)
+
+    def scalar(self, sql: str):
+        t = self.query(sql)
+        return t.column(0)[0].as_py() if t.num_rows else None
+
+    def time_span(self) -> tuple[int | None, int | None]:
+        row = self.query("SELECT min(time_ns) AS lo, max(time_ns) AS hi FROM packets").to_pylist()
+        return row[0]["lo"], row[0]["hi"]
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def _range(self, time: str = "time_ns") -> list[str]:
+        conds = []
+        if self.start_ns is not None:
+            conds.append(f"{time} >= {self.start_ns}")
+        if self.end_ns is not None:
+            conds.append(f"{time} < {self.end_ns}")
+        return conds
+
+    def _hours(self) -> list[str]:
+        conds = []
+        if self.start_ns is not None:
+            conds.append(f"hour >= '{_hour(self.start_ns)}'")
+        if self.end_ns is not None:
+            conds.append(f"hour <= '{_hour(self.end_ns - 1)}'")
+        return conds
+
+    def view_sql(self) -> dict[str, str]:
+        """The SELECT behind every view, in DuckDB's dialect, over the raw tables `raw_<name>`."""
+        f = self.filters
+        views = {}
+        for name in schema.TIMED_TABLES:
+            conds = self._range() + (self._hours() if self.tables_present.get(name) else [])
+            views[f"ranged_{name}"] = _select(f"raw_{name}", conds)
+
+        def rpc_conds(alias: str = "") -> list[str]:
+            conds = []
+            if f.client:
+                conds.append(f"{alias}client_addr = {_quote(f.client)}")
+            if f.server:
+                conds.append(f"{alias}server_addr = {_quote(f.server)}")
+            if f.op:
+                conds.append(
+                    f"({alias}procedure_name = {_quote(f.op)} OR {alias}transaction_id IN "
+                    f"(SELECT transaction_id FROM ranged_nfs_ops WHERE operation = {_quote(f.op)}))"
+                )
+            return conds
+
+        views["rpc"] = _select("ranged_rpc", rpc_conds())
+        ops = rpc_conds()[:2] + ([f"operation = {_quote(f.op)}"] if f.op else [])
+        views["nfs_ops"] = _select("ranged_nfs_ops", ops)
+        in_rpc = ["transaction_id IN (SELECT transaction_id FROM rpc)"] if f.any() else []
+        for name in ("nfs_rw", "nfs_attrs", "nfs_names"):
+            extra = [f"operation = {_quote(f.op)}"] if f.op and name == "nfs_rw" else []
+            views[name] = _select(f"ranged_{name}", in_rpc + extra)
+        views["mount"] = _select("ranged_mount", rpc_conds()[:2])
+        host = []
+        for addr in (f.client, f.server):
+            if addr:
+                host.append(f"(src_addr = {_quote(addr)} OR dst_addr = {_quote(addr)})")
+        views["packets"] = _select("ranged_packets", host)
+        overlap = []
+        if self.start_ns is not None:
+            overlap.append(f"last_time_ns >= {self.start_ns}")
+        if self.end_ns is not None:
+            overlap.append(f"first_time_ns < {self.end_ns}")
+        views["capture_stats"] = _select("raw_capture_stats", overlap)
+        views["sources"] = _select("raw_sources", overlap)
+        views["row_groups"] = "SELECT * FROM raw_row_groups"
+        return views
+
+    def describe_range(self) -> str:
+        lo = format_time(self.start_ns) if self.start_ns is not None else "the beginning"
+        hi = format_time(self.end_ns) if self.end_ns is not None else "the end"
+        return f"from {lo} to {hi}"
+
+
+def _select(source: str, conds: list[str]) -> str:
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    return f"SELECT * FROM {source}{where}"
+
+
+def empty_select(sch: pa.Schema) -> str:
+    """A query with the columns of a table and no rows, for a table the dataset lacks."""
+    cols = ", ".join(f"CAST(NULL AS {schema.duckdb_type(f.type)}) AS {f.name}" for f in sch)
+    return f"SELECT {cols} WHERE 1 = 0"
+
+
+def table_files(path: Path, name: str) -> list[Path]:
+    return sorted(p for p in (path / name).rglob("*.parquet") if not p.name.startswith("."))
+
+
+def read_meta(path: Path) -> dict:
+    """Reads and checks `dataset.json`; raises DatasetError with one line on anything wrong."""
+    if not path.exists():
+        raise DatasetError(f"{path}: no such dataset (make one with `tapdeck convert`)")
+    if not path.is_dir():
+        raise DatasetError(f"{path}: not a dataset directory")
+    meta_path = path / "dataset.json"
+    if not meta_path.exists():
+        raise DatasetError(
+            f"{path}: not a complete tapdeck dataset (no dataset.json: "
+            "not converted, or the conversion has not finished)"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{meta_path}: unreadable ({e})") from e
+    version = meta.get("schema_version") if isinstance(meta, dict) else None
+    if not isinstance(version, int):
+        raise DatasetError(f"{meta_path}: no schema_version")
+    _check_version(version, str(meta_path))
+    return meta
+
+
+def _check_version(version: int, where: str) -> None:
+    if version > schema.SCHEMA_VERSION:
+        raise DatasetError(
+            f"{where}: schema version {version} is newer than this tapdeck-analyze reads "
+            f"({schema.SCHEMA_VERSION}); upgrade tapdeck-analyze"
+        )
+    if version < 1:
+        raise DatasetError(f"{where}: schema version {version} is not a tapdeck schema version")
+
+
+def check_file_versions(versions: dict[str, bytes | None]) -> None:
+    """Checks `tapdeck.schema_version` of every data file (file path → value or None)."""
+    for file, value in sorted(versions.items()):
+        if value is None:
+            raise DatasetError(f"{file}: no tapdeck.schema_version in the file's metadata")
+        try:
+            version = int(value)
+        except ValueError as e:
+            raise DatasetError(f"{file}: tapdeck.schema_version {value!r} is not a number") from e
+        _check_version(version, file)
+
+
+def open_dataset(
+    path,
+    start=None,
+    end=None,
+    client: str | None = None,
+    server: str | None = None,
+    op: str | None = None,
+    engine: str = "duckdb",
+    master: str | None = None,
+    require_packets: bool = True,
+) -> Dataset:
+    """Opens the dataset at `path` for analysis.
+
+    `start` and `end` are nanoseconds since the epoch or strings in `tapdeck extract`'s formats;
+    the range is [start, end). Raises DatasetError (one line) for a missing or partial dataset, a
+    newer schema version, or an empty range.
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    start_ns = _as_ns(start, "--start")
+    end_ns = _as_ns(end, "--end")
+    if start_ns is not None and end_ns is not None and start_ns >= end_ns:
+        raise DatasetError("--start must be before --end: the range [start, end) is empty")
+    ds = Dataset(path, meta, start_ns, end_ns, Filters(client, server, op))
+    if engine == "duckdb":
+        from .engine import DuckDBEngine
+
+        ds.engine = DuckDBEngine(ds)
+    elif engine == "spark":
+        from .engine import SparkEngine
+
+        ds.engine = SparkEngine(ds, master)
+    else:
+        raise DatasetError(f"unknown engine '{engine}' (duckdb or spark)")
+    if require_packets:
+        _check_not_empty(ds)
+    return ds
+
+
+def _check_not_empty(ds: Dataset) -> None:
+    if ds.scalar("SELECT count(*) FROM (SELECT 1 FROM ranged_packets LIMIT 1) AS t"):
+        return
+    if ds.start_ns is None and ds.end_ns is None:
+        raise DatasetError(f"{ds.path}: the dataset holds no packets")
+    span = ds.query("SELECT min(time_ns) AS lo, max(time_ns) AS hi FROM raw_packets").to_pylist()
+    lo, hi = span[0]["lo"], span[0]["hi"]
+    where = f"it spans {format_time(lo)} to {format_time(hi)}" if lo is not None else "it is empty"
+    raise DatasetError(f"no packets {ds.describe_range()} in {ds.path} ({where})")
+
+
+def _as_ns(value, what: str) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        return parse_time(str(value))
+    except ValueError as e:
+        raise DatasetError(f"{what}: {e}") from e
+
+
+def as_dataset(ds_or_path, **options) -> Dataset:
+    """An analysis' first argument: an open Dataset, or a path to open with `options`."""
+    if isinstance(ds_or_path, Dataset):
+        return ds_or_path
+    return open_dataset(ds_or_path, **options)

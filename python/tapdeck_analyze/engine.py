@@ -1,0 +1,159 @@
+"""The engines that run the analyses' SQL: DuckDB (embedded, default) and Apache Spark.
+
+Analyses are written once, in DuckDB's dialect, using only constructs that sqlglot transpiles
+to Spark SQL; the Spark engine transpiles each query before running it. See README.md.
+"""
+
+import os
+import sys
+
+import pyarrow as pa
+
+from . import schema
+from .dataset import Dataset, DatasetError, check_file_versions, empty_select, table_files
+
+
+def _sql_list(files) -> str:
+    return "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+
+
+class DuckDBEngine:
+    name = "duckdb"
+
+    def __init__(self, ds: Dataset, con=None):
+        import duckdb
+
+        self.con = con or duckdb.connect()
+        if sys.stderr.isatty():
+            self.con.execute("SET enable_progress_bar = true")
+        raw = {}
+        all_files = []
+        for name, sch in schema.TABLES.items():
+            files = table_files(ds.path, name)
+            ds.tables_present[name] = bool(files)
+            all_files += files
+            hive = "true" if name in schema.TIMED_TABLES else "false"
+            raw[name] = (
+                f"SELECT * FROM read_parquet({_sql_list(files)}, hive_partitioning = {hive}, "
+                "union_by_name = true)"
+                if files
+                else empty_select(sch)
+            )
+        for name, sch in schema.CATALOG.items():
+            file = ds.path / "catalog" / f"{name}.parquet"
+            ds.tables_present[name] = file.exists()
+            raw[name] = (
+                f"SELECT * FROM read_parquet('{file}')" if file.exists() else empty_select(sch)
+            )
+        self._check_files(all_files)
+        for name, sql in raw.items():
+            self.con.execute(f"CREATE VIEW raw_{name} AS {sql}")
+        self._check_columns(ds)
+        for name, sql in ds.view_sql().items():
+            self.con.execute(f"CREATE VIEW {name} AS {sql}")
+
+    def _check_files(self, files) -> None:
+        import duckdb
+
+        if not files:
+            return
+        try:
+            rows = self.con.execute(
+                "SELECT file_name, decode(value) FROM parquet_kv_metadata("
+                f"{_sql_list(files)}) WHERE decode(key) = 'tapdeck.schema_version'"
+            ).fetchall()
+        except duckdb.Error as e:
+            raise DatasetError(
+                f"unreadable Parquet file (partly written?): {_first_line(e)}"
+            ) from e
+        versions = {str(f): None for f in files}
+        versions.update({f: v for f, v in rows})
+        check_file_versions(versions)
+
+    def _check_columns(self, ds: Dataset) -> None:
+        for name, sch in {**schema.TABLES, **schema.CATALOG}.items():
+            if not ds.tables_present.get(name):
+                continue
+            have = {r[0]: r[1] for r in self.con.execute(f"DESCRIBE raw_{name}").fetchall()}
+            for f in sch:
+                want = schema.duckdb_type(f.type)
+                got = have.get(f.name)
+                if got is None:
+                    raise DatasetError(f"{ds.path / name}: no column {f.name} ({want})")
+                if got.replace("INTEGER", "INT") != want:
+                    raise DatasetError(
+                        f"{ds.path / name}: column {f.name} is {got}, the contract says {want}"
+                    )
+
+    def query(self, sql: str) -> pa.Table:
+        import duckdb
+
+        try:
+            return self.con.sql(sql).to_arrow_table()
+        except duckdb.Error as e:
+            raise QueryError(_first_line(e)) from e
+
+
+class QueryError(Exception):
+    """A query failed in the engine (a bad ad-hoc query, or a bug)."""
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def to_spark_sql(sql: str) -> str:
+    import sqlglot
+
+    return sqlglot.transpile(sql, read="duckdb", write="spark")[0]
+
+
+class SparkEngine:
+    """Runs the same queries on PySpark (local mode unless `master` is given)."""
+
+    name = "spark"
+
+    def __init__(self, ds: Dataset, master: str | None = None):
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError as e:
+            raise DatasetError(
+                "--engine spark needs pyspark: pip install 'tapdeck-analyze[spark]'"
+            ) from e
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            SparkSession.builder.appName("tapdeck-analyze")
+            .master(master or "local[2]")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+            .config("spark.sql.ansi.enabled", "false")
+            .config("spark.ui.enabled", "false")
+        )
+        self.spark = builder.getOrCreate()
+        self.spark.sparkContext.setLogLevel("ERROR")
+        for name, sch in schema.TABLES.items():
+            files = table_files(ds.path, name)
+            ds.tables_present[name] = bool(files)
+            if files:
+                df = self.spark.read.option("basePath", str(ds.path / name)).parquet(
+                    *[str(f) for f in files]
+                )
+            else:
+                df = self.spark.sql(to_spark_sql(empty_select(sch)))
+            df.createOrReplaceTempView(f"raw_{name}")
+        for name, sch in schema.CATALOG.items():
+            file = ds.path / "catalog" / f"{name}.parquet"
+            ds.tables_present[name] = file.exists()
+            if file.exists():
+                df = self.spark.read.parquet(str(file))
+            else:
+                df = self.spark.sql(to_spark_sql(empty_select(sch)))
+            df.createOrReplaceTempView(f"raw_{name}")
+        for name, sql in ds.view_sql().items():
+            self.spark.sql(to_spark_sql(sql)).createOrReplaceTempView(name)
+
+    def query(self, sql: str) -> pa.Table:
+        try:
+            return self.spark.sql(to_spark_sql(sql)).toArrow()
+        except Exception as e:  # pyspark raises many unrelated classes
+            raise QueryError(_first_line(e)) from e

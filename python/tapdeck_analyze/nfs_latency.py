@@ -1,0 +1,121 @@
+"""nfs_latency: server response time per NFS version and operation.
+
+A transaction's latency runs from the first transmission of its call (`first_time_ns`, which
+retransmissions share) to its first reply. NFSv3 is counted per procedure; NFSv4 per COMPOUND
+(and NULL) and per operation the reply carries, each operation taking its COMPOUND's latency.
+Retransmitted calls and duplicate replies are counted apart and change no latency. A transaction
+belongs to the time range by its call.
+"""
+
+import pyarrow as pa
+
+from .dataset import as_dataset
+from .sqlkit import MINUTE_NS, bucket, nearest_rank
+
+NFS_PROGRAM = 100003
+
+# One row per NFS transaction whose call is in range: its first call time, first reply time,
+# retransmitted calls and duplicate replies.
+TRANSACTIONS = f"""
+calls AS (
+  SELECT transaction_id,
+         min(version) AS nfs_version,
+         min(procedure_name) AS operation,
+         min(first_time_ns) AS first_call_ns,
+         sum(CASE WHEN retransmit THEN 1 ELSE 0 END) AS retransmits
+  FROM rpc
+  WHERE direction = 'call' AND program = {NFS_PROGRAM}
+  GROUP BY transaction_id
+),
+replies AS (
+  SELECT transaction_id,
+         min(time_ns) AS first_reply_ns,
+         sum(CASE WHEN retransmit THEN 1 ELSE 0 END) AS duplicate_replies
+  FROM rpc
+  WHERE direction = 'reply' AND matched
+  GROUP BY transaction_id
+),
+transactions AS (
+  SELECT c.transaction_id, c.nfs_version, c.operation, c.first_call_ns, r.first_reply_ns,
+         r.first_reply_ns - c.first_call_ns AS latency_ns,
+         c.retransmits,
+         coalesce(r.duplicate_replies, 0) AS duplicate_replies
+  FROM calls AS c LEFT JOIN replies AS r ON r.transaction_id = c.transaction_id
+)"""
+
+# Each transaction under its own procedure (v3, and v4 COMPOUND/NULL), and each NFSv4
+# operation of its reply under the operation's name.
+PER_OPERATION = f"""{TRANSACTIONS},
+v4_reply_ops AS (
+  SELECT DISTINCT transaction_id, op_index, operation
+  FROM nfs_ops
+  WHERE direction = 'reply' AND nfs_version = 4
+),
+per_operation AS (
+  SELECT nfs_version, operation, first_call_ns, latency_ns, retransmits, duplicate_replies
+  FROM transactions
+  UNION ALL
+  SELECT t.nfs_version, o.operation, t.first_call_ns, t.latency_ns, t.retransmits,
+         t.duplicate_replies
+  FROM transactions AS t JOIN v4_reply_ops AS o ON o.transaction_id = t.transaction_id
+)"""
+
+
+def nfs_latency(ds_or_path) -> pa.Table:
+    """Columns: nfs_version, operation, calls (answered), min_s, mean_s, max_s, p50_s, p90_s,
+    p99_s (nearest rank), retransmits, duplicate_replies; ordered by version and operation."""
+    ds = as_dataset(ds_or_path)
+    percentiles = nearest_rank(
+        "answered",
+        ["nfs_version", "operation"],
+        "latency_ns",
+        {"p50": 5000, "p90": 9000, "p99": 9900},
+        suffix="_ns",
+    )
+    return ds.query(f"""
+WITH {PER_OPERATION},
+answered AS (SELECT * FROM per_operation WHERE latency_ns IS NOT NULL),
+summary AS (
+  SELECT nfs_version, operation,
+         count(latency_ns) AS calls,
+         min(latency_ns) AS min_ns, avg(latency_ns) AS mean_ns, max(latency_ns) AS max_ns,
+         CAST(sum(retransmits) AS BIGINT) AS retransmits,
+         CAST(sum(duplicate_replies) AS BIGINT) AS duplicate_replies
+  FROM per_operation
+  GROUP BY nfs_version, operation
+),
+percentiles AS ({percentiles})
+SELECT s.nfs_version, s.operation, s.calls,
+       s.min_ns / 1e9 AS min_s, s.mean_ns / 1e9 AS mean_s, s.max_ns / 1e9 AS max_s,
+       p.p50_ns / 1e9 AS p50_s, p.p90_ns / 1e9 AS p90_s, p.p99_ns / 1e9 AS p99_s,
+       s.retransmits, s.duplicate_replies
+FROM summary AS s
+LEFT JOIN percentiles AS p ON p.nfs_version = s.nfs_version AND p.operation = s.operation
+ORDER BY s.nfs_version, s.operation
+""")
+
+
+def latency_over_time(ds_or_path, top: int = 5, interval_ns: int = MINUTE_NS) -> pa.Table:
+    """Per minute (by call time), the answered calls and mean and max latency of the `top`
+    busiest operations: columns interval_start_ns, nfs_version, operation, calls, mean_s, max_s."""
+    ds = as_dataset(ds_or_path)
+    return ds.query(f"""
+WITH {PER_OPERATION},
+busiest AS (
+  SELECT nfs_version, operation
+  FROM per_operation WHERE latency_ns IS NOT NULL
+  GROUP BY nfs_version, operation
+  ORDER BY count(*) DESC, nfs_version, operation
+  LIMIT {int(top)}
+)
+SELECT {bucket("p.first_call_ns", interval_ns)} AS interval_start_ns,
+       p.nfs_version, p.operation,
+       count(*) AS calls,
+       avg(p.latency_ns) / 1e9 AS mean_s,
+       max(p.latency_ns) / 1e9 AS max_s
+FROM per_operation AS p
+JOIN busiest AS b ON b.nfs_version = p.nfs_version AND b.operation = p.operation
+WHERE p.latency_ns IS NOT NULL
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3
+""")

@@ -1,0 +1,180 @@
+"""Plots for the report (matplotlib, Agg backend: no display needed)."""
+
+import datetime as dt
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+matplotlib.rcParams["svg.hashsalt"] = "tapdeck"  # stable SVG ids, so reports diff cleanly
+
+
+def close(fig) -> None:
+    plt.close(fig)
+
+
+def _times(ns_values, tz):
+    return [dt.datetime.fromtimestamp(v / 1e9, tz) for v in ns_values]
+
+
+def _empty(title: str):
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.text(0.5, 0.5, "no data in this range", ha="center", va="center")
+    ax.set_axis_off()
+    ax.set_title(title)
+    return fig
+
+
+def figures(name: str, tables: dict, tz) -> dict:
+    """The figures of one analysis, by file name."""
+    return globals()[f"_{name}"](tables, tz)
+
+
+def _rates(t, tz):
+    rows = t["rates"].to_pylist()
+    if not rows:
+        return {"rates": _empty("rates")}
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = _times([r["window_start_ns"] for r in rows], tz)
+    for col, style in (("max_bps", "r-"), ("mean_bps", "k-"), ("min_bps", "b-")):
+        ax.plot(x, [r[col] for r in rows], style, label=col.split("_")[0], drawstyle="steps-post")
+    ax.set_ylabel("bits/s")
+    ax.set_title("rate per window: min, mean and max of the samples")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return {"rates": fig}
+
+
+def _burstiness(t, tz):
+    rows = t["burstiness_distribution"].to_pylist()
+    if not rows:
+        return {"burstiness": _empty("burstiness")}
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for scale in sorted({r["scale_s"] for r in rows}):
+        pts = [r for r in rows if r["scale_s"] == scale and r["bps"] > 0]
+        total = sum(r["intervals"] for r in rows if r["scale_s"] == scale)
+        above, xs, ys = total, [], []
+        for r in pts:
+            xs.append(r["bps"])
+            ys.append(above / total)
+            above -= r["intervals"]
+        zero = next((r["intervals"] for r in rows if r["scale_s"] == scale and r["bps"] == 0), 0)
+        ys = [y - zero / total for y in ys]
+        if xs:
+            ax.step(xs, ys, where="post", label=f"{scale:g} s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bits/s in an interval")
+    ax.set_ylabel("fraction of intervals at or above")
+    ax.set_title("burstiness: CCDF of the rate per time scale")
+    ax.legend()
+    fig.tight_layout()
+    return {"burstiness": fig}
+
+
+def _sizes(t, tz):
+    rows = t["sizes"].to_pylist()
+    if not rows:
+        return {"sizes": _empty("sizes")}
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.step([r["wire_len"] for r in rows], [r["cumulative_fraction"] for r in rows], where="post")
+    a.set_xlabel("wire length (bytes)")
+    a.set_ylabel("cumulative fraction of packets")
+    a.set_title("by size")
+    ranked = sorted(rows, key=lambda r: r["rank"])
+    b.loglog([r["rank"] for r in ranked], [r["fraction"] for r in ranked], "o-", markersize=3)
+    b.set_xlabel("rank of the size")
+    b.set_ylabel("fraction of packets")
+    b.set_title("by rank")
+    fig.tight_layout()
+    return {"sizes": fig}
+
+
+def _nfs_latency(t, tz):
+    rows = t["nfs_latency_over_time"].to_pylist()
+    if not rows:
+        return {"nfs_latency": _empty("NFS latency")}
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for key in sorted({(r["nfs_version"], r["operation"]) for r in rows}):
+        pts = [r for r in rows if (r["nfs_version"], r["operation"]) == key]
+        ax.plot(_times([r["interval_start_ns"] for r in pts], tz), [r["mean_s"] for r in pts],
+                "o-", markersize=3, label=f"v{key[0]} {key[1]}")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylabel("mean latency (s)")
+    ax.set_title("NFS latency over time, busiest operations")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return {"nfs_latency": fig}
+
+
+def _nfs_ops(t, tz):
+    rows = t["nfs_ops"].to_pylist()
+    if not rows:
+        return {"nfs_ops": _empty("NFS operations")}
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    top = rows[:15]
+    a.barh([f"v{r['nfs_version']} {r['operation']}" for r in top][::-1],
+           [r["calls"] for r in top][::-1])  # fmt: skip
+    a.set_xlabel("calls")
+    a.set_title("operation mix")
+    out = t["nfs_ops_outstanding"].to_pylist()
+    b.step(_times([r["interval_start_ns"] for r in out], tz),
+           [r["max_outstanding"] for r in out], where="post")  # fmt: skip
+    b.set_ylabel("max outstanding requests")
+    b.set_title("outstanding requests")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return {"nfs_ops": fig}
+
+
+def _rpc_matching(t, tz):
+    rows = t["rpc_matching_per_minute"].to_pylist()
+    if not rows:
+        return {"rpc_matching": _empty("RPC matching")}
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = _times([r["interval_start_ns"] for r in rows], tz)
+    ax.plot(x, [r["unmatched_calls"] for r in rows], "o-", label="calls without reply")
+    ax.plot(x, [r["unmatched_replies"] for r in rows], "s-", label="replies without call")
+    ax.set_ylabel("per minute")
+    ax.set_title("unmatched RPC messages")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return {"rpc_matching": fig}
+
+
+def _files(t, tz):
+    rows = t["files"].to_pylist()[:20]
+    if not rows:
+        return {"files": _empty("files")}
+    fig, ax = plt.subplots(figsize=(9, 5))
+    labels = [(r["path"] or r["name"] or r["fh"][:16]) for r in rows][::-1]
+    ax.barh(labels, [r["bytes_read"] for r in rows][::-1], label="read")
+    ax.barh(labels, [r["bytes_written"] for r in rows][::-1],
+            left=[r["bytes_read"] for r in rows][::-1], label="written")  # fmt: skip
+    ax.set_xlabel("bytes")
+    ax.set_title("files by bytes moved")
+    ax.legend()
+    fig.tight_layout()
+    return {"files": fig}
+
+
+def _recency(t, tz):
+    rows = t["recency"].to_pylist()
+    if not rows or not rows[0]["reads"]:
+        return {"recency": _empty("recency")}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = [r["cache_bytes"] / 2**20 for r in rows]
+    ax.plot(x, [r["hit_ratio"] for r in rows], "o-", label="requests")
+    ax.plot(x, [r["byte_hit_ratio"] for r in rows], "s-", label="bytes")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("LRU cache size (MiB)")
+    ax.set_ylabel("hit ratio")
+    ax.set_ylim(0, 1)
+    ax.set_title("read cache hit ratio")
+    ax.legend()
+    fig.tight_layout()
+    return {"recency": fig}

@@ -1,0 +1,95 @@
+"""sizes: packet sizes (by size and by rank, as in the T-Labs paper's Figure 3), the protocol
+mix, top talkers and top flows by bytes. Sizes are lengths on the wire."""
+
+import pyarrow as pa
+
+from .dataset import as_dataset
+
+PROTOCOL_NAMES = {1: "ICMP", 2: "IGMP", 6: "TCP", 17: "UDP", 47: "GRE", 50: "ESP", 58: "ICMPv6",
+                  132: "SCTP"}  # fmt: skip
+
+
+def sizes(ds_or_path) -> pa.Table:
+    """One row per wire length: wire_len, packets, bytes, fraction (of packets), cumulative
+    fraction (by size), rank (1 = the most frequent size; ties by size); ordered by size."""
+    ds = as_dataset(ds_or_path)
+    return ds.query("""
+WITH by_size AS (
+  SELECT wire_len, count(*) AS packets, CAST(sum(wire_len) AS BIGINT) AS bytes
+  FROM packets GROUP BY wire_len
+)
+SELECT wire_len, packets, bytes,
+       packets / CAST(sum(packets) OVER () AS DOUBLE) AS fraction,
+       sum(packets) OVER (ORDER BY wire_len ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+         / CAST(sum(packets) OVER () AS DOUBLE) AS cumulative_fraction,
+       row_number() OVER (ORDER BY packets DESC, wire_len) AS rank
+FROM by_size
+ORDER BY wire_len
+""")
+
+
+def protocols(ds_or_path) -> pa.Table:
+    """The protocol mix: ip_version, protocol, protocol_name, packets, bytes, packet_share,
+    byte_share; ordered by bytes, most first."""
+    ds = as_dataset(ds_or_path)
+    names = " ".join(f"WHEN {n} THEN '{s}'" for n, s in PROTOCOL_NAMES.items())
+    return ds.query(f"""
+WITH mix AS (
+  SELECT ip_version, protocol, count(*) AS packets, CAST(sum(wire_len) AS BIGINT) AS bytes
+  FROM packets GROUP BY ip_version, protocol
+)
+SELECT ip_version, protocol,
+       CASE WHEN protocol IS NULL THEN 'non-IP'
+            ELSE coalesce(CASE protocol {names} END, concat('IP protocol ', CAST(protocol AS VARCHAR)))
+       END AS protocol_name,
+       packets, bytes,
+       packets / CAST(sum(packets) OVER () AS DOUBLE) AS packet_share,
+       bytes / CAST(sum(bytes) OVER () AS DOUBLE) AS byte_share
+FROM mix
+ORDER BY bytes DESC, packets DESC, ip_version, protocol
+""")
+
+
+def talkers(ds_or_path, top: int = 20) -> pa.Table:
+    """The `top` addresses by bytes sent plus received: addr, packets_sent, bytes_sent,
+    packets_received, bytes_received, bytes_total."""
+    ds = as_dataset(ds_or_path)
+    return ds.query(f"""
+WITH ends AS (
+  SELECT src_addr AS addr, 1 AS packets_sent, wire_len AS bytes_sent,
+         0 AS packets_received, 0 AS bytes_received
+  FROM packets WHERE src_addr IS NOT NULL
+  UNION ALL
+  SELECT dst_addr, 0, 0, 1, wire_len FROM packets WHERE dst_addr IS NOT NULL
+)
+SELECT addr,
+       CAST(sum(packets_sent) AS BIGINT) AS packets_sent,
+       CAST(sum(bytes_sent) AS BIGINT) AS bytes_sent,
+       CAST(sum(packets_received) AS BIGINT) AS packets_received,
+       CAST(sum(bytes_received) AS BIGINT) AS bytes_received,
+       CAST(sum(bytes_sent + bytes_received) AS BIGINT) AS bytes_total
+FROM ends
+GROUP BY addr
+ORDER BY bytes_total DESC, addr
+LIMIT {int(top)}
+""")
+
+
+def flows(ds_or_path, top: int = 20) -> pa.Table:
+    """The `top` flows (both directions of a connection) by bytes: flow_id, protocol, addr_a,
+    port_a (the sender of the flow's first packet), addr_b, port_b, packets, bytes,
+    first_time_ns, last_time_ns."""
+    ds = as_dataset(ds_or_path)
+    return ds.query(f"""
+SELECT flow_id,
+       arg_min(protocol, time_ns) AS protocol,
+       arg_min(src_addr, time_ns) AS addr_a, arg_min(src_port, time_ns) AS port_a,
+       arg_min(dst_addr, time_ns) AS addr_b, arg_min(dst_port, time_ns) AS port_b,
+       count(*) AS packets, CAST(sum(wire_len) AS BIGINT) AS bytes,
+       min(time_ns) AS first_time_ns, max(time_ns) AS last_time_ns
+FROM packets
+WHERE flow_id IS NOT NULL
+GROUP BY flow_id
+ORDER BY bytes DESC, flow_id
+LIMIT {int(top)}
+""")

@@ -1,0 +1,48 @@
+"""SQL fragments shared by the analyses, in the portable subset both engines run."""
+
+# Percentiles as parts per 10 000 so that ranks are computed with integers only.
+PERCENTILES = {"p50": 5000, "p90": 9000, "p99": 9900, "p99_9": 9990, "p99_99": 9999}
+
+
+def nearest_rank(
+    source: str,
+    groups: list[str],
+    value: str,
+    percentiles: dict[str, int],
+    weight: str = "1",
+    prefix: str = "",
+    suffix: str = "",
+) -> str:
+    """Exact nearest-rank percentiles of `value` per group of `source` (a table or CTE name).
+
+    The p-th percentile is the smallest value whose cumulative count reaches ceil(p·n), the
+    definition in the HP papers and in most textbooks. Comparing `cum · 10000 >= p · n` keeps
+    it in integers, so DuckDB and Spark give the same row, and values may carry a weight (a
+    count of identical intervals) instead of being repeated.
+    """
+    g = ", ".join(groups)
+    gsel = g + ", " if groups else ""
+    part = f"PARTITION BY {g} " if groups else ""
+    picks = ",\n       ".join(
+        f"min(CASE WHEN cum * 10000 >= {p} * total THEN v END) AS {prefix}{name}{suffix}"
+        for name, p in percentiles.items()
+    )
+    group_by = f"\nGROUP BY {g}" if groups else ""
+    return f"""
+SELECT {gsel}{picks}
+FROM (
+  SELECT {gsel}v,
+         sum(n) OVER ({part}ORDER BY v ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum,
+         sum(n) OVER ({part.strip()}) AS total
+  FROM (SELECT {gsel}{value} AS v, sum({weight}) AS n FROM {source} GROUP BY {gsel}{value}) AS w
+) AS c{group_by}"""
+
+
+def bucket(time: str, width_ns: int, origin: str | int = 0) -> str:
+    """Start time of the interval of `width_ns` (counted from `origin`) that holds `time`."""
+    if origin == 0:
+        return f"({time} // {width_ns} * {width_ns})"
+    return f"(({time} - {origin}) // {width_ns} * {width_ns} + {origin})"
+
+
+MINUTE_NS = 60_000_000_000
