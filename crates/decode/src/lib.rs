@@ -1,1 +1,26 @@
-//! Zero-copy packet header views, symmetric flow keys, TCP stream reassembly and ONC RPC record framing
+//! Zero-copy packet header views, symmetric flow keys, TCP stream reassembly and ONC RPC
+//! record framing.
+//!
+//! - [`packet`]: [`dissect`] a frame of a pcap link type into [`Headers`] (no allocation).
+//! - [`flow`]: [`FlowKey`] and the stable, symmetric [`flow_id`] stored in datasets.
+//! - [`headers`]: [`headers_len`], where header-only capture cuts a frame.
+//! - [`tcp`]: [`TcpReassembler`] (one direction) and [`ConnectionTable`] (bounded).
+//! - [`rpc_framing`]: [`RpcFramer`] (record marking, resync, snap-length holes) and
+//!   [`TcpRpcTracker`], which goes from dissected packets to RPC messages.
+//!
+//! Nothing here panics on input bytes, and nothing allocates in proportion to a length
+//! field: buffers grow only with bytes actually captured, within configured bounds.
+
+pub mod flow;
+pub mod headers;
+pub mod packet;
+pub mod rpc_framing;
+pub mod tcp;
+
+pub use flow::{flow_id, FlowKey};
+pub use headers::{headers_len, HeaderDepth};
+pub use packet::{dissect, Headers, IpHeader, Transport};
+pub use rpc_framing::{
+    probe_rpc_header, RpcFramer, RpcMessage, TcpRpcTracker, TrackerConfig, TrackerCounters,
+};
+pub use tcp::{ConnectionTable, GapCause, Segment, StreamEvent, TcpReassembler};

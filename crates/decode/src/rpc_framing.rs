@@ -1,0 +1,763 @@
+//! ONC RPC messages out of byte streams: record marking over TCP (RFC 5531 §11), with
+//! resynchronisation after gaps and mid-stream starts, and snap-length truncation handled
+//! without losing sync.
+//!
+//! Over UDP each datagram is one message, without a record mark: hand the UDP payload to
+//! [`probe_rpc_header`] (or straight to the RPC decoder) — no framing needed.
+//!
+//! Layers: [`probe_rpc_header`] (is this an RPC header, and how long?), [`RpcFramer`] (one
+//! direction's reassembled stream → messages), [`TcpRpcTracker`] (packets → reassembly →
+//! framing, for all connections of a trace).
+
+use crate::flow::FlowKey;
+use crate::packet::{Headers, Transport};
+use crate::tcp::{
+    ConnectionTable, GapCause, MemoryUse, ReassemblyConfig, ReassemblyCounters, Segment,
+    StreamEvent, TableConfig, TcpReassembler,
+};
+
+/// Longest credential or verifier body RFC 5531 allows.
+pub const MAX_AUTH_LEN: u32 = 400;
+/// Shortest record that can hold an RPC header (a reply with an empty verifier).
+const MIN_RECORD: u32 = 24;
+/// Longest possible mark + RPC header: resync looks this far ahead.
+const LOOKAHEAD: usize = 1024;
+
+/// How picky [`probe_rpc_header`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strictness {
+    /// Message type, RPC version 2 for calls, reply status, auth lengths <= 400. For
+    /// bytes already known to start a message (UDP payload, TCP segment start).
+    Lenient,
+    /// Also plausible program numbers, versions, procedures, auth flavors and accept
+    /// status. For hunting through a stream for a message boundary.
+    Strict,
+}
+
+/// What the start of an RPC message says about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpcHeader {
+    pub xid: u32,
+    pub kind: RpcKind,
+    /// Bytes from the xid through the verifier and, for accepted replies, accept_stat (for
+    /// denied replies, through the reject details).
+    pub header_len: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    Call {
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+    },
+    /// `reply_stat`: 0 accepted, 1 denied. `stat` is accept_stat or reject_stat.
+    Reply {
+        reply_stat: u32,
+        stat: u32,
+    },
+}
+
+/// Result of [`probe_rpc_header`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Header(RpcHeader),
+    /// Plausible so far, but the bytes end before the header does.
+    Incomplete,
+    NotRpc,
+}
+
+/// Checks whether `msg` (without record mark) starts with an ONC RPC call or reply header.
+pub fn probe_rpc_header(msg: &[u8], strictness: Strictness) -> Probe {
+    let strict = strictness == Strictness::Strict;
+    let w = |i: usize| -> Option<u32> {
+        let b = msg.get(i * 4..i * 4 + 4)?;
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    macro_rules! word {
+        ($i:expr) => {
+            match w($i) {
+                Some(v) => v,
+                None => return Probe::Incomplete,
+            }
+        };
+    }
+    let xid = word!(0);
+    match word!(1) {
+        0 => {
+            if word!(2) != 2 {
+                return Probe::NotRpc;
+            }
+            let (prog, vers, proc_) = (word!(3), word!(4), word!(5));
+            if strict && !(plausible_program(prog) && (1..=255).contains(&vers) && proc_ < 1024) {
+                return Probe::NotRpc;
+            }
+            // Credential then verifier: flavor, length, body padded to 4.
+            let mut at = 6;
+            for _ in 0..2 {
+                let (flavor, len) = (word!(at), word!(at + 1));
+                if len > MAX_AUTH_LEN || (strict && !plausible_flavor(flavor)) {
+                    return Probe::NotRpc;
+                }
+                at += 2 + (len as usize).div_ceil(4);
+            }
+            let header_len = at * 4;
+            if msg.len() < header_len {
+                return Probe::Incomplete;
+            }
+            Probe::Header(RpcHeader {
+                xid,
+                kind: RpcKind::Call { prog, vers, proc_ },
+                header_len,
+            })
+        }
+        1 => {
+            let reply_stat = word!(2);
+            let (stat, header_len) = match reply_stat {
+                0 => {
+                    let (flavor, len) = (word!(3), word!(4));
+                    if len > MAX_AUTH_LEN || (strict && !plausible_flavor(flavor)) {
+                        return Probe::NotRpc;
+                    }
+                    let at = 5 + (len as usize).div_ceil(4);
+                    let stat = word!(at);
+                    if strict && stat > 5 {
+                        return Probe::NotRpc;
+                    }
+                    (stat, (at + 1) * 4)
+                }
+                1 => match word!(3) {
+                    0 => (0, 24),
+                    1 => (1, 20),
+                    _ => return Probe::NotRpc,
+                },
+                _ => return Probe::NotRpc,
+            };
+            if msg.len() < header_len {
+                return Probe::Incomplete;
+            }
+            Probe::Header(RpcHeader {
+                xid,
+                kind: RpcKind::Reply { reply_stat, stat },
+                header_len,
+            })
+        }
+        _ => Probe::NotRpc,
+    }
+}
+
+/// Sun/IANA-assigned program ranges and the user-defined / transient ranges.
+fn plausible_program(prog: u32) -> bool {
+    (100_000..=400_000).contains(&prog) || (0x2000_0000..0x6000_0000).contains(&prog)
+}
+
+/// AUTH_NONE, SYS, SHORT, DH, KERB4, RSA, RPCSEC_GSS, TLS, and the 390003–390006 range
+/// (Kerberos pseudo-flavors that show up in SECINFO but also on the wire).
+fn plausible_flavor(f: u32) -> bool {
+    f <= 7 || (390_003..=390_010).contains(&f)
+}
+
+/// Limits of an [`RpcFramer`].
+#[derive(Debug, Clone, Copy)]
+pub struct FramingConfig {
+    /// Largest record (fragment) length accepted while in sync, and while resyncing.
+    pub max_record: u32,
+    /// Largest message (all fragments) accepted; bigger ones are counted and dropped.
+    pub max_message: u64,
+}
+
+impl Default for FramingConfig {
+    fn default() -> Self {
+        // Linux NFS moves at most 1 MiB of data per READ/WRITE; leave room for the rest.
+        FramingConfig {
+            max_record: 4 << 20,
+            max_message: 16 << 20,
+        }
+    }
+}
+
+/// What an [`RpcFramer`] skipped or cut, by reason. The converter reports these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FramingCounters {
+    /// Messages emitted (truncated ones included).
+    pub messages: u64,
+    /// Emitted messages whose body is shorter than the record marks say.
+    pub truncated_messages: u64,
+    /// Bytes the reassembler reported lost (capture loss, or the start of a stream whose
+    /// buffer overflowed).
+    pub gap_bytes: u64,
+    /// Bytes cut by the snap length.
+    pub not_captured_bytes: u64,
+    /// Times a message boundary was found by scanning.
+    pub resyncs: u64,
+    /// Bytes skipped while scanning for a message boundary.
+    pub resync_skipped_bytes: u64,
+    /// Records or messages over the configured maxima (sync is then sought again).
+    pub oversized_record: u64,
+    /// Messages cut by a gap that also swallowed the next record mark.
+    pub truncated_at_gap: u64,
+    /// Messages cut by the end of the stream.
+    pub truncated_at_end: u64,
+    /// Messages of which no byte was captured (not emitted).
+    pub empty_messages: u64,
+}
+
+impl FramingCounters {
+    pub fn add(&mut self, o: &FramingCounters) {
+        self.messages += o.messages;
+        self.truncated_messages += o.truncated_messages;
+        self.gap_bytes += o.gap_bytes;
+        self.not_captured_bytes += o.not_captured_bytes;
+        self.resyncs += o.resyncs;
+        self.resync_skipped_bytes += o.resync_skipped_bytes;
+        self.oversized_record += o.oversized_record;
+        self.truncated_at_gap += o.truncated_at_gap;
+        self.truncated_at_end += o.truncated_at_end;
+        self.empty_messages += o.empty_messages;
+    }
+}
+
+/// One RPC message out of a TCP stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpcMessage<'a, M> {
+    /// The message without record marks: all captured bytes up to the first missing one.
+    pub body: &'a [u8],
+    /// Length according to the record marks.
+    pub wire_len: u64,
+    /// `body` is shorter than `wire_len` (snap length, capture loss, or end of stream).
+    pub truncated: bool,
+    /// Meta of the segment that carried the first byte (of the record mark).
+    pub first_meta: M,
+    /// Meta of the segment that completed the message.
+    pub last_meta: M,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State<M> {
+    /// Scanning for a plausible record mark + RPC header.
+    Hunting,
+    /// Reading a 4-byte record mark; `meta` of its first byte.
+    Mark {
+        buf: [u8; 4],
+        have: u8,
+        meta: Option<M>,
+    },
+    /// Inside a fragment.
+    Body { remaining: u32, last: bool },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InProgress<M> {
+    first_meta: M,
+    wire_len: u64,
+    /// Still appending: no byte of the message has been missing yet.
+    collecting: bool,
+}
+
+/// Splits one direction's reassembled TCP stream into RPC messages.
+///
+/// Feed it [`StreamEvent`]s in order ([`event`](Self::event), or [`data`](Self::data) /
+/// [`gap`](Self::gap) / [`end`](Self::end)); it calls `out` for every complete message.
+/// Messages that fit in one `data` call are handed out without copying.
+#[derive(Debug)]
+pub struct RpcFramer<M> {
+    config: FramingConfig,
+    state: State<M>,
+    msg: Option<InProgress<M>>,
+    body: Vec<u8>,
+    /// Hunting: a tail too short to judge yet, and the meta it came with.
+    pending: Vec<u8>,
+    pending_meta: Option<M>,
+    counters: FramingCounters,
+}
+
+impl<M> RpcFramer<M> {
+    pub fn counters(&self) -> &FramingCounters {
+        &self.counters
+    }
+
+    /// Bytes held: the message being assembled and the resync tail.
+    pub fn memory_use(&self) -> usize {
+        self.body.capacity() + self.pending.capacity()
+    }
+}
+
+impl<M: Copy> RpcFramer<M> {
+    /// `synced`: the stream is known to start at a message boundary (its SYN was seen).
+    /// Otherwise the framer scans for one first.
+    pub fn new(config: FramingConfig, synced: bool) -> Self {
+        RpcFramer {
+            config,
+            state: if synced { Self::mark() } else { State::Hunting },
+            msg: None,
+            body: Vec::new(),
+            pending: Vec::new(),
+            pending_meta: None,
+            counters: FramingCounters::default(),
+        }
+    }
+
+    fn mark() -> State<M> {
+        State::Mark {
+            buf: [0; 4],
+            have: 0,
+            meta: None,
+        }
+    }
+
+    /// Feeds one reassembler event.
+    pub fn event(&mut self, ev: StreamEvent<'_, M>, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        match ev {
+            StreamEvent::Data { bytes, meta } => self.data(bytes, meta, out),
+            StreamEvent::Gap { len, cause, meta } => self.gap(len, cause, meta, out),
+            StreamEvent::End { meta, .. } => self.end(meta, out),
+        }
+    }
+
+    /// Feeds contiguous stream bytes.
+    pub fn data(&mut self, bytes: &[u8], meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        if bytes.is_empty() {
+            return;
+        }
+        // A resync tail from earlier data: judge its positions with a look at the new bytes.
+        // Each round consumes at least one pending byte, so this ends.
+        while matches!(self.state, State::Hunting) && !self.pending.is_empty() {
+            let old_len = self.pending.len();
+            let pmeta = self.pending_meta.take().unwrap_or(meta);
+            let mut buf = std::mem::take(&mut self.pending);
+            buf.extend_from_slice(&bytes[..bytes.len().min(LOOKAHEAD)]);
+            let mut found = None;
+            for i in 0..old_len {
+                match self.candidate(&buf[i..]) {
+                    Probe::Header(_) => {
+                        found = Some(i);
+                        break;
+                    }
+                    Probe::Incomplete => {
+                        // Only possible when all of `bytes` is in `buf`: keep waiting.
+                        self.counters.resync_skipped_bytes += i as u64;
+                        buf.drain(..i);
+                        self.pending = buf;
+                        self.pending_meta = Some(pmeta);
+                        return;
+                    }
+                    Probe::NotRpc => {}
+                }
+            }
+            match found {
+                None => self.counters.resync_skipped_bytes += old_len as u64,
+                Some(i) => {
+                    self.counters.resync_skipped_bytes += i as u64;
+                    self.counters.resyncs += 1;
+                    self.state = Self::mark();
+                    self.run(&buf[i..old_len], pmeta, out);
+                }
+            }
+        }
+        self.run(bytes, meta, out);
+    }
+
+    /// Is there a plausible record mark + RPC header at the start of `b`?
+    fn candidate(&self, b: &[u8]) -> Probe {
+        let Some(m) = b.get(..4) else {
+            return Probe::Incomplete;
+        };
+        let len = u32::from_be_bytes([m[0], m[1], m[2], m[3]]) & 0x7fff_ffff;
+        if !(MIN_RECORD..=self.config.max_record).contains(&len) {
+            return Probe::NotRpc;
+        }
+        probe_rpc_header(&b[4..], Strictness::Strict)
+    }
+
+    fn run(&mut self, mut bytes: &[u8], meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        while !bytes.is_empty() {
+            match self.state {
+                State::Hunting => {
+                    let mut i = 0;
+                    loop {
+                        if i == bytes.len() {
+                            self.counters.resync_skipped_bytes += i as u64;
+                            return;
+                        }
+                        match self.candidate(&bytes[i..]) {
+                            Probe::Header(_) => break,
+                            Probe::Incomplete => {
+                                self.counters.resync_skipped_bytes += i as u64;
+                                self.pending.clear();
+                                self.pending.extend_from_slice(&bytes[i..]);
+                                self.pending_meta = Some(meta);
+                                return;
+                            }
+                            Probe::NotRpc => i += 1,
+                        }
+                    }
+                    self.counters.resync_skipped_bytes += i as u64;
+                    self.counters.resyncs += 1;
+                    self.state = Self::mark();
+                    bytes = &bytes[i..];
+                }
+                State::Mark {
+                    mut buf,
+                    mut have,
+                    meta: mark_meta,
+                } => {
+                    if have == 0 && self.msg.is_none() && bytes.len() >= 4 {
+                        // Fast path: a whole single-fragment record inside these bytes is
+                        // emitted without copying.
+                        let mark = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                        let len = (mark & 0x7fff_ffff) as usize;
+                        if mark & 0x8000_0000 != 0
+                            && len as u32 <= self.config.max_record
+                            && bytes.len() - 4 >= len
+                            && len > 0
+                        {
+                            self.counters.messages += 1;
+                            out(RpcMessage {
+                                body: &bytes[4..4 + len],
+                                wire_len: len as u64,
+                                truncated: false,
+                                first_meta: meta,
+                                last_meta: meta,
+                            });
+                            bytes = &bytes[4 + len..];
+                            continue;
+                        }
+                    }
+                    let first = mark_meta.unwrap_or(meta);
+                    let n = (4 - have as usize).min(bytes.len());
+                    buf[have as usize..have as usize + n].copy_from_slice(&bytes[..n]);
+                    have += n as u8;
+                    bytes = &bytes[n..];
+                    if have < 4 {
+                        self.state = State::Mark {
+                            buf,
+                            have,
+                            meta: Some(first),
+                        };
+                    } else {
+                        self.on_mark(u32::from_be_bytes(buf), first, meta, out);
+                    }
+                }
+                State::Body { remaining, last } => {
+                    let n = (remaining as usize).min(bytes.len());
+                    if self.msg.is_some_and(|m| m.collecting) {
+                        self.body.extend_from_slice(&bytes[..n]);
+                    }
+                    bytes = &bytes[n..];
+                    let remaining = remaining - n as u32;
+                    self.state = State::Body { remaining, last };
+                    if remaining == 0 {
+                        self.end_fragment(last, meta, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_mark(&mut self, mark: u32, first: M, meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        let len = mark & 0x7fff_ffff;
+        let last = mark & 0x8000_0000 != 0;
+        let msg = self.msg.get_or_insert(InProgress {
+            first_meta: first,
+            wire_len: 0,
+            collecting: true,
+        });
+        msg.wire_len += u64::from(len);
+        if len > self.config.max_record || msg.wire_len > self.config.max_message {
+            self.counters.oversized_record += 1;
+            self.msg = None;
+            self.body.clear();
+            self.state = State::Hunting;
+            return;
+        }
+        self.state = State::Body {
+            remaining: len,
+            last,
+        };
+        if len == 0 {
+            self.end_fragment(last, meta, out);
+        }
+    }
+
+    fn end_fragment(&mut self, last: bool, meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        self.state = Self::mark();
+        if last {
+            self.emit(meta, out);
+        }
+    }
+
+    fn emit(&mut self, meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        let Some(m) = self.msg.take() else {
+            return;
+        };
+        let truncated = (self.body.len() as u64) < m.wire_len;
+        if self.body.is_empty() && m.wire_len > 0 {
+            self.counters.empty_messages += 1;
+        } else {
+            self.counters.messages += 1;
+            self.counters.truncated_messages += u64::from(truncated);
+            out(RpcMessage {
+                body: &self.body,
+                wire_len: m.wire_len,
+                truncated,
+                first_meta: m.first_meta,
+                last_meta: meta,
+            });
+        }
+        self.body.clear();
+        // Keep one big message's buffer from pinning memory in a long-lived connection.
+        if self.body.capacity() > 64 << 10 {
+            self.body = Vec::new();
+        }
+    }
+
+    /// `len` bytes of the stream are missing. Their size is known, so inside a fragment
+    /// the framer skips them and stays in sync; a hole that covers a record mark forces a
+    /// resync.
+    pub fn gap(
+        &mut self,
+        len: u64,
+        cause: GapCause,
+        meta: M,
+        out: &mut impl FnMut(RpcMessage<'_, M>),
+    ) {
+        match cause {
+            GapCause::Lost => self.counters.gap_bytes += len,
+            GapCause::NotCaptured => self.counters.not_captured_bytes += len,
+        }
+        if len == 0 {
+            return;
+        }
+        match self.state {
+            State::Hunting => {
+                self.counters.resync_skipped_bytes += self.pending.len() as u64;
+                self.pending.clear();
+                self.pending_meta = None;
+            }
+            State::Mark { have, .. } => {
+                if self.msg.is_some() || have > 0 {
+                    self.counters.truncated_at_gap += u64::from(self.msg.is_some());
+                    self.emit(meta, out);
+                }
+                self.state = State::Hunting;
+            }
+            State::Body { remaining, last } => {
+                if let Some(m) = &mut self.msg {
+                    m.collecting = false;
+                }
+                if len <= u64::from(remaining) {
+                    let remaining = remaining - len as u32;
+                    self.state = State::Body { remaining, last };
+                    if remaining == 0 {
+                        self.end_fragment(last, meta, out);
+                    }
+                } else {
+                    // The next record mark fell into the hole.
+                    if !last {
+                        self.counters.truncated_at_gap += 1;
+                    }
+                    self.emit(meta, out);
+                    self.state = State::Hunting;
+                }
+            }
+        }
+    }
+
+    /// The stream ended (FIN, RST, eviction or end of input): emits a message in progress
+    /// as truncated.
+    pub fn end(&mut self, meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        if self.msg.is_some() {
+            self.counters.truncated_at_end += 1;
+            self.emit(meta, out);
+        }
+        self.counters.resync_skipped_bytes += self.pending.len() as u64;
+        self.pending = Vec::new();
+        self.pending_meta = None;
+        self.state = State::Hunting;
+    }
+}
+
+/// One direction of a tracked connection.
+struct Direction<M> {
+    reasm: TcpReassembler<M>,
+    framer: RpcFramer<M>,
+    /// Whether the stream's first segment was seen (the framer starts in sync only if
+    /// that was a SYN).
+    fed: bool,
+}
+
+/// Both directions of a connection; index 0 carries data from the canonical key's source.
+struct Connection<M> {
+    dirs: [Direction<M>; 2],
+}
+
+impl<M> MemoryUse for Connection<M> {
+    fn memory_use(&self) -> usize {
+        self.dirs
+            .iter()
+            .map(|d| d.reasm.memory_use() + d.framer.memory_use())
+            .sum()
+    }
+}
+
+/// Limits of a [`TcpRpcTracker`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TrackerConfig {
+    pub reassembly: ReassemblyConfig,
+    pub framing: FramingConfig,
+    pub table: TableConfig,
+}
+
+/// Counters of a [`TcpRpcTracker`], summed over connections that were closed or evicted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrackerCounters {
+    pub reassembly: ReassemblyCounters,
+    pub framing: FramingCounters,
+    /// Connections evicted while still open (idle or over budget).
+    pub evicted_connections: u64,
+}
+
+/// Packets in, RPC messages out: reassembles every TCP connection of a trace and frames
+/// each direction into RPC messages. Feed it the TCP packets you want decoded (e.g. the
+/// NFS/portmap ports, or all).
+pub struct TcpRpcTracker<M> {
+    config: TrackerConfig,
+    table: ConnectionTable<Connection<M>>,
+    counters: TrackerCounters,
+}
+
+impl<M: Copy> TcpRpcTracker<M> {
+    pub fn new(config: TrackerConfig) -> Self {
+        TcpRpcTracker {
+            config,
+            table: ConnectionTable::new(config.table),
+            counters: TrackerCounters::default(),
+        }
+    }
+
+    /// Counts so far, for closed and evicted connections; complete after [`finish`](Self::finish).
+    pub fn counters(&self) -> &TrackerCounters {
+        &self.counters
+    }
+
+    /// Connections currently tracked.
+    pub fn connections(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Memory charged to tracked connections.
+    pub fn memory_use(&self) -> usize {
+        self.table.memory_use()
+    }
+
+    /// Feeds one dissected packet (ignored unless it is TCP). `now` is the packet's time in
+    /// nanoseconds (drives idle eviction). `out` receives each completed message with the
+    /// flow key of its sender → receiver direction.
+    pub fn packet(
+        &mut self,
+        h: &Headers<'_>,
+        meta: M,
+        now: u64,
+        out: &mut impl FnMut(&FlowKey, RpcMessage<'_, M>),
+    ) {
+        let Transport::Tcp(tcp) = h.transport else {
+            return;
+        };
+        let Some(key) = FlowKey::from_headers(h) else {
+            return;
+        };
+        let (canon, reversed) = key.canonical();
+        let seg = Segment {
+            seq: tcp.seq,
+            syn: tcp.syn(),
+            fin: tcp.fin(),
+            rst: tcp.rst(),
+            payload: h.payload,
+            wire_len: h.payload_wire_len,
+            meta,
+        };
+        let cfg = self.config;
+        let make = || Connection {
+            dirs: [Direction::new(&cfg), Direction::new(&cfg)],
+        };
+        let closed = self.table.with(canon, now, make, |c| {
+            let d = &mut c.dirs[usize::from(reversed)];
+            d.push(seg, &mut |m| out(&key, m));
+            c.dirs.iter().all(|d| d.reasm.ended()) || tcp.rst()
+        });
+        if closed {
+            if let Some(c) = self.table.remove(canon) {
+                close_connection(canon, c, meta, &mut self.counters, out);
+            }
+        }
+        if self.table.needs_eviction(now) {
+            self.evict(now, meta, out);
+        }
+    }
+
+    fn evict(&mut self, now: u64, meta: M, out: &mut impl FnMut(&FlowKey, RpcMessage<'_, M>)) {
+        let counters = &mut self.counters;
+        self.table.evict(now, |canon, c| {
+            counters.evicted_connections += 1;
+            close_connection(canon, c, meta, counters, out);
+        });
+    }
+
+    /// End of input: flushes every connection (holes become gaps, messages in progress
+    /// are emitted as truncated). `meta` is attached to what completes now.
+    pub fn finish(&mut self, meta: M, out: &mut impl FnMut(&FlowKey, RpcMessage<'_, M>)) {
+        let counters = &mut self.counters;
+        self.table
+            .drain(|canon, c| close_connection(canon, c, meta, counters, out));
+    }
+}
+
+fn close_connection<M: Copy>(
+    canon: FlowKey,
+    c: Connection<M>,
+    meta: M,
+    counters: &mut TrackerCounters,
+    out: &mut impl FnMut(&FlowKey, RpcMessage<'_, M>),
+) {
+    for (i, d) in c.dirs.into_iter().enumerate() {
+        let k = if i == 0 { canon } else { canon.reversed() };
+        d.close(meta, counters, &mut |m| out(&k, m));
+    }
+}
+
+impl<M: Copy> Direction<M> {
+    fn new(cfg: &TrackerConfig) -> Self {
+        Direction {
+            reasm: TcpReassembler::new(cfg.reassembly),
+            framer: RpcFramer::new(cfg.framing, false),
+            fed: false,
+        }
+    }
+
+    fn push(&mut self, seg: Segment<'_, M>, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        if !self.fed {
+            if seg.syn {
+                // Byte 0 of the stream is a record mark: no need to scan for one.
+                self.framer = RpcFramer::new(self.framer.config, true);
+                self.fed = true;
+            } else if seg.wire_len > 0 || !seg.payload.is_empty() {
+                self.fed = true;
+            }
+        }
+        let Direction { reasm, framer, .. } = self;
+        reasm.push(seg, &mut |ev| framer.event(ev, out));
+    }
+
+    fn close(
+        mut self,
+        meta: M,
+        counters: &mut TrackerCounters,
+        out: &mut impl FnMut(RpcMessage<'_, M>),
+    ) {
+        let Direction { reasm, framer, .. } = &mut self;
+        reasm.flush(&mut |ev| framer.event(ev, out));
+        framer.end(meta, out);
+        counters.reassembly.add(reasm.counters());
+        counters.framing.add(framer.counters());
+    }
+}
