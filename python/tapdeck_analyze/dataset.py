@@ -90,27 +90,26 @@ class Dataset:
             conds = self._range() + (self._hours() if self.tables_present.get(name) else [])
             views[f"ranged_{name}"] = _select(f"raw_{name}", conds)
 
-        def rpc_conds(alias: str = "") -> list[str]:
-            conds = []
-            if f.client:
-                conds.append(f"{alias}client_addr = {_quote(f.client)}")
-            if f.server:
-                conds.append(f"{alias}server_addr = {_quote(f.server)}")
-            if f.op:
-                conds.append(
-                    f"({alias}procedure_name = {_quote(f.op)} OR {alias}transaction_id IN "
-                    f"(SELECT transaction_id FROM ranged_nfs_ops WHERE operation = {_quote(f.op)}))"
-                )
-            return conds
-
-        views["rpc"] = _select("ranged_rpc", rpc_conds())
-        ops = rpc_conds()[:2] + ([f"operation = {_quote(f.op)}"] if f.op else [])
-        views["nfs_ops"] = _select("ranged_nfs_ops", ops)
+        hosts = []
+        if f.client:
+            hosts.append(f"client_addr = {_quote(f.client)}")
+        if f.server:
+            hosts.append(f"server_addr = {_quote(f.server)}")
+        op = []
+        if f.op:
+            op.append(
+                f"(procedure_name = {_quote(f.op)} OR transaction_id IN "
+                f"(SELECT transaction_id FROM ranged_nfs_ops WHERE operation = {_quote(f.op)}))"
+            )
+        views["rpc"] = _select("ranged_rpc", hosts + op)
+        views["nfs_ops"] = _select(
+            "ranged_nfs_ops", hosts + ([f"operation = {_quote(f.op)}"] if f.op else [])
+        )
         in_rpc = ["transaction_id IN (SELECT transaction_id FROM rpc)"] if f.any() else []
         for name in ("nfs_rw", "nfs_attrs", "nfs_names"):
             extra = [f"operation = {_quote(f.op)}"] if f.op and name == "nfs_rw" else []
             views[name] = _select(f"ranged_{name}", in_rpc + extra)
-        views["mount"] = _select("ranged_mount", rpc_conds()[:2])
+        views["mount"] = _select("ranged_mount", hosts)
         host = []
         for addr in (f.client, f.server):
             if addr:

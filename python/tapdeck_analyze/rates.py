@@ -46,10 +46,10 @@ def rates(
     if by not in (None, "interface"):
         raise DatasetError("--by is interface (or nothing)")
     k = window_ns // sample_ns
-    origin = "0" if align == "epoch" else "min(time_ns)"
+    origin = "SELECT 0 AS o" if align == "epoch" else "SELECT min(time_ns) AS o FROM packets"
     g = f"{by}, " if by else ""
     table = ds.query(f"""
-WITH origin AS (SELECT {origin} AS o FROM packets),
+WITH origin AS ({origin}),
 samples AS (
   SELECT {g}(p.time_ns - origin.o) // {sample_ns} AS sample,
          count(*) AS packets, sum(p.wire_len) AS bytes
