@@ -28,6 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"
 DEFAULT_BIN = REPO / "target" / "release" / "tapdeck"
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "nfs: uses the real NFS rig of tests/nfs (root; "
+                            "one at a time, never in parallel)")
+
 # Subprocess time limits (seconds). Everything the suite runs is bounded.
 QUICK = 30
 SLOW = 120

@@ -27,8 +27,9 @@ msg["nfs"] for NFSv2/v3:
 msg["nfs"] for NFSv4:
   status (the COMPOUND's, replies), tag, minorversion, main_opcode,
   ops [one dict per operation, in order: opcode, name, status (replies), fh [hex], names
-  (path components), offset, count, eof, stable, data_len, attrs {size, fileid, mode, numlinks,
-  owner, owner_group, space_used, time_access, time_metadata, time_modify}, fields {...}].
+  (path components), offset, count, eof, stable, data_len, attrs {type, size, fileid, mode,
+  numlinks, owner, owner_group, space_used, time_access, time_metadata, time_modify}, fields
+  {...}; READDIR replies have entries [names] instead of names and attrs].
 All numbers are ints; file handles are lowercase hex without separators.
 """
 
@@ -81,11 +82,23 @@ class OracleError(RuntimeError):
     pass
 
 
-def run_tshark_json(pcap, *, tshark: str = "tshark", timeout: float = 600) -> list:
-    """tshark's JSON dissection of every frame, as nested lists of (key, value) pairs."""
+# libnfs (as root) and rpcinfo send from reserved ports, and tshark picks a connection's
+# dissector by its lower port first: NFS from port 564 was decoded as 9P, and nothing of that
+# connection as RPC. Connections from these ports are decoded as RPC (the RPC dissector still
+# rejects what is not RPC).
+RESERVED_PORTS = "512-1023"
+
+
+def run_tshark_json(pcap, *, tshark: str = "tshark", timeout: float = 600,
+                    rpc_ports: str | None = RESERVED_PORTS) -> list:
+    """tshark's JSON dissection of every frame, as nested lists of (key, value) pairs.
+    Out-of-order TCP segments are reassembled too: on a veth with two cores the capture
+    sees some segments of one connection out of order."""
     args = [tshark, "-r", str(pcap), "-n", "-T", "json",
             "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "rpc.defragment_rpc_over_tcp:TRUE",
             "-o", "tcp.reassemble_out_of_order:TRUE"]
+    if rpc_ports:
+        args += ["-d", f"tcp.port=={rpc_ports},rpc", "-d", f"udp.port=={rpc_ports},rpc"]
     p = subprocess.run(args, capture_output=True, timeout=timeout)
     err = p.stderr.decode(errors="replace")
     if p.returncode != 0:
@@ -313,6 +326,8 @@ def _nfs4_op(opcode: int, body) -> dict:
                 op["data_len"] = (op["data_len"] or 0) + _data_len(v)
         op["attrs"] = _fattr4(body)
         op["fields"] = _fields(body)
+    if opcode == 26:  # READDIR: the names are entries, and attributes belong to each entry
+        op["entries"], op["names"], op["attrs"] = op["names"], [], {}
     return op
 
 
@@ -374,10 +389,13 @@ def _frame_messages(layers) -> list[dict]:
     return msgs
 
 
-def rpc_messages(pcap, *, tshark: str = "tshark", timeout: float = 600) -> list[dict]:
-    """Every ONC RPC message tshark decodes in `pcap`, in frame order (see the module doc)."""
+def rpc_messages(pcap, *, tshark: str = "tshark", timeout: float = 600,
+                 rpc_ports: str | None = RESERVED_PORTS) -> list[dict]:
+    """Every ONC RPC message tshark decodes in `pcap`, in frame order (see the module doc).
+    `rpc_ports`: a port range whose TCP and UDP traffic is decoded as RPC whatever else is
+    registered for it (None: tshark's defaults)."""
     out = []
-    for pkt in run_tshark_json(pcap, tshark=tshark, timeout=timeout):
+    for pkt in run_tshark_json(pcap, tshark=tshark, timeout=timeout, rpc_ports=rpc_ports):
         source = dict(pkt).get("_source")
         layers = dict(source).get("layers") if source else None
         if layers:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -340,9 +341,11 @@ class NfsRig:
     def _capture_tcpdump(self, path: Path, snaplen: int):
         err = path.with_name(path.name + ".tcpdump.log")
         # -Z root: pytest's tmp dirs are 0700, tcpdump's default user could not write there.
+        # --immediate-mode: otherwise packets wait in a half-full ring block for up to a
+        # second, and those still waiting when tcpdump is stopped are lost.
         proc = subprocess.Popen(
             ["ip", "netns", "exec", CLIENT_NS, "tcpdump", "-i", CLIENT_IF, "-s", str(snaplen),
-             "-U", "-n", "-Z", "root", "-w", str(path)],
+             "--immediate-mode", "-U", "-n", "-Z", "root", "-w", str(path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(err, "wb"))
         try:
             self._wait_text(err, "listening on", proc, "tcpdump")
@@ -351,8 +354,12 @@ class NfsRig:
         finally:
             self._stop(proc, "tcpdump", err)
         text = err.read_text(errors="replace")
-        if proc.returncode != 0 or "packets captured" not in text:
+        counts = dict((what, int(n)) for n, what in re.findall(
+            r"^(\d+) packets? (captured|received by filter|dropped by kernel)", text, re.M))
+        if proc.returncode != 0 or len(counts) != 3:
             raise RigError(f"tcpdump did not finish cleanly ({proc.returncode}):\n{text[-2000:]}")
+        if counts["dropped by kernel"] or counts["captured"] != counts["received by filter"]:
+            raise RigError(f"the capture {path} is incomplete: {counts}")
 
     def _capture_tapdeck(self, path: Path, snaplen: int, binary: Path):
         store = path.with_name(path.name + ".store")

@@ -35,6 +35,8 @@ V4_WRITES = {
     "w4/sub/small.bin": 200,
     "w4/sub/kilo.bin": 1000,
 }
+# nfs-cp from the server to the server (read then write through the client).
+V3_COPY = ("seed/seed.bin", "w3/seed_copy.bin")
 # Written on the server side before the clients start: something to list and read.
 SEED_FILES = {
     "seed/seed.bin": 200_000,
@@ -67,8 +69,9 @@ class WorkloadResult:
     steps: list[Step] = field(default_factory=list)
     # Export-relative path -> the bytes a client wrote (by NFS version).
     written: dict[int, dict[str, bytes]] = field(default_factory=lambda: {3: {}, 4: {}})
-    # (version, export-relative path) -> the bytes a client read back.
-    read: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    # (version, export-relative path, bytes) of every read of a whole file, in order (an
+    # nfs-cp from the server to the server reads too).
+    read: list[tuple[int, str, bytes]] = field(default_factory=list)
     # (version, export-relative path) of every access that had to fail.
     missing: list[tuple[int, str]] = field(default_factory=list)
 
@@ -123,6 +126,17 @@ class _Runner:
                            f"that differ from the {len(data)} written")
         self.result.written[version][rel] = data
 
+    def copy(self, version: int, src: str, dst: str) -> None:
+        from .rig import RigError
+
+        self.step(f"v{version} copy {src} to {dst}", "nfs-cp", self.rig.url(src, version),
+                  self.rig.url(dst, version))
+        data = (self.rig.export_dir / src).read_bytes()
+        if (self.rig.export_dir / dst).read_bytes() != data:
+            raise RigError(f"v{version} copy of {src} to {dst}: the copy differs")
+        self.result.written[version][dst] = data
+        self.result.read.append((version, src, data))
+
     def read(self, version: int, rel: str, *, via_cp: bool = False) -> None:
         from .rig import RigError
 
@@ -138,7 +152,7 @@ class _Runner:
         if got != want:
             raise RigError(f"v{version} read of {rel}: got {len(got)} bytes, the server holds "
                            f"{len(want)} different ones")
-        self.result.read[(version, rel)] = got
+        self.result.read.append((version, rel, got))
 
     def listing(self, version: int, rel: str, *, recursive: bool = False) -> None:
         from .rig import RigError
@@ -177,9 +191,8 @@ def _v3(r: _Runner) -> None:
     # nfs-cp creates exclusively: writing over an existing file fails with NFS3ERR_EXIST.
     r.step("v3 nfs-cp onto an existing file", "nfs-cp", r.local / "v3_w3_one.bin",
            r.rig.url("w3/sub/three_k.bin"), ok=False)
-    r.step("v3 copy seed.bin to w3/seed_copy.bin", "nfs-cp", r.rig.url("seed/seed.bin"),
-           r.rig.url("w3/seed_copy.bin"))
-    r.read(3, "w3/seed_copy.bin")
+    r.copy(3, *V3_COPY)
+    r.read(3, V3_COPY[1])
     for rel in MISSING:
         r.missing(3, rel)
 
