@@ -1,0 +1,145 @@
+"""Opening datasets (bad input: one clear line), time formats, the CLI and the report."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import S
+from datasetbuilder import T0, DatasetBuilder
+
+from tapdeck_analyze import DatasetError, open_dataset
+from tapdeck_analyze.analyses import ANALYSES, table_names
+from tapdeck_analyze.cli import main
+from tapdeck_analyze.times import format_time, parse_duration, parse_time
+
+
+def test_parse_time_matches_tapdeck_extract():
+    assert parse_time("1795413454.5") == 1795413454_500_000_000
+    assert parse_time("1795413454.000000001") == 1795413454_000_000_001
+    assert parse_time("2026-11-23T08:00:00Z") == T0
+    assert parse_time("2026-11-23T09:00:00.25+01:00") == T0 + S // 4
+    assert parse_time("2026-11-23 08:00:00z") == T0
+    for bad in ("yesterday", "2026-11-23T08:00:00", "2026-02-30T00:00:00Z", "1.0000000001",
+                "2026-11-23T24:00:00Z", "1969-12-31T23:59:59Z"):  # fmt: skip
+        with pytest.raises(ValueError, match="is not a time"):
+            parse_time(bad)
+    assert format_time(T0 + 5) == "2026-11-23T08:00:00.000000005Z"
+
+
+def test_parse_duration():
+    assert [parse_duration(d) for d in ("100us", "1ms", "1s", "1min", "1h", "2.5s")] == [
+        100_000, 1_000_000, S, 60 * S, 3600 * S, 2_500_000_000]  # fmt: skip
+    with pytest.raises(ValueError):
+        parse_duration("5 parsecs")
+
+
+def small(tmp_path, **kw):
+    b = DatasetBuilder()
+    b.packet(T0, 100)
+    b.packet(T0 + 3600 * S, 100)
+    return b.write(tmp_path / "ds", **kw)
+
+
+def test_missing_and_partial_datasets(tmp_path):
+    with pytest.raises(DatasetError, match="no such dataset"):
+        open_dataset(tmp_path / "nothing")
+    path = small(tmp_path)
+    (path / "dataset.json").unlink()
+    with pytest.raises(DatasetError, match="no dataset.json"):
+        open_dataset(path)
+    path = small(tmp_path)
+    part = next((path / "packets").rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:50])
+    with pytest.raises(DatasetError, match="unreadable Parquet file"):
+        open_dataset(path)
+
+
+def test_newer_schema_versions(tmp_path):
+    path = small(tmp_path, schema_version=2)
+    with pytest.raises(DatasetError, match="schema version 2 is newer"):
+        open_dataset(path)
+    path = small(tmp_path / "b", file_version={"packets": 3})
+    with pytest.raises(DatasetError, match=r"part-000000-0.parquet: schema version 3 is newer"):
+        open_dataset(path)
+
+
+def test_column_type_checked(tmp_path):
+    path = small(tmp_path)
+    part = next((path / "packets").rglob("*.parquet"))
+    t = pq.read_table(part)
+    t = t.set_column(t.schema.get_field_index("wire_len"), "wire_len",
+                     t.column("wire_len").cast("int64"))  # fmt: skip
+    pq.write_table(t, part)
+    with pytest.raises(DatasetError, match="wire_len is BIGINT, the contract says INT"):
+        open_dataset(path)
+
+
+def test_time_range_and_hour_partitions(tmp_path):
+    path = small(tmp_path)
+    assert {p.parent.name for p in (path / "packets").rglob("*.parquet")} == {
+        "hour=2026-11-23T08", "hour=2026-11-23T09"}  # fmt: skip
+    ds = open_dataset(path, start="2026-11-23T08:30:00Z")
+    assert ds.scalar("SELECT count(*) FROM packets") == 1
+    ds = open_dataset(path, end=T0 + 1)
+    assert ds.scalar("SELECT count(*) FROM packets") == 1
+    with pytest.raises(DatasetError, match="no packets from .*it spans"):
+        open_dataset(path, start=T0 + 1, end=T0 + 2)
+    with pytest.raises(DatasetError, match="range \\[start, end\\) is empty"):
+        open_dataset(path, start=T0, end=T0)
+    # the range reaches the Parquet scan, where row-group statistics prune
+    plan = ds.query("EXPLAIN SELECT sum(wire_len) FROM packets").column(1)[0].as_py()
+    scan = plan[plan.index("READ_PARQUET") :]
+    assert "time_ns <" in scan
+    assert "Files: 1/2" in scan  # the hour partition left out the other file
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "tapdeck_analyze.cli", *map(str, args)],
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    path = small(tmp_path)
+    newer = small(tmp_path / "newer", schema_version=9)
+    for args in (("run", "rates", tmp_path / "none"), ("run", "rates", newer),
+                 ("run", "rates", path, "--start", "2030-01-01T00:00:00Z"),
+                 ("run", "rates", path, "--start", "soon"),
+                 ("run", "rates", path, "--sample", "1 fortnight")):  # fmt: skip
+        r = run_cli(*args)
+        assert r.returncode == 2, r
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "Traceback" not in r.stderr and r.stderr.startswith("tapdeck-analyze: ")
+
+
+def test_cli_run_and_sql(nfs_path, capsysbinary):
+    assert main(["run", "nfs_latency", str(nfs_path), "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsysbinary.readouterr().out.splitlines()]
+    assert rows[0]["operation"] == "GETATTR" and rows[0]["calls"] == 3
+    assert main(["run", "sizes", str(nfs_path), "--part", "protocols", "--format", "csv"]) == 0
+    assert capsysbinary.readouterr().out.startswith(b'"ip_version","protocol"')
+    assert main(["sql", str(nfs_path), "SELECT count(*) AS n FROM rpc WHERE matched"]) == 0
+    assert capsysbinary.readouterr().out.split() == [
+        b"n",
+        b"18",
+    ]  # 9 call and 9 reply rows with a partner
+    assert main(["run", "rates", str(nfs_path), "--sample", "1s", "--window", "1min",
+                 "--tz", "Europe/Berlin"]) == 0  # fmt: skip
+    assert b"2026-11-23T09:00:00.000000000+01:00" in capsysbinary.readouterr().out
+
+
+def test_report(nfs_path, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", str(nfs_path), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out / "report.html")
+    page = (out / "report.html").read_text()
+    for analysis in ANALYSES.values():
+        for name in table_names(analysis):
+            assert (out / f"{name}.parquet").exists() and (out / f"{name}.csv").exists()
+        assert (out / f"{analysis.name}.png").exists() and (out / f"{analysis.name}.svg").exists()
+        start = page.index(f"<section id='{analysis.name}'")
+        section = page[start : page.index("</section>", start)]
+        assert "<svg" in section and "<table>" in section, analysis.name
+    assert "Estimated loss from unmatched RPCs" in page and "src=" not in page
+    assert pq.read_table(out / "nfs_latency.parquet").num_rows == 8
