@@ -31,6 +31,8 @@ if ((${#missing[@]})); then
 fi
 
 python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest
+# the analysis package (python/) with its test tools (pytest, ruff)
+python3 -c "import tapdeck_analyze, ruff" >/dev/null 2>&1 || python3 -m pip install -q -e "python[dev]"
 
 cargo build --release --locked -q
 echo "setup: built $(pwd)/target/release/tapdeck" >&2

@@ -19,6 +19,11 @@ if [[ -z "${CI:-}" ]] && cargo +nightly fuzz --version >/dev/null 2>&1; then
   bash fuzz/run.sh 30
 fi
 
+echo "== python: ruff and the analysis tests" >&2
+python3 -m ruff check python
+python3 -m ruff format --check python
+python3 -m pytest python/tests -q -p no:cacheprovider
+
 echo "== end-to-end tests" >&2
 export TAPDECK_BIN="$PWD/target/release/tapdeck"
 python3 -m pytest tests -q -p no:cacheprovider
