@@ -761,3 +761,313 @@ impl<M: Copy> Direction<M> {
         counters.framing.add(framer.counters());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NFSv3 call (prog 100003, vers 3) with AUTH_SYS credentials and `args` bytes.
+    fn call(xid: u32, args: &[u8]) -> Vec<u8> {
+        let mut m = vec![];
+        for w in [xid, 0, 2, 100_003, 3, 7, 1, 20, 0x1234, 4] {
+            m.extend(w.to_be_bytes());
+        }
+        m.extend(b"host"); // machine name, 4 bytes
+        for w in [0u32, 0, 0, 0, 0] {
+            m.extend(w.to_be_bytes()); // uid, gid, no gids; AUTH_NONE verifier
+        }
+        m.truncate(4 * 8 + 20 + 8);
+        m.extend(args);
+        m
+    }
+
+    fn reply(xid: u32, res: &[u8]) -> Vec<u8> {
+        let mut m = vec![];
+        for w in [xid, 1, 0, 0, 0, 0] {
+            m.extend(w.to_be_bytes());
+        }
+        m.extend(res);
+        m
+    }
+
+    /// Record-marks `msg` as fragments of the given sizes (last one gets the top bit).
+    fn framed(msg: &[u8], frags: &[usize]) -> Vec<u8> {
+        let mut out = vec![];
+        let mut at = 0;
+        for (i, &n) in frags.iter().enumerate() {
+            let last = if i + 1 == frags.len() { 0x8000_0000 } else { 0 };
+            out.extend((n as u32 | last).to_be_bytes());
+            out.extend(&msg[at..at + n]);
+            at += n;
+        }
+        assert_eq!(at, msg.len());
+        out
+    }
+
+    fn one(msg: &[u8]) -> Vec<u8> {
+        framed(msg, &[msg.len()])
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Got {
+        xid: u32,
+        len: usize,
+        wire: u64,
+        truncated: bool,
+        first: u32,
+        last: u32,
+    }
+
+    fn got(m: RpcMessage<'_, u32>) -> Got {
+        Got {
+            xid: u32::from_be_bytes(m.body[..4].try_into().unwrap()),
+            len: m.body.len(),
+            wire: m.wire_len,
+            truncated: m.truncated,
+            first: m.first_meta,
+            last: m.last_meta,
+        }
+    }
+
+    fn feed(f: &mut RpcFramer<u32>, chunks: &[&[u8]]) -> Vec<Got> {
+        let mut v = vec![];
+        for (i, c) in chunks.iter().enumerate() {
+            f.data(c, i as u32, &mut |m| v.push(got(m)));
+        }
+        v
+    }
+
+    #[test]
+    fn probe_call_reply_and_junk() {
+        let c = call(9, b"args");
+        let Probe::Header(h) = probe_rpc_header(&c, Strictness::Strict) else {
+            panic!()
+        };
+        assert_eq!(h.header_len, 60);
+        assert_eq!(
+            h.kind,
+            RpcKind::Call {
+                prog: 100_003,
+                vers: 3,
+                proc_: 7
+            }
+        );
+        let r = reply(9, b"");
+        assert_eq!(
+            probe_rpc_header(&r, Strictness::Strict),
+            Probe::Header(RpcHeader {
+                xid: 9,
+                kind: RpcKind::Reply {
+                    reply_stat: 0,
+                    stat: 0
+                },
+                header_len: 24
+            })
+        );
+        assert_eq!(
+            probe_rpc_header(&c[..30], Strictness::Strict),
+            Probe::Incomplete
+        );
+        let mut bad = c.clone();
+        bad[11] = 3; // rpcvers 3
+        assert_eq!(probe_rpc_header(&bad, Strictness::Lenient), Probe::NotRpc);
+        let mut big = c.clone();
+        big[28..32].copy_from_slice(&401u32.to_be_bytes()); // credential length
+        assert_eq!(probe_rpc_header(&big, Strictness::Lenient), Probe::NotRpc);
+        let mut odd = c;
+        odd[12..16].copy_from_slice(&7u32.to_be_bytes()); // program 7
+        assert_eq!(
+            probe_rpc_header(&odd, Strictness::Lenient),
+            Probe::Header(RpcHeader {
+                xid: 9,
+                kind: RpcKind::Call {
+                    prog: 7,
+                    vers: 3,
+                    proc_: 7
+                },
+                header_len: 60
+            })
+        );
+        assert_eq!(probe_rpc_header(&odd, Strictness::Strict), Probe::NotRpc);
+    }
+
+    #[test]
+    fn several_messages_in_one_segment_and_one_over_many() {
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let mut seg = one(&call(1, b"a"));
+        seg.extend(one(&reply(1, b"bb")));
+        seg.extend(one(&call(2, b"ccc")));
+        let v = feed(&mut f, &[&seg]);
+        assert_eq!(v.iter().map(|g| g.xid).collect::<Vec<_>>(), [1, 1, 2]);
+        assert!(v
+            .iter()
+            .all(|g| !g.truncated && g.first == 0 && g.last == 0));
+
+        let big = one(&call(3, &[5u8; 5000]));
+        let chunks: Vec<&[u8]> = big.chunks(1448).collect();
+        let v = feed(&mut f, &chunks);
+        assert_eq!(
+            v,
+            [Got {
+                xid: 3,
+                len: 5060,
+                wire: 5060,
+                truncated: false,
+                first: 0,
+                last: 3
+            }]
+        );
+        assert_eq!(f.counters().messages, 4);
+    }
+
+    #[test]
+    fn multi_fragment_records_byte_by_byte() {
+        let msg = call(4, &[1u8; 100]);
+        let rec = framed(&msg, &[10, 0, 90, 60]);
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let chunks: Vec<&[u8]> = rec.chunks(1).collect();
+        let v = feed(&mut f, &chunks);
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (v[0].xid, v[0].len, v[0].wire, v[0].truncated),
+            (4, 160, 160, false)
+        );
+        assert_eq!((v[0].first, v[0].last), (0, rec.len() as u32 - 1));
+    }
+
+    #[test]
+    fn mid_stream_start_resyncs_at_any_split() {
+        // The tail of some earlier WRITE, then a reply and a call.
+        let mut stream = vec![0x42u8; 37];
+        stream.extend(one(&reply(10, &[0u8; 8])));
+        stream.extend(one(&call(11, b"xyz0")));
+        for split in 0..stream.len() {
+            let mut f = RpcFramer::new(FramingConfig::default(), false);
+            let v = feed(&mut f, &[&stream[..split], &stream[split..]]);
+            assert_eq!(
+                v.iter().map(|g| g.xid).collect::<Vec<_>>(),
+                [10, 11],
+                "split {split}"
+            );
+            assert_eq!(f.counters().resync_skipped_bytes, 37, "split {split}");
+            assert_eq!(f.counters().resyncs, 1);
+        }
+    }
+
+    #[test]
+    fn known_size_holes_keep_sync() {
+        // Header-only capture of a 3000-byte WRITE over three segments, then a small call.
+        let write = one(&call(20, &[9u8; 3000 - 60]));
+        let next = one(&call(21, b"abcd"));
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let mut v = vec![];
+        let mut push = |f: &mut RpcFramer<u32>, d: &[u8], hole: u64, meta: u32| {
+            f.data(d, meta, &mut |m| v.push(got(m)));
+            f.gap(hole, GapCause::NotCaptured, meta, &mut |m| v.push(got(m)));
+        };
+        push(&mut f, &write[..100], 1000 - 100, 0);
+        push(&mut f, &write[1000..1040], 1000 - 40, 1);
+        push(&mut f, &write[2000..2030], (write.len() - 2030) as u64, 2);
+        push(&mut f, &next, 0, 3);
+        assert_eq!(
+            v,
+            [
+                Got {
+                    xid: 20,
+                    len: 96,
+                    wire: 3000,
+                    truncated: true,
+                    first: 0,
+                    last: 2
+                },
+                Got {
+                    xid: 21,
+                    len: 64,
+                    wire: 64,
+                    truncated: false,
+                    first: 3,
+                    last: 3
+                },
+            ]
+        );
+        assert_eq!(f.counters().resyncs, 0);
+        assert_eq!(f.counters().truncated_messages, 1);
+        assert_eq!(
+            f.counters().not_captured_bytes,
+            900 + 960 + (write.len() as u64 - 2030)
+        );
+    }
+
+    #[test]
+    fn hole_over_a_record_mark_resyncs_on_next_segment() {
+        // One segment holds two calls; the capture kept its first 80 bytes.
+        let mut seg = one(&call(30, &[1u8; 100]));
+        seg.extend(one(&call(31, &[2u8; 100])));
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let mut v = vec![];
+        f.data(&seg[..80], 0, &mut |m| v.push(got(m)));
+        f.gap(
+            (seg.len() - 80) as u64,
+            GapCause::NotCaptured,
+            0,
+            &mut |m| v.push(got(m)),
+        );
+        f.data(&one(&reply(30, b"")), 1, &mut |m| v.push(got(m)));
+        assert_eq!(
+            v.iter().map(|g| (g.xid, g.truncated)).collect::<Vec<_>>(),
+            [(30, true), (30, false)]
+        );
+        assert_eq!(f.counters().resyncs, 1);
+        assert_eq!(f.counters().resync_skipped_bytes, 0);
+        // Loss inside a multi-fragment message that also covers the next mark.
+        let rec = framed(&call(40, &[3u8; 200]), &[100, 160]);
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let mut v = vec![];
+        f.data(&rec[..50], 0, &mut |m| v.push(got(m)));
+        f.gap(100, GapCause::Lost, 1, &mut |m| v.push(got(m)));
+        assert_eq!(
+            v,
+            [Got {
+                xid: 40,
+                len: 46,
+                wire: 100,
+                truncated: true,
+                first: 0,
+                last: 1
+            }]
+        );
+        assert_eq!(f.counters().truncated_at_gap, 1);
+        assert_eq!(f.counters().gap_bytes, 100);
+    }
+
+    #[test]
+    fn oversized_records_and_end_of_stream() {
+        let cfg = FramingConfig {
+            max_record: 1000,
+            max_message: 1500,
+        };
+        let mut f = RpcFramer::new(cfg, true);
+        let mut s = (5000u32 | 0x8000_0000).to_be_bytes().to_vec();
+        s.extend([0u8; 64]);
+        s.extend(one(&call(50, b"ok00")));
+        s.extend(framed(&call(51, &[0u8; 1540]), &[800, 800]));
+        s.extend(&one(&call(52, &[0u8; 100]))[..70]);
+        let v = feed(&mut f, &[&s]);
+        assert_eq!(v.iter().map(|g| g.xid).collect::<Vec<_>>(), [50]);
+        assert_eq!(f.counters().oversized_record, 2);
+        let mut v = vec![];
+        f.end(9, &mut |m| v.push(got(m)));
+        assert_eq!(
+            v,
+            [Got {
+                xid: 52,
+                len: 66,
+                wire: 160,
+                truncated: true,
+                first: 0,
+                last: 9
+            }]
+        );
+        assert_eq!(f.counters().truncated_at_end, 1);
+    }
+}
