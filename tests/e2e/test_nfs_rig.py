@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nfs import oracle, rig as nfsrig  # noqa: E402
+from nfs import oracle  # noqa: E402
+from nfs import rig as nfsrig
 from nfs.rig import NfsRig  # noqa: E402
 from nfs.workloads import MANY_FILES, V3_COPY, V3_WRITES, V4_WRITES  # noqa: E402
 

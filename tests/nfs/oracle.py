@@ -219,7 +219,7 @@ _FATTR3 = {"nfs.fattr3.type": "type", "nfs.mode3": "mode", "nfs.fattr3.nlink": "
 
 def _fattr3_trees(pairs):
     """Subtrees that directly hold a fattr3 (they have nfs.fattr3.type as a child)."""
-    for k, v in pairs:
+    for _, v in pairs:
         if _is_tree(v):
             if any(kk == "nfs.fattr3.type" for kk, _ in v):
                 yield v
@@ -230,7 +230,7 @@ def _fattr3_trees(pairs):
 def _fattr3(tree) -> dict:
     a = dict.fromkeys(list(_FATTR3.values()) + ["atime", "mtime", "ctime"])
     times: dict[str, dict] = {}
-    for path, k, v in _leaves(tree):
+    for _, k, v in _leaves(tree):
         if k in _FATTR3 and a[_FATTR3[k]] is None:
             a[_FATTR3[k]] = _int(v)
         for t in ("atime", "mtime", "ctime"):

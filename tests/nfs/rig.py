@@ -202,7 +202,7 @@ class NfsRig:
 
     # ---- life cycle --------------------------------------------------------------------
 
-    def __enter__(self) -> "NfsRig":
+    def __enter__(self) -> NfsRig:
         reason = unavailable_reason()
         if reason:
             raise RigError(reason)
@@ -249,7 +249,6 @@ class NfsRig:
             (self.workdir / name).unlink(missing_ok=True)
         (self.workdir / "recovery").mkdir(exist_ok=True)
         self.export_dir.mkdir(exist_ok=True)
-        # ganesha resolves the export path itself: the path up to it must be searchable.
         (self.workdir / "ganesha.conf").write_text(ganesha_config(self.workdir, self.export_dir))
 
     def _make_network(self) -> None:
@@ -267,11 +266,12 @@ class NfsRig:
 
     def _start_server(self) -> None:
         env = dict(os.environ, W=str(self.workdir))
-        self._server = subprocess.Popen(
-            ["ip", "netns", "exec", SERVER_NS, "unshare", "--mount", "--propagation", "private",
-             "sh", "-c", SERVER_SCRIPT],
-            env=env, stdin=subprocess.DEVNULL, stdout=open(self.workdir / "server.out", "wb"),
-            stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.workdir / "server.out", "wb") as out:
+            self._server = subprocess.Popen(
+                ["ip", "netns", "exec", SERVER_NS, "unshare", "--mount", "--propagation",
+                 "private", "sh", "-c", SERVER_SCRIPT],
+                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
 
     def _wait_ready(self) -> None:
         """Until NFSv3 and NFSv4 NULL calls over TCP are answered (rpcinfo asks rpcbind for the
@@ -343,10 +343,11 @@ class NfsRig:
         # -Z root: pytest's tmp dirs are 0700, tcpdump's default user could not write there.
         # --immediate-mode: otherwise packets wait in a half-full ring block for up to a
         # second, and those still waiting when tcpdump is stopped are lost.
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", CLIENT_NS, "tcpdump", "-i", CLIENT_IF, "-s", str(snaplen),
-             "--immediate-mode", "-U", "-n", "-Z", "root", "-w", str(path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(err, "wb"))
+        with open(err, "wb") as log:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", CLIENT_NS, "tcpdump", "-i", CLIENT_IF, "-s",
+                 str(snaplen), "--immediate-mode", "-U", "-n", "-Z", "root", "-w", str(path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         try:
             self._wait_text(err, "listening on", proc, "tcpdump")
             yield path
@@ -369,9 +370,10 @@ class NfsRig:
                 "--staging", "64MiB", "--ring-blocks", "8", "--ring-block-size", "1MiB"]
         if snaplen:
             args += ["--snaplen", str(snaplen)]
-        proc = subprocess.Popen(["ip", "netns", "exec", CLIENT_NS, *map(str, args)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=open(err, "wb"))
+        with open(err, "wb") as log:
+            proc = subprocess.Popen(["ip", "netns", "exec", CLIENT_NS, *map(str, args)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=log)
         try:
             # The recorder writes its manifest once the sockets are open; give it a moment more.
             deadline = time.monotonic() + 15
@@ -411,10 +413,10 @@ class NfsRig:
             proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as e:
             proc.kill()
             proc.wait(timeout=STOP_TIMEOUT)
-            raise RigError(f"{what} ignored SIGINT for 30 s:\n{log.read_text()[-2000:]}")
+            raise RigError(f"{what} ignored SIGINT for 30 s:\n{log.read_text()[-2000:]}") from e
 
     # ---- workloads ---------------------------------------------------------------------
 
