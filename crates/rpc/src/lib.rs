@@ -1,1 +1,380 @@
-//! ONC RPC (RFC 5531) and NFSv3/NFSv4/MOUNT message decoding over XDR
+//! ONC RPC (RFC 5531) and NFSv3 / NFSv4 / MOUNT message decoding over XDR.
+//!
+//! Input is one complete RPC message (a UDP payload, or a TCP record without its record mark);
+//! reassembly is the caller's job. [`parse_message`] reads the RPC header; [`decode_message`] (or
+//! [`decode`] with explicit program/version/procedure) turns the body into plain records
+//! ([`Decoded`]) for the dataset tables. Nothing here panics on hostile bytes, and nothing
+//! allocates more than the input's length can justify.
+//!
+//! Each side of a transaction reports only what it carries: a call has arguments (file handles,
+//! offsets, names), a reply has status, results and attributes. The converter joins them by xid
+//! (and, within an NFSv4 COMPOUND, by operation index); [`resolve_names`] does the one join that
+//! needs both sides.
+
+pub mod mount;
+pub mod names;
+pub mod nfs3;
+pub mod nfs4;
+pub mod rpc;
+pub mod xdr;
+
+pub use names::program_name;
+pub use rpc::{
+    parse_message, Auth, AuthSys, CallHeader, Direction, GssCred, Header, ReplyHeader, RpcMessage,
+};
+
+pub const PROG_PORTMAP: u32 = 100000;
+pub const PROG_NFS: u32 = 100003;
+pub const PROG_MOUNT: u32 = 100005;
+pub const PROG_NLM: u32 = 100021;
+pub const PROG_NSM: u32 = 100024;
+pub const PROG_NFS_ACL: u32 = 100227;
+
+/// Why bytes could not be decoded. `Truncated` means more bytes would have helped (a cut
+/// capture, or a TCP record not complete yet); `Invalid` means they never will.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("message truncated")]
+    Truncated,
+    #[error("invalid message: {0}")]
+    Invalid(&'static str),
+}
+
+/// What a reply needs to know about its call, which the caller remembers per xid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallInfo {
+    pub prog: u32,
+    pub vers: u32,
+    pub proc_: u32,
+    /// From [`CallHeader::gss_wrapped`]: the reply's body is wrapped too.
+    pub gss_wrapped: bool,
+}
+
+impl CallHeader<'_> {
+    pub fn info(&self) -> CallInfo {
+        CallInfo {
+            prog: self.prog,
+            vers: self.vers,
+            proc_: self.proc_,
+            gss_wrapped: self.gss_wrapped(),
+        }
+    }
+}
+
+/// Whether the body was decoded, and if not, why not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Outcome {
+    /// Decoded (possibly partly: see [`Decoded::truncated`] and [`Decoded::invalid`]).
+    #[default]
+    Decoded,
+    /// A program or version without a body decoder (NFSv2, NLM, portmap, ...).
+    Unsupported,
+    /// RPCSEC_GSS integrity/privacy or a GSS context procedure: the body is not plain XDR args.
+    GssWrapped,
+    /// A reply whose call was not seen: its procedure is unknown.
+    NoCall,
+    /// A reply that was not accepted with SUCCESS carries no results.
+    NoResults,
+}
+
+/// The records one message's body yields. Empty vectors mean "nothing of that kind".
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Decoded {
+    pub outcome: Outcome,
+    /// The body ended before the decoder was done; everything read before the cut is kept.
+    pub truncated: bool,
+    /// The body broke the protocol at some point; everything read before it is kept.
+    pub invalid: Option<&'static str>,
+    /// NFSv4 COMPOUND header (tag, minorversion on calls, overall status on replies).
+    pub compound: Option<Compound>,
+    /// NFSv3: one entry for the procedure. NFSv4: one per operation of the COMPOUND, in order,
+    /// up to where decoding stopped.
+    pub ops: Vec<NfsOp>,
+    pub mount: Option<MountRecord>,
+    /// NFSv4: the opcode whose arguments/results this decoder cannot walk past; the ops after it
+    /// in the COMPOUND are not listed (the op itself is, with its status on replies).
+    pub undecoded_op: Option<u32>,
+    /// fattr4 attribute lists cut short because an attribute without a decoder came before
+    /// wanted ones (the attributes before it are kept).
+    pub unknown_attr_lists: u32,
+}
+
+/// The NFSv4 COMPOUND envelope.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compound {
+    pub tag: Vec<u8>,
+    /// Calls only.
+    pub minorversion: Option<u32>,
+    /// Replies only: the status of the last operation executed.
+    pub status: Option<u32>,
+    /// The operation count on the wire (may exceed `ops.len()` when decoding stopped).
+    pub num_ops: u32,
+}
+
+/// One NFS operation: an NFSv3 procedure or one NFSv4 COMPOUND operation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NfsOp {
+    /// Position in the COMPOUND (always 0 for NFSv3).
+    pub index: u16,
+    /// NFSv3 procedure number or NFSv4 opcode.
+    pub op: u32,
+    pub op_name: &'static str,
+    /// nfsstat3 / nfsstat4, replies only.
+    pub status: Option<u32>,
+    /// Calls: the file handle the operation acts on (NFSv3: the first handle argument, the
+    /// directory for name operations; NFSv4: the current filehandle on entry, or PUTFH's argument).
+    /// Replies: the handle the operation yields (NFSv3 LOOKUP/CREATE/... object; NFSv4: the current
+    /// filehandle after the operation, when a later GETFH in the same reply reveals it).
+    pub fh: Option<Vec<u8>>,
+    /// NFSv4 stateid argument or result (READ, WRITE, OPEN, CLOSE, LOCK, ...).
+    pub stateid: Option<[u8; 16]>,
+    pub rw: Option<ReadWrite>,
+    pub attrs: Vec<Attrs>,
+    pub names: Vec<NameEntry>,
+}
+
+/// READ / WRITE / COMMIT details. Calls carry offset/count/stable, replies count/eof/committed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadWrite {
+    pub offset: Option<u64>,
+    /// Bytes requested (READ, COMMIT) or offered (WRITE).
+    pub count: Option<u32>,
+    /// Bytes actually returned (READ reply) or written (WRITE reply).
+    pub returned: Option<u32>,
+    pub eof: Option<bool>,
+    /// stable_how (WRITE call): 0 UNSTABLE, 1 DATA_SYNC, 2 FILE_SYNC.
+    pub stable: Option<u32>,
+    /// stable_how committed (WRITE reply).
+    pub committed: Option<u32>,
+}
+
+/// Which object an [`Attrs`] describes, relative to its operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttrObject {
+    /// The object itself (GETATTR, the looked-up or created object, the file read or written).
+    #[default]
+    Object,
+    /// The directory of a name operation (LOOKUP dir_attributes, CREATE/REMOVE dir wcc, READDIR).
+    Directory,
+    /// RENAME's source directory (fromdir_wcc).
+    FromDirectory,
+    /// RENAME's target directory (todir_wcc).
+    ToDirectory,
+    /// The directory entry at this index of the operation's `names` (READDIRPLUS, NFSv4 READDIR).
+    Entry(u32),
+}
+
+/// File attributes from an NFSv3 fattr3 (post_op_attr, wcc after-attributes) or an NFSv4 fattr4.
+/// Times are nanoseconds since the epoch. NFSv3 fsid goes into `fsid.0` with `fsid.1 = 0`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attrs {
+    pub object: AttrObject,
+    /// ftype3 / nfs_ftype4 (1 regular, 2 directory, 3 block, 4 char, 5 symlink, 6 socket, 7 fifo).
+    pub ftype: Option<u32>,
+    pub mode: Option<u32>,
+    pub nlink: Option<u32>,
+    /// NFSv3 uid/gid; NFSv4: the owner/owner_group strings when they are plain numbers.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// NFSv4 owner and owner_group strings, as sent.
+    pub owner: Option<Vec<u8>>,
+    pub owner_group: Option<Vec<u8>>,
+    pub size: Option<u64>,
+    pub used: Option<u64>,
+    pub rdev: Option<(u32, u32)>,
+    pub fsid: Option<(u64, u64)>,
+    pub fileid: Option<u64>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+    pub ctime_ns: Option<i64>,
+    /// NFSv4 change attribute.
+    pub change: Option<u64>,
+    /// NFSv4 filehandle attribute (READDIR entries that asked for it).
+    pub fh: Option<Vec<u8>>,
+}
+
+/// Which part a name plays in its operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NameRole {
+    /// The name the operation looks up, creates, removes, links or opens.
+    #[default]
+    Target,
+    RenameFrom,
+    RenameTo,
+    /// An entry of a READDIR / READDIRPLUS reply.
+    DirEntry,
+}
+
+/// A (directory, name) pair seen on the wire, with what is known about the object it names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NameEntry {
+    pub role: NameRole,
+    /// The directory handle, when this side of the transaction knows it.
+    pub dir_fh: Option<Vec<u8>>,
+    pub name: Vec<u8>,
+    /// The object's handle: LINK's source file, READDIRPLUS entries, NFSv4 READDIR entries that
+    /// asked for the filehandle attribute; see [`resolve_names`] for the rest.
+    pub fh: Option<Vec<u8>>,
+    pub fileid: Option<u64>,
+    pub cookie: Option<u64>,
+}
+
+/// A MOUNT protocol call or reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MountRecord {
+    pub proc_: u32,
+    pub proc_name: &'static str,
+    /// MNT and UMNT calls.
+    pub dirpath: Option<Vec<u8>>,
+    /// MNT replies: mountstat3 (v3) or the fhstatus status (v1).
+    pub status: Option<u32>,
+    pub fh: Option<Vec<u8>>,
+    pub auth_flavors: Vec<u32>,
+    /// EXPORT replies.
+    pub exports: Vec<Export>,
+    /// DUMP replies: (hostname, directory).
+    pub mounts: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Export {
+    pub dir: Vec<u8>,
+    pub groups: Vec<Vec<u8>>,
+}
+
+impl Decoded {
+    fn with_outcome(outcome: Outcome) -> Self {
+        Decoded {
+            outcome,
+            ..Default::default()
+        }
+    }
+
+    /// Records how a decoder ended: truncation and invalid content keep what was read.
+    fn finish(&mut self, r: Result<(), Error>) {
+        match r {
+            Ok(()) => {}
+            Err(Error::Truncated) => self.truncated = true,
+            Err(Error::Invalid(why)) => self.invalid = Some(why),
+        }
+    }
+}
+
+/// Decodes a message body given its program, version and procedure (for replies: the call's).
+/// NFS v3/v4 and MOUNT v1/v2/v3 have decoders; everything else is [`Outcome::Unsupported`].
+pub fn decode(prog: u32, vers: u32, proc_: u32, direction: Direction, body: &[u8]) -> Decoded {
+    match (prog, vers, direction) {
+        (PROG_NFS, 3, Direction::Call) => nfs3::decode_call(proc_, body),
+        (PROG_NFS, 3, Direction::Reply) => nfs3::decode_reply(proc_, body),
+        (PROG_NFS, 4, Direction::Call) => nfs4::decode_call(proc_, body),
+        (PROG_NFS, 4, Direction::Reply) => nfs4::decode_reply(proc_, body),
+        (PROG_MOUNT, 1..=3, Direction::Call) => mount::decode_call(vers, proc_, body),
+        (PROG_MOUNT, 1..=3, Direction::Reply) => mount::decode_reply(vers, proc_, body),
+        _ => Decoded::with_outcome(Outcome::Unsupported),
+    }
+}
+
+/// Decodes a parsed message's body. A reply needs its call's [`CallInfo`] (remembered by xid);
+/// for a call, `call` is ignored.
+pub fn decode_message(msg: &RpcMessage<'_>, call: Option<CallInfo>) -> Decoded {
+    let info = match &msg.header {
+        Header::Call(c) => c.info(),
+        Header::Reply(r) => {
+            let Some(info) = call else {
+                return Decoded::with_outcome(Outcome::NoCall);
+            };
+            if r.accept_stat != Some(0) {
+                return Decoded::with_outcome(Outcome::NoResults);
+            }
+            info
+        }
+    };
+    if info.gss_wrapped {
+        return Decoded::with_outcome(Outcome::GssWrapped);
+    }
+    decode(info.prog, info.vers, info.proc_, msg.direction(), msg.body)
+}
+
+/// The call's names with their object handles filled in from the reply where the reply tells
+/// them: NFSv3 LOOKUP/CREATE/MKDIR/SYMLINK/MKNOD object handles, and NFSv4 LOOKUP/OPEN/CREATE
+/// results revealed by a GETFH later in the COMPOUND. Ops are matched by index.
+pub fn resolve_names(call: &Decoded, reply: &Decoded) -> Vec<NameEntry> {
+    let mut out = Vec::new();
+    for op in &call.ops {
+        let reply_op = reply
+            .ops
+            .iter()
+            .find(|r| r.index == op.index && r.op == op.op);
+        for n in &op.names {
+            let mut n = n.clone();
+            if n.fh.is_none() && n.role == NameRole::Target {
+                n.fh = reply_op.and_then(|r| r.fh.clone());
+            }
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// Nanoseconds since the epoch, or None when they do not fit in an i64 (years beyond 2262).
+fn time_ns(sec: i64, nsec: u32) -> Option<i64> {
+    sec.checked_mul(1_000_000_000)?.checked_add(nsec as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatch_names_unsupported_programs() {
+        for prog in [PROG_PORTMAP, PROG_NLM, PROG_NSM, PROG_NFS_ACL] {
+            assert!(program_name(prog).is_some());
+            assert_eq!(
+                decode(prog, 1, 1, Direction::Call, &[]).outcome,
+                Outcome::Unsupported
+            );
+        }
+        assert_eq!(
+            decode(PROG_NFS, 2, 1, Direction::Call, &[]).outcome,
+            Outcome::Unsupported
+        );
+    }
+
+    #[test]
+    fn replies_need_their_call_and_success() {
+        let reply = [
+            0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let m = parse_message(&reply).unwrap();
+        assert_eq!(decode_message(&m, None).outcome, Outcome::NoCall);
+        let info = CallInfo {
+            prog: PROG_NFS,
+            vers: 3,
+            proc_: 0,
+            gss_wrapped: false,
+        };
+        let d = decode_message(&m, Some(info));
+        assert_eq!(d.outcome, Outcome::Decoded);
+        assert_eq!(d.ops[0].op_name, "NULL");
+        let wrapped = CallInfo {
+            gss_wrapped: true,
+            ..info
+        };
+        assert_eq!(
+            decode_message(&m, Some(wrapped)).outcome,
+            Outcome::GssWrapped
+        );
+        let garbage_args = [
+            0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4,
+        ];
+        let m = parse_message(&garbage_args).unwrap();
+        assert_eq!(decode_message(&m, Some(info)).outcome, Outcome::NoResults);
+    }
+
+    #[test]
+    fn time_ns_saturates_to_none() {
+        assert_eq!(time_ns(1, 5), Some(1_000_000_005));
+        assert_eq!(time_ns(-1, 0), Some(-1_000_000_000));
+        assert_eq!(time_ns(i64::MAX, 0), None);
+    }
+}

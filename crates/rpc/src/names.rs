@@ -1,0 +1,194 @@
+//! Names of programs, procedures and operations, spelled as Wireshark/tshark spells them so
+//! that tables and tshark output can be compared by eye.
+
+/// The well-known name of an RPC program, for the programs the dataset names.
+pub fn program_name(prog: u32) -> Option<&'static str> {
+    Some(match prog {
+        100000 => "PORTMAP",
+        100003 => "NFS",
+        100005 => "MOUNT",
+        100021 => "NLM",
+        100024 => "NSM",
+        100227 => "NFS_ACL",
+        _ => return None,
+    })
+}
+
+const NFS3_PROCS: [&str; 22] = [
+    "NULL",
+    "GETATTR",
+    "SETATTR",
+    "LOOKUP",
+    "ACCESS",
+    "READLINK",
+    "READ",
+    "WRITE",
+    "CREATE",
+    "MKDIR",
+    "SYMLINK",
+    "MKNOD",
+    "REMOVE",
+    "RMDIR",
+    "RENAME",
+    "LINK",
+    "READDIR",
+    "READDIRPLUS",
+    "FSSTAT",
+    "FSINFO",
+    "PATHCONF",
+    "COMMIT",
+];
+
+/// NFSv3 procedure name; "unknown" outside 0..=21.
+pub fn nfs3_proc_name(proc_: u32) -> &'static str {
+    NFS3_PROCS.get(proc_ as usize).copied().unwrap_or("unknown")
+}
+
+/// NFSv4 operations 3..=75 (RFC 7530, 8881, 7862, 8276), indexed from 3.
+const NFS4_OPS: [&str; 73] = [
+    "ACCESS",
+    "CLOSE",
+    "COMMIT",
+    "CREATE",
+    "DELEGPURGE",
+    "DELEGRETURN",
+    "GETATTR",
+    "GETFH",
+    "LINK",
+    "LOCK",
+    "LOCKT",
+    "LOCKU",
+    "LOOKUP",
+    "LOOKUPP",
+    "NVERIFY",
+    "OPEN",
+    "OPENATTR",
+    "OPEN_CONFIRM",
+    "OPEN_DOWNGRADE",
+    "PUTFH",
+    "PUTPUBFH",
+    "PUTROOTFH",
+    "READ",
+    "READDIR",
+    "READLINK",
+    "REMOVE",
+    "RENAME",
+    "RENEW",
+    "RESTOREFH",
+    "SAVEFH",
+    "SECINFO",
+    "SETATTR",
+    "SETCLIENTID",
+    "SETCLIENTID_CONFIRM",
+    "VERIFY",
+    "WRITE",
+    "RELEASE_LOCKOWNER",
+    "BACKCHANNEL_CTL",
+    "BIND_CONN_TO_SESSION",
+    "EXCHANGE_ID",
+    "CREATE_SESSION",
+    "DESTROY_SESSION",
+    "FREE_STATEID",
+    "GET_DIR_DELEGATION",
+    "GETDEVICEINFO",
+    "GETDEVICELIST",
+    "LAYOUTCOMMIT",
+    "LAYOUTGET",
+    "LAYOUTRETURN",
+    "SECINFO_NO_NAME",
+    "SEQUENCE",
+    "SET_SSV",
+    "TEST_STATEID",
+    "WANT_DELEGATION",
+    "DESTROY_CLIENTID",
+    "RECLAIM_COMPLETE",
+    "ALLOCATE",
+    "COPY",
+    "COPY_NOTIFY",
+    "DEALLOCATE",
+    "IO_ADVISE",
+    "LAYOUTERROR",
+    "LAYOUTSTATS",
+    "OFFLOAD_CANCEL",
+    "OFFLOAD_STATUS",
+    "READ_PLUS",
+    "SEEK",
+    "WRITE_SAME",
+    "CLONE",
+    "GETXATTR",
+    "SETXATTR",
+    "LISTXATTRS",
+    "REMOVEXATTR",
+];
+
+pub const NFS4_OP_ILLEGAL: u32 = 10044;
+
+/// NFSv4 operation name; "unknown" for numbers no minor version defines.
+pub fn nfs4_op_name(op: u32) -> &'static str {
+    if op == NFS4_OP_ILLEGAL {
+        return "ILLEGAL";
+    }
+    op.checked_sub(3)
+        .and_then(|i| NFS4_OPS.get(i as usize))
+        .copied()
+        .unwrap_or("unknown")
+}
+
+/// NFSv4 procedures (not operations): 0 NULL, 1 COMPOUND.
+pub fn nfs4_proc_name(proc_: u32) -> &'static str {
+    match proc_ {
+        0 => "NULL",
+        1 => "COMPOUND",
+        _ => "unknown",
+    }
+}
+
+/// MOUNT procedure name (v1-v3 share 0..=5; v1/v2 add EXPORTALL, v2 PATHCONF).
+pub fn mount_proc_name(proc_: u32) -> &'static str {
+    match proc_ {
+        0 => "NULL",
+        1 => "MNT",
+        2 => "DUMP",
+        3 => "UMNT",
+        4 => "UMNTALL",
+        5 => "EXPORT",
+        6 => "EXPORTALL",
+        7 => "PATHCONF",
+        _ => "unknown",
+    }
+}
+
+/// A procedure's name for any program this crate knows; "unknown" otherwise.
+pub fn proc_name(prog: u32, vers: u32, proc_: u32) -> &'static str {
+    match (prog, vers) {
+        (100003, 3) => nfs3_proc_name(proc_),
+        (100003, 4) => nfs4_proc_name(proc_),
+        (100005, _) => mount_proc_name(proc_),
+        _ if proc_ == 0 => "NULL",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_numbers_match_the_rfcs() {
+        assert_eq!(nfs4_op_name(3), "ACCESS");
+        assert_eq!(nfs4_op_name(22), "PUTFH");
+        assert_eq!(nfs4_op_name(25), "READ");
+        assert_eq!(nfs4_op_name(38), "WRITE");
+        assert_eq!(nfs4_op_name(39), "RELEASE_LOCKOWNER");
+        assert_eq!(nfs4_op_name(53), "SEQUENCE");
+        assert_eq!(nfs4_op_name(58), "RECLAIM_COMPLETE");
+        assert_eq!(nfs4_op_name(69), "SEEK");
+        assert_eq!(nfs4_op_name(75), "REMOVEXATTR");
+        assert_eq!(nfs4_op_name(76), "unknown");
+        assert_eq!(nfs4_op_name(2), "unknown");
+        assert_eq!(nfs4_op_name(10044), "ILLEGAL");
+        assert_eq!(nfs3_proc_name(17), "READDIRPLUS");
+        assert_eq!(nfs3_proc_name(21), "COMMIT");
+        assert_eq!(nfs3_proc_name(22), "unknown");
+    }
+}
