@@ -128,6 +128,7 @@ class SparkEngine:
             .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
             .config("spark.sql.ansi.enabled", "false")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
         )
         self.spark = builder.getOrCreate()
         self.spark.sparkContext.setLogLevel("ERROR")

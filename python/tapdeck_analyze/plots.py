@@ -63,7 +63,7 @@ def _burstiness(t, tz):
         zero = next((r["intervals"] for r in rows if r["scale_s"] == scale and r["bps"] == 0), 0)
         ys = [y - zero / total for y in ys]
         if xs:
-            ax.step(xs, ys, where="post", label=f"{scale:g} s")
+            ax.step(xs, ys, where="post", marker=".", label=f"{scale:g} s")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bits/s in an interval")
