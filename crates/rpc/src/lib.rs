@@ -134,10 +134,11 @@ pub struct NfsOp {
 }
 
 /// READ / WRITE / COMMIT details. Calls carry offset/count/stable, replies count/eof/committed.
+/// READDIR/READDIRPLUS (v3 and v4) report their `eof` here too, and NFSv3 READDIR its count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadWrite {
     pub offset: Option<u64>,
-    /// Bytes requested (READ, COMMIT) or offered (WRITE).
+    /// Bytes requested (READ, COMMIT, NFSv3 READDIR) or offered (WRITE).
     pub count: Option<u32>,
     /// Bytes actually returned (READ reply) or written (WRITE reply).
     pub returned: Option<u32>,

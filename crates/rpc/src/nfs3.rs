@@ -251,7 +251,8 @@ fn call_args(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
             op.fh = Some(fh(x)?);
             x.u64()?; // cookie
             x.skip(8)?; // cookieverf
-            x.u32().map(|_| ())
+            op.rw.get_or_insert_with(ReadWrite::default).count = Some(x.u32()?);
+            Ok(())
         }
         READDIRPLUS => {
             op.fh = Some(fh(x)?);

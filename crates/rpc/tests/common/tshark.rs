@@ -1,0 +1,505 @@
+//! tshark as the oracle for RPC/NFS decoding, reusable for any capture (corpus files, hand-made
+//! pcaps, traces from a live NFS server).
+//!
+//! [`compare`] finds RPC messages in a capture (UDP payloads; TCP segments holding one whole
+//! record, framed naively since reassembly is not this crate's job), decodes them with this
+//! crate, asks tshark for the same fields per frame, and lists every difference.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+use pcap_parser::pcapng::Block;
+use pcap_parser::{PcapBlockOwned, PcapError};
+use tapdeck_rpc::{
+    decode_message, parse_message, Attrs, CallInfo, Decoded, Direction, NameRole, Outcome, PROG_NFS,
+};
+
+/// The fields compared, per frame. Values are lists (a field can occur several times).
+pub const FIELDS: &[&str] = &[
+    "rpc.xid",
+    "rpc.msgtyp",
+    "rpc.program",
+    "rpc.programversion",
+    "rpc.procedure",
+    "rpc.auth.flavor",
+    "rpc.auth.uid",
+    "rpc.auth.gid",
+    "rpc.auth.machinename",
+    "rpc.replystat",
+    "rpc.state_accept",
+    "rpc.state_reject",
+    "rpc.state_auth",
+    "nfs.status3",
+    "nfs.nfsstat4",
+    "nfs.fhandle",
+    "nfs.offset3",
+    "nfs.count3",
+    "nfs.offset4",
+    "nfs.count4",
+    "nfs.name",
+    "nfs.readdir.entry3.name",
+    "nfs.readdir.entry3.fileid",
+    "nfs.readdir.entry3.cookie",
+    "nfs.readdirplus.entry.name",
+    "nfs.readdirplus.entry.fileid",
+    "nfs.readdirplus.entry.cookie",
+    "nfs.pathname.component",
+    "nfs.opcode",
+    "nfs.tag",
+    "nfs.minorversion",
+    "nfs.fattr3.fileid",
+    "nfs.fattr3.size",
+    "nfs.fattr4.size",
+    "nfs.fattr4.fileid",
+    "nfs.fattr4_owner",
+    "nfs.fattr4.numlinks",
+    "nfs.fattr4.space_used",
+    "mount.path",
+    "mount.status",
+    "mount.flavor",
+    "mount.dump.hostname",
+    "mount.dump.directory",
+    "mount.export.directory",
+    "mount.export.group",
+];
+
+/// Fields compared as sets: tshark lists every occurrence in wire order (file handles of a
+/// READDIRPLUS entry, a LOOKUP's directory, ...), this crate reports each once where it belongs.
+const SET_FIELDS: &[&str] = &[
+    "nfs.fhandle",
+    "nfs.name",
+    "nfs.pathname.component",
+    "nfs.fattr3.fileid",
+    "nfs.fattr3.size",
+];
+
+pub type Fields = BTreeMap<String, Vec<String>>;
+
+/// One RPC message found in a capture.
+pub struct Message {
+    pub frame: u32,
+    pub bytes: Vec<u8>,
+}
+
+pub fn available() -> bool {
+    Command::new("tshark")
+        .arg("-v")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// RPC messages on the given ports: UDP payloads, and TCP payloads that hold exactly one last
+/// fragment (record mark stripped). Frames are numbered from 1 as tshark does.
+pub fn messages(path: &Path, ports: &[u16]) -> Vec<Message> {
+    let file = std::fs::File::open(path).expect("open capture");
+    let mut reader = pcap_parser::create_reader(1 << 20, file).expect("pcap reader");
+    let mut linktypes = Vec::new();
+    let mut out = Vec::new();
+    let mut frame = 0u32;
+    loop {
+        match reader.next() {
+            Ok((offset, block)) => {
+                let packet = match block {
+                    PcapBlockOwned::LegacyHeader(h) => {
+                        linktypes = vec![h.network.0];
+                        None
+                    }
+                    PcapBlockOwned::Legacy(b) => Some((
+                        linktypes.first().copied().unwrap_or(1),
+                        b.data[..(b.caplen as usize).min(b.data.len())].to_vec(),
+                    )),
+                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                        linktypes.clear();
+                        None
+                    }
+                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
+                        linktypes.push(idb.linktype.0);
+                        None
+                    }
+                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => Some((
+                        linktypes.get(epb.if_id as usize).copied().unwrap_or(1),
+                        epb.data[..(epb.caplen as usize).min(epb.data.len())].to_vec(),
+                    )),
+                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
+                        Some((linktypes.first().copied().unwrap_or(1), spb.data.to_vec()))
+                    }
+                    PcapBlockOwned::NG(_) => None,
+                };
+                reader.consume(offset);
+                if let Some((linktype, data)) = packet {
+                    frame += 1;
+                    if let Some(bytes) = rpc_payload(linktype, &data, ports) {
+                        out.push(Message { frame, bytes });
+                    }
+                }
+            }
+            Err(PcapError::Eof) => break,
+            Err(PcapError::Incomplete(_)) => {
+                if reader.refill().is_err() {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// Ethernet (with VLAN tags) or raw IP, then IPv4/IPv6, then UDP or TCP on one of `ports`.
+fn rpc_payload(linktype: i32, data: &[u8], ports: &[u16]) -> Option<Vec<u8>> {
+    let ip = match linktype {
+        1 => {
+            let mut at = 12;
+            let mut ethertype = u16::from_be_bytes(data.get(at..at + 2)?.try_into().ok()?);
+            while ethertype == 0x8100 || ethertype == 0x88a8 {
+                at += 4;
+                ethertype = u16::from_be_bytes(data.get(at..at + 2)?.try_into().ok()?);
+            }
+            data.get(at + 2..)?
+        }
+        101 | 12 | 228 | 229 => data,
+        _ => return None,
+    };
+    let (proto, l4) = match ip.first()? >> 4 {
+        4 => {
+            let ihl = (ip[0] & 0x0f) as usize * 4;
+            let total = u16::from_be_bytes(ip.get(2..4)?.try_into().ok()?) as usize;
+            let frag = u16::from_be_bytes(ip.get(6..8)?.try_into().ok()?);
+            if frag & 0x3fff != 0 {
+                return None; // fragments: not this test's business
+            }
+            (*ip.get(9)?, ip.get(ihl..total.min(ip.len()).max(ihl))?)
+        }
+        6 => (*ip.get(6)?, ip.get(40..)?),
+        _ => return None,
+    };
+    let port = |at: usize| -> Option<u16> {
+        Some(u16::from_be_bytes(l4.get(at..at + 2)?.try_into().ok()?))
+    };
+    let (sport, dport) = (port(0)?, port(2)?);
+    if !ports.contains(&sport) && !ports.contains(&dport) {
+        return None;
+    }
+    match proto {
+        17 => Some(l4.get(8..)?.to_vec()),
+        6 => {
+            let off = (*l4.get(12)? >> 4) as usize * 4;
+            let payload = l4.get(off..)?;
+            let mark = u32::from_be_bytes(payload.get(..4)?.try_into().ok()?);
+            (mark & 0x8000_0000 != 0).then(|| payload[4..].to_vec())
+        }
+        _ => None,
+    }
+}
+
+/// tshark's values for `fields`, per frame number. `extra` goes on the command line (e.g.
+/// `-d tcp.port==993,rpc`).
+pub fn tshark_fields(path: &Path, fields: &[&str], extra: &[&str]) -> BTreeMap<u32, Fields> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-n").arg("-r").arg(path).args(extra).args([
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=\x1f",
+    ]);
+    cmd.args(["-e", "frame.number"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut frames = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut cols = line.split('\t');
+        let Some(Ok(n)) = cols.next().map(str::parse::<u32>) else {
+            continue;
+        };
+        let mut m = Fields::new();
+        for (f, v) in fields.iter().zip(cols) {
+            if !v.is_empty() {
+                m.insert(f.to_string(), v.split('\x1f').map(str::to_string).collect());
+            }
+        }
+        frames.insert(n, m);
+    }
+    frames
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn put(m: &mut Fields, k: &str, v: impl ToString) {
+    m.entry(k.to_string()).or_default().push(v.to_string());
+}
+
+fn attrs_fields(m: &mut Fields, a: &Attrs, v4: bool) {
+    if v4 {
+        if let Some(s) = a.size {
+            put(m, "nfs.fattr4.size", s);
+        }
+        if let Some(f) = a.fileid {
+            put(m, "nfs.fattr4.fileid", f);
+        }
+        if let Some(o) = &a.owner {
+            put(m, "nfs.fattr4_owner", String::from_utf8_lossy(o));
+        }
+        if let Some(n) = a.nlink {
+            put(m, "nfs.fattr4.numlinks", n);
+        }
+        if let Some(u) = a.used {
+            put(m, "nfs.fattr4.space_used", u);
+        }
+    } else {
+        if let Some(f) = a.fileid {
+            put(m, "nfs.fattr3.fileid", f);
+        }
+        if let Some(s) = a.size {
+            put(m, "nfs.fattr3.size", s);
+        }
+    }
+}
+
+/// The same fields as tshark reports them, from this crate's decoders.
+pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> {
+    let mut calls: HashMap<u32, CallInfo> = HashMap::new();
+    let mut out = BTreeMap::new();
+    for msg in msgs {
+        let Ok(rpc) = parse_message(&msg.bytes) else {
+            continue;
+        };
+        let mut m = Fields::new();
+        put(&mut m, "rpc.xid", format!("0x{:08x}", rpc.xid));
+        let info = match rpc.direction() {
+            Direction::Call => {
+                let c = rpc.call().unwrap();
+                put(&mut m, "rpc.msgtyp", 0);
+                put(&mut m, "rpc.auth.flavor", c.cred.flavor);
+                put(&mut m, "rpc.auth.flavor", c.verf.flavor);
+                if let Some(s) = &c.cred.sys {
+                    put(
+                        &mut m,
+                        "rpc.auth.machinename",
+                        String::from_utf8_lossy(s.machine),
+                    );
+                    put(&mut m, "rpc.auth.uid", s.uid);
+                    put(&mut m, "rpc.auth.gid", s.gid);
+                    for g in &s.gids {
+                        put(&mut m, "rpc.auth.gid", g);
+                    }
+                }
+                calls.insert(rpc.xid, c.info());
+                Some(c.info())
+            }
+            Direction::Reply => {
+                let r = rpc.reply().unwrap();
+                put(&mut m, "rpc.msgtyp", 1);
+                put(&mut m, "rpc.replystat", r.reply_stat);
+                if let Some(v) = &r.verf {
+                    put(&mut m, "rpc.auth.flavor", v.flavor);
+                }
+                if let Some(s) = r.accept_stat {
+                    put(&mut m, "rpc.state_accept", s);
+                }
+                if let Some(s) = r.reject_stat {
+                    put(&mut m, "rpc.state_reject", s);
+                }
+                if let Some(s) = r.auth_stat {
+                    put(&mut m, "rpc.state_auth", s);
+                }
+                calls.get(&rpc.xid).copied()
+            }
+        };
+        let Some(info) = info else {
+            out.insert(msg.frame, (m, None));
+            continue;
+        };
+        put(&mut m, "rpc.program", info.prog);
+        put(&mut m, "rpc.programversion", info.vers);
+        put(&mut m, "rpc.procedure", info.proc_);
+        let d = decode_message(&rpc, Some(info));
+        let v4 = info.prog == PROG_NFS && info.vers == 4;
+        if let Some(c) = &d.compound {
+            if !c.tag.is_empty() {
+                put(&mut m, "nfs.tag", String::from_utf8_lossy(&c.tag));
+            }
+            if let Some(v) = c.minorversion {
+                put(&mut m, "nfs.minorversion", v);
+            }
+            if let Some(s) = c.status {
+                put(&mut m, "nfs.nfsstat4", s);
+            }
+        }
+        for op in &d.ops {
+            if v4 {
+                put(&mut m, "nfs.opcode", op.op);
+            }
+            if let Some(s) = op.status {
+                put(&mut m, if v4 { "nfs.nfsstat4" } else { "nfs.status3" }, s);
+            }
+            for fh in [&op.fh].into_iter().flatten() {
+                put(&mut m, "nfs.fhandle", hex(fh));
+            }
+            for n in &op.names {
+                let name = String::from_utf8_lossy(&n.name);
+                let entry = n.role == NameRole::DirEntry;
+                // tshark files names under different fields by version and by role.
+                let (kname, kid, kcookie) = match (v4, entry, op.op) {
+                    (true, false, _) => ("nfs.pathname.component", "", ""),
+                    (true, true, _) => ("nfs.name", "", ""),
+                    (false, false, _) => ("nfs.name", "", ""),
+                    (false, true, 16) => (
+                        "nfs.readdir.entry3.name",
+                        "nfs.readdir.entry3.fileid",
+                        "nfs.readdir.entry3.cookie",
+                    ),
+                    (false, true, _) => (
+                        "nfs.readdirplus.entry.name",
+                        "nfs.readdirplus.entry.fileid",
+                        "nfs.readdirplus.entry.cookie",
+                    ),
+                };
+                put(&mut m, kname, name);
+                if !kid.is_empty() {
+                    n.fileid.into_iter().for_each(|f| put(&mut m, kid, f));
+                    n.cookie.into_iter().for_each(|c| put(&mut m, kcookie, c));
+                }
+                for fh in [&n.dir_fh, &n.fh].into_iter().flatten() {
+                    put(&mut m, "nfs.fhandle", hex(fh));
+                }
+            }
+            if let Some(rw) = op.rw {
+                let (ko, kc) = if v4 {
+                    ("nfs.offset4", "nfs.count4")
+                } else {
+                    ("nfs.offset3", "nfs.count3")
+                };
+                if let Some(o) = rw.offset {
+                    put(&mut m, ko, o);
+                }
+                // tshark's count4 is READ's requested and WRITE's written count only (the
+                // other lengths are data lengths there).
+                let count = match (
+                    v4,
+                    d.compound.as_ref().and_then(|c| c.status).is_some(),
+                    op.op,
+                ) {
+                    (false, _, _) => rw.count.or(rw.returned),
+                    (true, false, 25) => rw.count,
+                    (true, true, 38) => rw.returned,
+                    _ => None,
+                };
+                if let Some(c) = count {
+                    put(&mut m, kc, c);
+                }
+            }
+            for a in &op.attrs {
+                attrs_fields(&mut m, a, v4);
+            }
+        }
+        if let Some(mnt) = &d.mount {
+            if let Some(p) = &mnt.dirpath {
+                put(&mut m, "mount.path", String::from_utf8_lossy(p));
+            }
+            if let Some(s) = mnt.status {
+                put(&mut m, "mount.status", s);
+            }
+            for f in &mnt.auth_flavors {
+                put(&mut m, "mount.flavor", f);
+            }
+            for fh in [&mnt.fh].into_iter().flatten() {
+                put(&mut m, "nfs.fhandle", hex(fh));
+            }
+            for (host, dir) in &mnt.mounts {
+                put(&mut m, "mount.dump.hostname", String::from_utf8_lossy(host));
+                put(&mut m, "mount.dump.directory", String::from_utf8_lossy(dir));
+            }
+            for e in &mnt.exports {
+                put(
+                    &mut m,
+                    "mount.export.directory",
+                    String::from_utf8_lossy(&e.dir),
+                );
+                for g in &e.groups {
+                    put(&mut m, "mount.export.group", String::from_utf8_lossy(g));
+                }
+            }
+        }
+        out.insert(msg.frame, (m, Some(d)));
+    }
+    out
+}
+
+/// tshark prints some fields twice where this crate has one value (rpc.programversion for the
+/// call header and again inside NFS); compare the distinct values in order.
+fn normalize(field: &str, mut v: Vec<String>) -> Vec<String> {
+    if SET_FIELDS.contains(&field) {
+        v.sort();
+        v.dedup();
+    } else if field == "rpc.programversion" {
+        v.dedup();
+    }
+    v
+}
+
+#[derive(Debug, Default)]
+pub struct Comparison {
+    /// Frames where both tshark and this crate saw an RPC message.
+    pub frames: usize,
+    /// (frame, field) pairs compared with at least one side non-empty.
+    pub values: usize,
+    pub mismatches: Vec<String>,
+    /// Frames of programs this crate only names, whose RPC header alone was compared.
+    pub header_only: usize,
+    /// Frames tshark decoded as RPC that this crate did not find or parse.
+    pub missed: Vec<u32>,
+}
+
+/// Compares this crate with tshark on every RPC message of the capture at `path`.
+pub fn compare(path: &Path, ports: &[u16], extra: &[&str]) -> Comparison {
+    let msgs = messages(path, ports);
+    let ours = our_fields(&msgs);
+    let theirs = tshark_fields(path, FIELDS, extra);
+    let mut c = Comparison::default();
+    for (frame, t) in &theirs {
+        if !t.contains_key("rpc.xid") {
+            continue;
+        }
+        let Some((o, d)) = ours.get(frame) else {
+            c.missed.push(*frame);
+            continue;
+        };
+        c.frames += 1;
+        // Programs without a body decoder here (NFSv2, NLM, ...): only the RPC header compares.
+        let header_only = d
+            .as_ref()
+            .is_some_and(|d| d.outcome == Outcome::Unsupported);
+        c.header_only += header_only as usize;
+        for field in FIELDS
+            .iter()
+            .filter(|f| !header_only || f.starts_with("rpc."))
+        {
+            let tv = normalize(field, t.get(*field).cloned().unwrap_or_default());
+            let ov = normalize(field, o.get(*field).cloned().unwrap_or_default());
+            if tv.is_empty() && ov.is_empty() {
+                continue;
+            }
+            c.values += 1;
+            if tv != ov {
+                c.mismatches.push(format!(
+                    "{}: frame {frame} {field}: tshark {tv:?}, ours {ov:?}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    c
+}
