@@ -94,8 +94,9 @@ pub struct Decoded {
     /// NFSv4: the opcode whose arguments/results this decoder cannot walk past; the ops after it
     /// in the COMPOUND are not listed (the op itself is, with its status on replies).
     pub undecoded_op: Option<u32>,
-    /// fattr4 attribute lists cut short because an attribute without a decoder came before
-    /// wanted ones (the attributes before it are kept).
+    /// fattr4 attribute lists whose walk stopped early because an attribute without a decoder
+    /// (or a malformed one) came first; the attributes before it are kept. Lists cut by the end
+    /// of the message count as `truncated` instead.
     pub unknown_attr_lists: u32,
 }
 
@@ -252,9 +253,9 @@ impl Decoded {
     }
 
     /// Records how a decoder ended: truncation and invalid content keep what was read.
-    fn finish(&mut self, r: Result<(), Error>) {
+    fn finish(&mut self, r: Result<(), Error>, x: &xdr::Xdr<'_>) {
         match r {
-            Ok(()) => {}
+            Ok(()) => self.truncated |= x.padding_cut(),
             Err(Error::Truncated) => self.truncated = true,
             Err(Error::Invalid(why)) => self.invalid = Some(why),
         }

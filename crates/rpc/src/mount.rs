@@ -33,9 +33,10 @@ fn decode_with(vers: u32, proc_: u32, body: &[u8], f: Decoder) -> Decoded {
         proc_name: mount_proc_name(proc_),
         ..Default::default()
     };
-    let r = f(vers, proc_, &mut Xdr::new(body), &mut m);
+    let mut x = Xdr::new(body);
+    let r = f(vers, proc_, &mut x, &mut m);
     d.mount = Some(m);
-    d.finish(r);
+    d.finish(r, &x);
     d
 }
 

@@ -53,13 +53,14 @@ fn decode_with(
         op_name: nfs3_proc_name(proc_),
         ..Default::default()
     };
+    let mut x = Xdr::new(body);
     let r = if proc_ > COMMIT {
         Err(Error::Invalid("NFSv3 procedure number out of range"))
     } else {
-        f(proc_, &mut Xdr::new(body), &mut op)
+        f(proc_, &mut x, &mut op)
     };
     d.ops.push(op);
-    d.finish(r);
+    d.finish(r, &x);
     d
 }
 
@@ -77,33 +78,40 @@ fn nfstime3(x: &mut Xdr<'_>) -> Result<Option<i64>, Error> {
     Ok(time_ns(sec as i64, nsec))
 }
 
-/// fattr3: 84 bytes, all or nothing.
-pub(crate) fn fattr3(x: &mut Xdr<'_>, object: AttrObject) -> Result<Attrs, Error> {
-    if x.remaining() < 84 {
-        return Err(Error::Truncated);
-    }
-    Ok(Attrs {
+/// fattr3, field by field: a cut capture keeps the fields before the cut.
+fn fattr3(x: &mut Xdr<'_>, a: &mut Attrs) -> Result<(), Error> {
+    a.ftype = Some(x.u32()?);
+    a.mode = Some(x.u32()?);
+    a.nlink = Some(x.u32()?);
+    a.uid = Some(x.u32()?);
+    a.gid = Some(x.u32()?);
+    a.size = Some(x.u64()?);
+    a.used = Some(x.u64()?);
+    a.rdev = Some((x.u32()?, x.u32()?));
+    a.fsid = Some((x.u64()?, 0));
+    a.fileid = Some(x.u64()?);
+    a.atime_ns = nfstime3(x)?;
+    a.mtime_ns = nfstime3(x)?;
+    a.ctime_ns = nfstime3(x)?;
+    Ok(())
+}
+
+/// An fattr3 added to `out` with whatever of it is present.
+fn push_fattr3(x: &mut Xdr<'_>, object: AttrObject, out: &mut Vec<Attrs>) -> Result<(), Error> {
+    let mut a = Attrs {
         object,
-        ftype: Some(x.u32()?),
-        mode: Some(x.u32()?),
-        nlink: Some(x.u32()?),
-        uid: Some(x.u32()?),
-        gid: Some(x.u32()?),
-        size: Some(x.u64()?),
-        used: Some(x.u64()?),
-        rdev: Some((x.u32()?, x.u32()?)),
-        fsid: Some((x.u64()?, 0)),
-        fileid: Some(x.u64()?),
-        atime_ns: nfstime3(x)?,
-        mtime_ns: nfstime3(x)?,
-        ctime_ns: nfstime3(x)?,
         ..Default::default()
-    })
+    };
+    let r = fattr3(x, &mut a);
+    if a.ftype.is_some() {
+        out.push(a);
+    }
+    r
 }
 
 fn post_op_attr(x: &mut Xdr<'_>, object: AttrObject, out: &mut Vec<Attrs>) -> Result<(), Error> {
     if x.bool()? {
-        out.push(fattr3(x, object)?);
+        push_fattr3(x, object, out)?;
     }
     Ok(())
 }
@@ -276,7 +284,7 @@ fn reply_results(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Erro
     match proc_ {
         GETATTR => {
             if ok {
-                attrs.push(fattr3(x, AttrObject::Object)?);
+                push_fattr3(x, AttrObject::Object, attrs)?;
             }
             Ok(())
         }

@@ -35,14 +35,15 @@ fn decode_with(
     f: fn(&mut Xdr<'_>, &mut Decoded) -> Result<(), Error>,
 ) -> Decoded {
     let mut d = Decoded::default();
+    let mut x = Xdr::new(body);
     let r = match proc_ {
         0 => Ok(()),
-        1 => f(&mut Xdr::new(body), &mut d),
+        1 => f(&mut x, &mut d),
         _ => Err(Error::Invalid(
             "NFSv4 procedure is neither NULL nor COMPOUND",
         )),
     };
-    d.finish(r);
+    d.finish(r, &x);
     d
 }
 
@@ -641,10 +642,7 @@ fn reply_op(x: &mut Xdr<'_>, op: &mut NfsOp, st: &mut FhState, done: &mut [NfsOp
             change_info(x)?;
             bitmap(x)?;
         }
-        9 => {
-            let a = fattr4(x, AttrObject::Object, st)?;
-            op.attrs.push(a);
-        }
+        9 => fattr4(x, AttrObject::Object, st, &mut op.attrs)?,
         10 => {
             let fh = fh4(x)?;
             for &i in &st.pending {
@@ -834,33 +832,44 @@ fn readdir_results(x: &mut Xdr<'_>, op: &mut NfsOp, st: &mut FhState) -> Result<
         let cookie = x.u64()?;
         let name = component(x)?;
         let index = op.names.len() as u32;
-        let a = fattr4(x, AttrObject::Entry(index), st)?;
         op.names.push(NameEntry {
             role: NameRole::DirEntry,
             dir_fh: st.cur.clone(),
             name,
-            fh: a.fh.clone(),
-            fileid: a.fileid,
             cookie: Some(cookie),
+            ..Default::default()
         });
-        op.attrs.push(a);
+        let before = op.attrs.len();
+        let r = fattr4(x, AttrObject::Entry(index), st, &mut op.attrs);
+        if let (Some(a), Some(e)) = (op.attrs.get(before), op.names.last_mut()) {
+            e.fileid = a.fileid;
+            e.fh = a.fh.clone();
+        }
+        r?;
     }
     rw(op).eof = Some(x.bool()?);
     Ok(())
 }
 
-/// Decodes an fattr4: the bitmap says which attributes follow, in bit order, each with its own
-/// fixed encoding. An attribute without a decoder ends the walk of that list (counted), since
-/// its length cannot be known; the list itself has a length, so the message walk goes on.
-fn fattr4(x: &mut Xdr<'_>, object: AttrObject, st: &mut FhState) -> Result<Attrs, Error> {
+/// Decodes an fattr4 into `out`: the bitmap says which attributes follow, in bit order, each
+/// with its own fixed encoding. An attribute without a decoder ends the walk of that list
+/// (counted), since its length cannot be known; the list itself has a length, so the message
+/// walk goes on. A list cut by the end of the message yields the attributes before the cut.
+fn fattr4(
+    x: &mut Xdr<'_>,
+    object: AttrObject,
+    st: &mut FhState,
+    out: &mut Vec<Attrs>,
+) -> Result<(), Error> {
     let words = bitmap(x)?;
-    let list = x.opaque(UNBOUNDED)?;
+    let (list, cut) = x.opaque_prefix()?;
     let mut a = Attrs {
         object,
         ..Default::default()
     };
     let mut y = Xdr::new(list);
-    for (w, word) in words.chunks_exact(4).enumerate() {
+    let mut r = Ok(());
+    'walk: for (w, word) in words.chunks_exact(4).enumerate() {
         let word = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
         for bit in 0..32 {
             if word & (1 << bit) == 0 {
@@ -869,14 +878,22 @@ fn fattr4(x: &mut Xdr<'_>, object: AttrObject, st: &mut FhState) -> Result<Attrs
             let attr = (w as u32).saturating_mul(32).saturating_add(bit);
             match attribute(attr, &mut y, &mut a) {
                 Ok(true) => {}
+                Err(Error::Truncated) if cut => {
+                    r = Err(Error::Truncated);
+                    break 'walk;
+                }
                 Ok(false) | Err(_) => {
                     st.unknown_attr_lists += 1;
-                    return Ok(a);
+                    break 'walk;
                 }
             }
         }
     }
-    Ok(a)
+    out.push(a);
+    if cut {
+        return Err(Error::Truncated);
+    }
+    r
 }
 
 fn number(s: &[u8]) -> Option<u32> {

@@ -11,6 +11,7 @@ use crate::Error;
 pub struct Xdr<'a> {
     buf: &'a [u8],
     pos: usize,
+    padding_cut: bool,
 }
 
 /// Rounds an XDR item length up to the next multiple of four.
@@ -20,7 +21,11 @@ fn padded(len: usize) -> usize {
 
 impl<'a> Xdr<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        Xdr { buf, pos: 0 }
+        Xdr {
+            buf,
+            pos: 0,
+            padding_cut: false,
+        }
     }
 
     /// Bytes not read yet.
@@ -85,15 +90,39 @@ impl<'a> Xdr<'a> {
         }
     }
 
-    /// Fixed-length opaque: `n` bytes plus padding to four.
+    /// Fixed-length opaque: `n` bytes plus padding to four. When the bytes are all there but the
+    /// buffer ends inside the padding (a capture cut just there), the bytes are returned and
+    /// [`Xdr::padding_cut`] reports the cut.
     pub fn fixed(&mut self, n: usize) -> Result<&'a [u8], Error> {
         let total = padded(n);
-        if total > self.remaining() {
+        if n > self.remaining() {
             return Err(Error::Truncated);
         }
         let out = &self.buf[self.pos..self.pos + n];
-        self.pos += total;
+        if total > self.remaining() {
+            self.padding_cut = true;
+            self.pos = self.buf.len();
+        } else {
+            self.pos += total;
+        }
         Ok(out)
+    }
+
+    /// True when the buffer ended inside an item's padding: the message was cut.
+    pub fn padding_cut(&self) -> bool {
+        self.padding_cut
+    }
+
+    /// A variable-length opaque's length and whatever of its bytes are present (all of them
+    /// unless the buffer ends first, which sets `cut`): lets a decoder use a cut list's start.
+    pub fn opaque_prefix(&mut self) -> Result<(&'a [u8], bool), Error> {
+        let len = self.u32()? as usize;
+        if len <= self.remaining() {
+            return Ok((self.fixed(len)?, false));
+        }
+        let out = self.rest();
+        self.pos = self.buf.len();
+        Ok((out, true))
     }
 
     /// Variable-length opaque with an upper bound `max` (the protocol's `opaque<max>`).
@@ -173,9 +202,15 @@ mod tests {
         assert_eq!(x.opaque(UNBOUNDED), Err(Error::Truncated));
         assert_eq!(x.u64(), Err(Error::Truncated));
         assert_eq!(x.count(4), Err(Error::Truncated));
-        // Padding counts: 3 bytes of data need 4 on the wire.
+        // Padding: 3 bytes of data need 4 on the wire; a cut in the padding keeps the data.
         let b = [0, 0, 0, 3, b'a', b'b', b'c'];
-        assert_eq!(Xdr::new(&b).opaque(10), Err(Error::Truncated));
+        let mut x = Xdr::new(&b);
+        assert!(!x.padding_cut());
+        assert_eq!(x.opaque(10), Ok(&b"abc"[..]));
+        assert!(x.padding_cut() && x.is_empty());
+        assert_eq!(Xdr::new(&b[..6]).opaque(10), Err(Error::Truncated));
+        let mut x = Xdr::new(&b[..6]);
+        assert_eq!(x.opaque_prefix(), Ok((&b"ab"[..], true)));
         assert_eq!(
             Xdr::new(&[0, 0, 0, 2]).bool(),
             Err(Error::Invalid("bool other than 0 or 1"))

@@ -96,6 +96,12 @@ pub fn reply(xid: u32) -> W {
 /// Writes a classic pcap of Ethernet/IPv4/UDP frames, one per message: `to_server` messages
 /// go client:800 -> server:`port`, the others back.
 pub fn write_udp_pcap(path: &Path, messages: &[(bool, u16, Vec<u8>)]) {
+    write_udp_pcap_snapped(path, messages, usize::MAX)
+}
+
+/// Like [`write_udp_pcap`], with every frame cut to `snaplen` bytes as a header-only capture
+/// would store it (the original length stays in the record header).
+pub fn write_udp_pcap_snapped(path: &Path, messages: &[(bool, u16, Vec<u8>)], snaplen: usize) {
     let mut out = Vec::new();
     out.extend_from_slice(&0xa1b2c3d4u32.to_le_bytes());
     out.extend_from_slice(&2u16.to_le_bytes());
@@ -124,9 +130,10 @@ pub fn write_udp_pcap(path: &Path, messages: &[(bool, u16, Vec<u8>)]) {
         f.extend_from_slice(payload);
         out.extend_from_slice(&(i as u32).to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
+        let stored = f.len().min(snaplen);
+        out.extend_from_slice(&(stored as u32).to_le_bytes());
         out.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        out.extend_from_slice(&f);
+        out.extend_from_slice(&f[..stored]);
     }
     std::fs::File::create(path)
         .and_then(|mut file| file.write_all(&out))
