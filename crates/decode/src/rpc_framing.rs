@@ -228,7 +228,9 @@ pub struct RpcMessage<'a, M> {
     pub truncated: bool,
     /// Meta of the segment that carried the first byte (of the record mark).
     pub first_meta: M,
-    /// Meta of the segment that completed the message.
+    /// Meta of the segment that completed the message. Both metas follow stream order, not
+    /// arrival order: with reordering, `last_meta` can belong to a segment that arrived
+    /// before `first_meta`'s.
     pub last_meta: M,
 }
 
