@@ -151,20 +151,21 @@ impl CachedCryptoPan {
         }
         let prefix = addr >> (32 - V4_PREFIX_BITS);
         let wide = u128::from(addr) << 96;
-        let prefix_flips = match self.v4_prefix.get(prefix) {
+        let flips = match self.v4_prefix.get(prefix) {
             Some(f) => {
                 self.stats.prefix_hits += 1;
-                f
+                f | (self.pan.flips(wide, V4_PREFIX_BITS, 32) >> 96) as u32
             }
             None => {
+                // One batch of all 32 blocks: cheaper than the prefix and host separately.
                 self.stats.misses += 1;
-                let f = (self.pan.flips(wide, 0, V4_PREFIX_BITS) >> 96) as u32;
-                self.v4_prefix.put(prefix, f);
+                let f = (self.pan.flips(wide, 0, 32) >> 96) as u32;
+                self.v4_prefix
+                    .put(prefix, f & !(u32::MAX >> V4_PREFIX_BITS));
                 f
             }
         };
-        let host_flips = (self.pan.flips(wide, V4_PREFIX_BITS, 32) >> 96) as u32;
-        let anon = addr ^ prefix_flips ^ host_flips;
+        let anon = addr ^ flips;
         self.v4.put(addr, anon);
         anon
     }
@@ -175,20 +176,19 @@ impl CachedCryptoPan {
             return v;
         }
         let prefix = (addr >> (128 - V6_PREFIX_BITS)) as u64;
-        let prefix_flips = match self.v6_prefix.get(prefix) {
+        let flips = match self.v6_prefix.get(prefix) {
             Some(f) => {
                 self.stats.prefix_hits += 1;
-                f
+                (u128::from(f) << 64) | self.pan.flips(addr, V6_PREFIX_BITS, 128)
             }
             None => {
                 self.stats.misses += 1;
-                let f = (self.pan.flips(addr, 0, V6_PREFIX_BITS) >> 64) as u64;
-                self.v6_prefix.put(prefix, f);
+                let f = self.pan.flips(addr, 0, 128);
+                self.v6_prefix.put(prefix, (f >> 64) as u64);
                 f
             }
         };
-        let host_flips = self.pan.flips(addr, V6_PREFIX_BITS, 128);
-        let anon = addr ^ (u128::from(prefix_flips) << 64) ^ host_flips;
+        let anon = addr ^ flips;
         self.v6.put(addr, anon);
         anon
     }
