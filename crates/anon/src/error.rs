@@ -4,7 +4,7 @@ use std::path::PathBuf;
 /// on one line, so the CLI can print it as it is.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("key file {}: not found; generate one first (KeyFile::generate) or pass the right path", path.display())]
+    #[error("key file {}: not found; make one with `tapdeck keygen` or pass the right path", path.display())]
     KeyFileMissing { path: PathBuf },
 
     #[error("key file {}: already exists; refusing to overwrite a key (move it away first if you really mean to replace it)", path.display())]
