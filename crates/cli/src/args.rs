@@ -33,6 +33,12 @@ pub enum Command {
     Extract(ExtractArgs),
     /// List the files of a store with their time ranges, packet counts and drops.
     Info(InfoArgs),
+    /// Convert traces into a Parquet dataset: packets, RPC and NFS tables, catalog.
+    Convert(ConvertArgs),
+    /// Decrypt names that `convert --key` encrypted.
+    Decrypt(DecryptArgs),
+    /// Make a new key file for `convert --key`.
+    Keygen(KeygenArgs),
 }
 
 #[derive(Args, Debug)]
@@ -255,4 +261,66 @@ pub struct InfoArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// Trace files (pcap or pcapng, plain, zstd or LZ4), tapdeck stores, or directories
+    /// holding traces.
+    #[arg(value_name = "INPUT", required = true)]
+    pub inputs: Vec<PathBuf>,
+
+    /// The dataset directory (created if missing; converting into it again adds new
+    /// inputs and skips unchanged ones).
+    #[arg(long, short = 'o', value_name = "DATASET")]
+    pub out: PathBuf,
+
+    /// Worker threads (default: one per core).
+    #[arg(long, short = 'j', value_name = "N")]
+    pub jobs: Option<usize>,
+
+    /// Convert only every N-th source starting at I (`--shard I/N`), so several processes
+    /// or machines can share the work; ids line up whatever the split.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+
+    /// Encrypt file and directory names with this key file (AES-SIV, reversible with
+    /// `tapdeck decrypt`); make one with `tapdeck keygen`.
+    #[arg(long, value_name = "KEYFILE")]
+    pub key: Option<PathBuf>,
+
+    /// Also map IP addresses with Crypto-PAn (prefix-preserving) under --key.
+    #[arg(long, requires = "key")]
+    pub anonymize_ips: bool,
+
+    /// Leave out the packets table (RPC and NFS tables only).
+    #[arg(long)]
+    pub no_packets: bool,
+
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DecryptArgs {
+    /// The key file the dataset was converted with.
+    #[arg(long, value_name = "KEYFILE")]
+    pub key: PathBuf,
+
+    /// Encrypted names or paths (as the dataset shows them); without any, one per line
+    /// from standard input.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct KeygenArgs {
+    /// Where to write the new key (never overwritten).
+    #[arg(value_name = "KEYFILE")]
+    pub path: PathBuf,
 }

@@ -1,6 +1,7 @@
 //! The `tapdeck` binary: parses flags and wires the libraries together, nothing more.
 
 mod args;
+mod convert;
 mod extract;
 mod info;
 mod record;
@@ -24,6 +25,9 @@ fn main() {
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Info(a) => info::run(a),
+        Command::Convert(a) => convert::run(a),
+        Command::Decrypt(a) => convert::decrypt(a),
+        Command::Keygen(a) => convert::keygen(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

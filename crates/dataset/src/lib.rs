@@ -1,1 +1,16 @@
-//! Convert traces into tapdeck's Parquet dataset: tables, catalog, two-pass transaction ids
+//! Convert traces into tapdeck's Parquet dataset: the tables of docs/dataset.md, the
+//! catalog, two-pass transaction ids, and anonymization.
+
+pub mod anonymize;
+pub mod columns;
+pub mod convert;
+pub mod packets;
+pub mod rpcx;
+pub mod sink;
+pub mod source;
+pub mod state;
+pub mod tables;
+
+pub use anonymize::Anonymization;
+pub use convert::{convert, ConvertOptions, Report};
+pub use tables::SCHEMA_VERSION;

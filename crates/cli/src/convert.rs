@@ -1,0 +1,156 @@
+//! `tapdeck convert`, `decrypt` and `keygen`: flags to options, a progress bar, the report.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use tapdeck_anon::KeyFile;
+use tapdeck_dataset::{convert as conv, Anonymization, ConvertOptions};
+
+use crate::args::{ConvertArgs, DecryptArgs, KeygenArgs};
+
+pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
+    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let key = args
+        .key
+        .as_deref()
+        .map(|k| KeyFile::load(k).map(Arc::new))
+        .transpose()?;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(0);
+        b.set_style(
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} files, {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b
+    });
+    let progress_bar = bar.clone();
+    let opts = ConvertOptions {
+        out: args.out.clone(),
+        jobs,
+        shard,
+        anonymization: Anonymization {
+            key,
+            addresses: args.anonymize_ips,
+        },
+        packets: !args.no_packets,
+        progress: progress_bar.map(|b| {
+            Box::new(move |stage: &str, done: usize, total: usize| {
+                b.set_prefix(stage.to_string());
+                b.set_length(total as u64);
+                b.set_position(done as u64);
+            }) as tapdeck_dataset::convert::Progress
+        }),
+    };
+    let report = conv::convert(&args.inputs, &opts, &mut |w| tracing::warn!("{w}"))
+        .map_err(anyhow::Error::msg)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let c = |k: &str| report.counts.get(k).copied().unwrap_or(0);
+    if args.json {
+        let j = serde_json::json!({
+            "dataset": args.out,
+            "sources": report.sources,
+            "converted": report.converted,
+            "skipped": report.skipped,
+            "seconds": report.seconds,
+            "counts": report.counts,
+        });
+        println!("{j}");
+    } else {
+        let mut out = std::io::stdout().lock();
+        let secs = report.seconds.max(1e-9);
+        writeln!(
+            out,
+            "tapdeck convert: {} sources ({} converted, {} unchanged) into {} in {:.2} s",
+            report.sources,
+            report.converted,
+            report.skipped,
+            args.out.display(),
+            report.seconds
+        )?;
+        writeln!(
+            out,
+            "  packets: {} ({:.0} per second)",
+            c("packets"),
+            c("packets") as f64 / secs
+        )?;
+        writeln!(
+            out,
+            "  rpc: {} calls, {} replies; unmatched {} calls, {} replies (an estimate of capture loss)",
+            c("rpc.calls"),
+            c("rpc.replies"),
+            c("rpc.unmatched_calls"),
+            c("rpc.unmatched_replies")
+        )?;
+        writeln!(out, "  nfs operations: {}", c("rows.nfs_ops"))?;
+        let rows: u64 = report
+            .counts
+            .iter()
+            .filter(|(k, _)| k.starts_with("rows."))
+            .map(|(_, v)| v)
+            .sum();
+        writeln!(out, "  rows: {rows} ({:.0} per second)", rows as f64 / secs)?;
+        let failures: Vec<String> = report
+            .counts
+            .iter()
+            .filter(|(k, v)| k.starts_with("failed.") && **v > 0)
+            .map(|(k, v)| format!("{} {v}", &k["failed.".len()..]))
+            .collect();
+        if !failures.is_empty() {
+            writeln!(out, "  not decoded: {}", failures.join(", "))?;
+        }
+    }
+    Ok(0)
+}
+
+fn parse_shard(s: &str) -> anyhow::Result<(usize, usize)> {
+    let parsed = s
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.trim().parse().ok()?, n.trim().parse().ok()?)));
+    match parsed {
+        Some((i, n)) if n > 0 && i < n => Ok((i, n)),
+        _ => bail!("--shard {s:?}: write I/N with 0 <= I < N, e.g. --shard 0/4"),
+    }
+}
+
+pub fn decrypt(args: &DecryptArgs) -> anyhow::Result<i32> {
+    let key = KeyFile::load(&args.key)?;
+    let cipher = key.name_cipher();
+    let mut out = std::io::stdout().lock();
+    let mut one = |name: &str| -> anyhow::Result<()> {
+        let plain = cipher.decrypt_path(name.trim())?;
+        out.write_all(&plain)?;
+        out.write_all(b"\n")?;
+        Ok(())
+    };
+    if args.names.is_empty() {
+        for line in std::io::stdin().lock().lines() {
+            let line = line.context("reading standard input")?;
+            if !line.trim().is_empty() {
+                one(&line)?;
+            }
+        }
+    } else {
+        for n in &args.names {
+            one(n)?;
+        }
+    }
+    Ok(0)
+}
+
+pub fn keygen(args: &KeygenArgs) -> anyhow::Result<i32> {
+    let key = KeyFile::generate(&args.path)?;
+    println!(
+        "wrote key {} to {}: keep it safe, without it encrypted names cannot be read",
+        key.key_id(),
+        args.path.display()
+    );
+    Ok(0)
+}

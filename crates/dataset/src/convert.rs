@@ -1,0 +1,508 @@
+//! `tapdeck convert`: the two passes over the source files, and what ties them together.
+//!
+//! Pass one decodes every source (in parallel) and counts its RPC messages; the sources are
+//! ordered by first packet time, and a prefix sum of the counts gives each its id offset.
+//! A stitch over the files' leftovers pairs replies with calls from earlier files. Pass two
+//! (in parallel, in any order, on any subset) writes each source's rows. Results of both
+//! passes are kept in `_state/`, so a rerun converts only what changed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::anonymize::{Anonymization, Anonymizer};
+use crate::packets::{headers, packet_row};
+use crate::rpcx::{RpcEngine, RpcSinks};
+use crate::sink::{part_name, write_whole, TableSink};
+use crate::source::{self, SourceFile};
+use crate::state::{
+    CaptureStatsState, PassOne, PassTwo, PassTwoInput, RemoteCall, RowGroupRowState, StateDir,
+};
+use crate::tables::{CaptureStatsRow, PacketRow, RowGroupRow, SourceRow, SCHEMA_VERSION};
+
+/// How long a call waits for its reply across file boundaries.
+const STITCH_WINDOW_NS: i64 = 300 * 1_000_000_000;
+
+/// Receives (stage, done, total) as work completes.
+pub type Progress = Box<dyn Fn(&str, usize, usize) + Sync>;
+
+pub struct ConvertOptions {
+    pub out: PathBuf,
+    /// Worker threads.
+    pub jobs: usize,
+    /// Convert only the sources whose index in the plan is `i` modulo `n`.
+    pub shard: Option<(usize, usize)>,
+    pub anonymization: Anonymization,
+    /// Write the packets table (on by default; NFS-only datasets can skip it).
+    pub packets: bool,
+    /// Called with (stage, done, total) as work completes.
+    pub progress: Option<Progress>,
+}
+
+/// What a conversion did.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub sources: usize,
+    pub converted: usize,
+    pub skipped: usize,
+    pub pass_one_cached: usize,
+    /// Counters summed over the converted sources: packets, rpc calls/replies, unmatched,
+    /// nfs operations, parse failures per reason, rows per table.
+    pub counts: BTreeMap<String, u64>,
+    pub seconds: f64,
+}
+
+pub fn convert(
+    inputs: &[PathBuf],
+    opts: &ConvertOptions,
+    warn: &mut impl FnMut(String),
+) -> Result<Report, String> {
+    let started = Instant::now();
+    let sources = source::discover(inputs, warn)?;
+    std::fs::create_dir_all(&opts.out)
+        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
+    check_dataset_json(&opts.out, &opts.anonymization)?;
+    let state = StateDir::new(&opts.out);
+    let mut report = Report::default();
+
+    // Pass one, for sources not already counted; earlier runs' sources stay in the plan.
+    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
+    for p in state.all_pass_one() {
+        if Path::new(&p.source.path).exists() {
+            plan.insert(p.source.path.clone(), p);
+        }
+    }
+    let mut todo = Vec::new();
+    for s in &sources {
+        match state.pass_one(s) {
+            Some(p) => {
+                report.pass_one_cached += 1;
+                plan.insert(s.path.clone(), p);
+            }
+            None => todo.push(s.clone()),
+        }
+    }
+    let anon = &opts.anonymization;
+    let counted = parallel(
+        &todo,
+        opts.jobs,
+        |s| pass_one(s, anon),
+        |d, t| {
+            if let Some(p) = &opts.progress {
+                p("pass 1", d, t)
+            }
+        },
+    )?;
+    for p in counted {
+        state.save_pass_one(&p)?;
+        plan.insert(p.source.path.clone(), p);
+    }
+
+    // Order, ids, stitch.
+    let mut plan: Vec<PassOne> = plan.into_values().collect();
+    plan.sort_by(|a, b| {
+        (a.first_time_ns.unwrap_or(i64::MAX), &a.source.path)
+            .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
+    });
+    let inputs2 = stitch(&plan, anon.key_id(), opts.anonymization.addresses);
+    report.sources = plan.len();
+
+    // Pass two for sources whose inputs changed (or were never converted).
+    let mut work = Vec::new();
+    for (i, (p, input)) in plan.iter().zip(&inputs2).enumerate() {
+        if let Some((k, n)) = opts.shard {
+            if i % n != k {
+                continue;
+            }
+        }
+        let done = state.pass_two(&p.source);
+        if done
+            .as_ref()
+            .is_some_and(|d| d.input == *input && parts_exist(&opts.out, d))
+        {
+            report.skipped += 1;
+            continue;
+        }
+        if let Some(d) = &done {
+            remove_parts(&opts.out, d.input.file_id)?;
+        }
+        remove_parts(&opts.out, input.file_id)?;
+        work.push((p.source.clone(), input.clone()));
+    }
+    let written = parallel(
+        &work,
+        opts.jobs,
+        |(s, input)| pass_two(s, input, &opts.out, anon, opts.packets),
+        |d, t| {
+            if let Some(p) = &opts.progress {
+                p("pass 2", d, t)
+            }
+        },
+    )?;
+    for w in &written {
+        state.save_pass_two(w)?;
+        for (k, v) in &w.counts {
+            *report.counts.entry(k.clone()).or_default() += v;
+        }
+    }
+    report.converted = written.len();
+
+    write_catalog(&opts.out, &plan, &inputs2, &state)?;
+    write_dataset_json(&opts.out, &opts.anonymization)?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Runs `f` over `items` on `jobs` threads; results in input order; the first error wins.
+fn parallel<I: Sync, O: Send>(
+    items: &[I],
+    jobs: usize,
+    f: impl Fn(&I) -> Result<O, String> + Sync,
+    progress: impl Fn(usize, usize) + Sync,
+) -> Result<Vec<O>, String> {
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<O, String>>>> =
+        Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1).min(items.len().max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= items.len() {
+                    break;
+                }
+                let r = f(&items[i]);
+                let failed = r.is_err();
+                results.lock().unwrap()[i] = Some(r);
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, items.len());
+                if failed {
+                    // Stop handing out work; the others finish what they hold.
+                    next.store(items.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Pass one: count packets and RPC messages, note leftovers.
+fn pass_one(s: &SourceFile, anon: &Anonymization) -> Result<PassOne, String> {
+    let mut reader = source::open(&s.path)?;
+    let format = tapdeck_store::meta::format_name(reader.format()).to_string();
+    let mut engine = RpcEngine::new(0, None);
+    let mut anonymizer = anon.worker();
+    let (mut packets, mut first, mut last) = (0u64, None, None);
+    loop {
+        let ctx = match reader.next_packet_with_context() {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => return Err(format!("{}: {e}", s.path)),
+        };
+        packets += 1;
+        let p = ctx.packet;
+        let t = p.ts_ns as i64;
+        first.get_or_insert(t);
+        last = Some(t);
+        let linktype = ctx
+            .interfaces
+            .get(p.iface as usize)
+            .map_or(1, |i| i.linktype);
+        let h = headers(linktype, p.data);
+        engine.packet(&h, t, packets as i64, &mut anonymizer, None)?;
+    }
+    let r = engine.finish(None)?;
+    Ok(PassOne {
+        source: s.clone(),
+        format,
+        packets,
+        first_time_ns: first,
+        last_time_ns: last,
+        messages: r.messages,
+        open_calls: r.open_calls,
+        orphan_replies: r.orphan_replies,
+    })
+}
+
+/// Gives each file its id and offset, and pairs replies with calls from earlier files.
+fn stitch(plan: &[PassOne], key_id: Option<String>, addresses: bool) -> Vec<PassTwoInput> {
+    let mut inputs: Vec<PassTwoInput> = Vec::with_capacity(plan.len());
+    let mut offset = 0i64;
+    let anonymization = key_id.map(|k| format!("{k}{}", if addresses { "+ips" } else { "" }));
+    for (i, p) in plan.iter().enumerate() {
+        inputs.push(PassTwoInput {
+            file_id: i as i32,
+            transaction_offset: offset,
+            remote_replies: BTreeMap::new(),
+            answered_later: Vec::new(),
+            anonymization: anonymization.clone(),
+            converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
+        });
+        offset += p.messages as i64;
+    }
+    // Open calls of earlier files, by conversation and xid: (file index, call).
+    let mut open: HashMap<(String, u32), (usize, crate::state::OpenCall)> = HashMap::new();
+    for (i, p) in plan.iter().enumerate() {
+        for r in &p.orphan_replies {
+            let key = (r.conv.clone(), r.xid);
+            let fresh = open
+                .get(&key)
+                .is_some_and(|(_, c)| r.time_ns - c.time_ns <= STITCH_WINDOW_NS);
+            if fresh {
+                let (file, call) = open.remove(&key).expect("checked above");
+                let transaction_id = inputs[file].transaction_offset + call.ordinal as i64;
+                inputs[i].remote_replies.insert(
+                    r.ordinal,
+                    RemoteCall {
+                        transaction_id,
+                        program: call.program,
+                        version: call.version,
+                        procedure: call.procedure,
+                        time_ns: call.time_ns,
+                    },
+                );
+                inputs[file].answered_later.push(call.ordinal);
+            }
+        }
+        for c in &p.open_calls {
+            open.insert((c.conv.clone(), c.xid), (i, c.clone()));
+        }
+    }
+    for input in &mut inputs {
+        input.answered_later.sort_unstable();
+    }
+    inputs
+}
+
+/// Pass two: every table's rows for one source.
+fn pass_two(
+    s: &SourceFile,
+    input: &PassTwoInput,
+    out: &Path,
+    anon: &Anonymization,
+    with_packets: bool,
+) -> Result<PassTwo, String> {
+    let mut reader = source::open(&s.path)?;
+    let file_id = input.file_id;
+    let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
+    let mut sinks = RpcSinks::new(out, file_id, &s.path);
+    let mut engine = RpcEngine::new(file_id, Some(input));
+    let mut anonymizer: Anonymizer = anon.worker();
+    let mut record = 0i64;
+    let mut per_iface: BTreeMap<u32, (u64, i64, i64)> = BTreeMap::new();
+    loop {
+        let ctx = match reader.next_packet_with_context() {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => return Err(format!("{}: {e}", s.path)),
+        };
+        record += 1;
+        let p = ctx.packet;
+        let t = p.ts_ns as i64;
+        let linktype = ctx
+            .interfaces
+            .get(p.iface as usize)
+            .map_or(1, |i| i.linktype);
+        let h = headers(linktype, p.data);
+        let e = per_iface.entry(p.iface).or_insert((0, t, t));
+        e.0 += 1;
+        e.1 = e.1.min(t);
+        e.2 = e.2.max(t);
+        if let Some(sink) = &mut packets_sink {
+            let row = packet_row(&h, &p, file_id, record, &mut anonymizer);
+            sink.push(row)?;
+        }
+        engine.packet(&h, t, record, &mut anonymizer, Some(&mut sinks))?;
+    }
+    let rpc = engine.finish(Some(&mut sinks))?;
+    let mut counts = rpc.counts;
+    counts.insert("packets".into(), record as u64);
+    let mut row_groups: Vec<RowGroupRow> = Vec::new();
+    if let Some(sink) = packets_sink {
+        counts.insert("rows.packets".into(), sink.rows());
+        row_groups.extend(sink.finish()?);
+    }
+    row_groups.extend(sinks.finish(&mut counts)?);
+
+    // What the file says about its own capture: the last statistics block per interface.
+    let mut capture_stats = Vec::new();
+    let stats = reader.stats().to_vec();
+    for (i, iface) in reader.interfaces().iter().enumerate() {
+        let (n, first, last) = per_iface
+            .get(&(i as u32))
+            .copied()
+            .map_or((0, None, None), |(n, a, b)| (n, Some(a), Some(b)));
+        let isb = stats
+            .iter()
+            .filter(|s| s.iface == i as u32)
+            .max_by_key(|s| s.ts_ns);
+        capture_stats.push(CaptureStatsState {
+            interface: i as i32,
+            interface_name: iface.name.clone(),
+            link_type: i32::from(iface.linktype),
+            first_time_ns: first,
+            last_time_ns: last,
+            packets: n as i64,
+            received: isb.and_then(|s| s.received).map(|v| v as i64),
+            kernel_dropped: isb.and_then(|s| s.os_dropped).map(|v| v as i64),
+            if_dropped: isb.and_then(|s| s.if_dropped).map(|v| v as i64),
+            from_isb: isb.is_some(),
+        });
+    }
+    let rows: Vec<CaptureStatsRow> = capture_stats.iter().map(|c| c.row(file_id)).collect();
+    write_whole(
+        &out.join("capture_stats").join(part_name(file_id)),
+        "capture_stats",
+        &CaptureStatsRow::batch(&rows),
+    )?;
+    Ok(PassTwo {
+        source: s.clone(),
+        input: input.clone(),
+        row_groups: row_groups.iter().map(RowGroupRowState::from).collect(),
+        capture_stats,
+        counts,
+    })
+}
+
+/// Every table directory of the dataset (for removing a source's parts).
+const TABLE_DIRS: &[&str] = &[
+    "packets",
+    "rpc",
+    "nfs_ops",
+    "nfs_rw",
+    "nfs_attrs",
+    "nfs_names",
+    "mount",
+    "capture_stats",
+];
+
+fn parts_exist(out: &Path, d: &PassTwo) -> bool {
+    d.row_groups.iter().all(|r| out.join(&r.path).exists())
+}
+
+/// Deletes every data file a source id owns, in every table and partition.
+fn remove_parts(out: &Path, file_id: i32) -> Result<(), String> {
+    let name = part_name(file_id);
+    for table in TABLE_DIRS {
+        let dir = out.join(table);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut dirs = vec![dir.clone()];
+        dirs.extend(
+            entries
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.path()),
+        );
+        for d in dirs {
+            let p = d.join(&name);
+            if p.exists() {
+                std::fs::remove_file(&p)
+                    .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_catalog(
+    out: &Path,
+    plan: &[PassOne],
+    inputs: &[PassTwoInput],
+    state: &StateDir,
+) -> Result<(), String> {
+    let mut sources = Vec::new();
+    let mut groups = Vec::new();
+    for (p, input) in plan.iter().zip(inputs) {
+        sources.push(SourceRow {
+            file_id: input.file_id,
+            path: p.source.path.clone(),
+            size: p.source.size as i64,
+            mtime_ns: p.source.mtime_ns,
+            format: p.format.clone(),
+            packets: p.packets as i64,
+            first_time_ns: p.first_time_ns,
+            last_time_ns: p.last_time_ns,
+            rpc_messages: p.messages as i64,
+            transaction_offset: input.transaction_offset,
+        });
+        // Only files written with the current plan's inputs count; others are stale (a
+        // shard not yet run) and are left out rather than listed wrongly.
+        if let Some(done) = state.pass_two(&p.source).filter(|d| d.input == *input) {
+            groups.extend(done.row_groups.iter().map(RowGroupRow::from));
+        }
+    }
+    let dir = out.join("catalog");
+    write_whole(
+        &dir.join("sources.parquet"),
+        "sources",
+        &SourceRow::batch(&sources),
+    )?;
+    write_whole(
+        &dir.join("row_groups.parquet"),
+        "row_groups",
+        &RowGroupRow::batch(&groups),
+    )
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct DatasetJson {
+    name: String,
+    schema_version: u32,
+    converter: String,
+    key_id: Option<String>,
+    addresses_anonymized: bool,
+}
+
+/// A dataset made with one key (or none) must not silently mix in rows made with another.
+fn check_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
+    let path = out.join("dataset.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(());
+    };
+    let d: DatasetJson = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "{}: not a tapdeck dataset description ({e}); convert into a new directory",
+            path.display()
+        )
+    })?;
+    if d.schema_version > SCHEMA_VERSION {
+        return Err(format!(
+            "{} was written with dataset schema {} by a newer tapdeck; convert with that version or into a new directory",
+            out.display(),
+            d.schema_version
+        ));
+    }
+    if d.key_id != anon.key_id() || d.addresses_anonymized != anon.addresses {
+        return Err(format!(
+            "{} was converted with different anonymization (key {:?}, addresses {}); use the same --key and --anonymize-ips, or a new directory",
+            out.display(),
+            d.key_id,
+            d.addresses_anonymized
+        ));
+    }
+    Ok(())
+}
+
+fn write_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
+    let d = DatasetJson {
+        name: out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        schema_version: SCHEMA_VERSION,
+        converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
+        key_id: anon.key_id(),
+        addresses_anonymized: anon.addresses,
+    };
+    let path = out.join("dataset.json");
+    let body = serde_json::to_string_pretty(&d).expect("serializes");
+    std::fs::write(&path, body + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

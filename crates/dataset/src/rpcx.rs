@@ -1,0 +1,784 @@
+//! ONC RPC and NFS extraction: packets in; RPC messages out of UDP datagrams and of
+//! reassembled, record-framed TCP streams; calls paired with replies; rows for the rpc and
+//! nfs tables.
+//!
+//! Ids: every message of a file gets an ordinal in the order messages complete. A call's
+//! transaction id is the file's offset plus its ordinal; a reply takes its call's id; a
+//! retransmitted call and a duplicate reply take the id of the transaction they repeat.
+//! Pass one and pass two run this same code, so ordinals agree between them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::Path;
+
+use tapdeck_decode::rpc_framing::{probe_rpc_header, Probe, Strictness};
+use tapdeck_decode::{FlowKey, Headers, TcpRpcTracker, TrackerConfig, Transport};
+use tapdeck_rpc::names::proc_name;
+use tapdeck_rpc::{
+    decode_message, parse_message, resolve_names, AttrObject, CallInfo, Decoded, Header, NameRole,
+    NfsOp, Outcome, PROG_MOUNT, PROG_NFS,
+};
+
+use crate::anonymize::Anonymizer;
+use crate::columns::{Addr, Hex};
+use crate::sink::TableSink;
+use crate::state::{OpenCall, OrphanReply, PassTwoInput};
+use crate::tables::{MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, RowGroupRow, RpcRow};
+
+/// An answered call is remembered this long, to recognise duplicate replies.
+const ANSWERED_KEEP_NS: i64 = 60 * 1_000_000_000;
+
+/// The RPC-derived tables of one source file.
+pub struct RpcSinks {
+    pub rpc: TableSink<RpcRow>,
+    pub nfs_ops: TableSink<NfsOpRow>,
+    pub nfs_rw: TableSink<NfsRwRow>,
+    pub nfs_attrs: TableSink<NfsAttrRow>,
+    pub nfs_names: TableSink<NfsNameRow>,
+    pub mount: TableSink<MountRow>,
+}
+
+impl RpcSinks {
+    pub fn new(root: &Path, file_id: i32, source: &str) -> RpcSinks {
+        RpcSinks {
+            rpc: TableSink::new(root, file_id, source),
+            nfs_ops: TableSink::new(root, file_id, source),
+            nfs_rw: TableSink::new(root, file_id, source),
+            nfs_attrs: TableSink::new(root, file_id, source),
+            nfs_names: TableSink::new(root, file_id, source),
+            mount: TableSink::new(root, file_id, source),
+        }
+    }
+
+    pub fn finish(self, counts: &mut BTreeMap<String, u64>) -> Result<Vec<RowGroupRow>, String> {
+        let mut groups = Vec::new();
+        counts.insert("rows.rpc".into(), self.rpc.rows());
+        counts.insert("rows.nfs_ops".into(), self.nfs_ops.rows());
+        counts.insert("rows.nfs_rw".into(), self.nfs_rw.rows());
+        counts.insert("rows.nfs_attrs".into(), self.nfs_attrs.rows());
+        counts.insert("rows.nfs_names".into(), self.nfs_names.rows());
+        counts.insert("rows.mount".into(), self.mount.rows());
+        groups.extend(self.rpc.finish()?);
+        groups.extend(self.nfs_ops.finish()?);
+        groups.extend(self.nfs_rw.finish()?);
+        groups.extend(self.nfs_attrs.finish()?);
+        groups.extend(self.nfs_names.finish()?);
+        groups.extend(self.mount.finish()?);
+        Ok(groups)
+    }
+}
+
+/// What the engine reports at the end of a file.
+pub struct RpcResult {
+    pub messages: u64,
+    pub open_calls: Vec<OpenCall>,
+    pub orphan_replies: Vec<OrphanReply>,
+    pub counts: BTreeMap<String, u64>,
+}
+
+/// Where a message came from, handed through reassembly.
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta {
+    time_ns: i64,
+    record: i64,
+}
+
+/// Transport, client and server: the scope of an xid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Conv {
+    tcp: bool,
+    client: ([u8; 16], u16),
+    server: ([u8; 16], u16),
+    version: u8,
+}
+
+impl Conv {
+    fn key(&self) -> String {
+        let ip = |a: &[u8; 16]| to_ip(self.version, a);
+        format!(
+            "{} {} {} {} {}",
+            if self.tcp { "tcp" } else { "udp" },
+            ip(&self.client.0),
+            self.client.1,
+            ip(&self.server.0),
+            self.server.1
+        )
+    }
+}
+
+fn to_ip(version: u8, a: &[u8; 16]) -> IpAddr {
+    if version == 4 {
+        IpAddr::from([a[12], a[13], a[14], a[15]])
+    } else {
+        IpAddr::from(*a)
+    }
+}
+
+/// A call waiting for (or recently given) its reply.
+struct Pending {
+    tid: i64,
+    ordinal: u64,
+    time_ns: i64,
+    info: CallInfo,
+    answered_at: Option<i64>,
+    /// Pass two: the decoded call (for names and handles in the reply's rows) and its rpc
+    /// rows, written once it is known whether a reply came.
+    decoded: Option<Decoded>,
+    rows: Vec<RpcRow>,
+}
+
+pub struct RpcEngine {
+    file_id: i32,
+    input: Option<PassTwoInput>,
+    answered_later: HashSet<u64>,
+    tcp: TcpRpcTracker<Meta>,
+    calls: HashMap<(Conv, u32), Pending>,
+    ordinal: u64,
+    orphan_replies: Vec<OrphanReply>,
+    counts: BTreeMap<String, u64>,
+    last_time_ns: i64,
+    last_sweep_ns: i64,
+}
+
+impl RpcEngine {
+    /// `input` is None in pass one (count only) and the file's pass-two input otherwise.
+    pub fn new(file_id: i32, input: Option<&PassTwoInput>) -> RpcEngine {
+        RpcEngine {
+            file_id,
+            answered_later: input
+                .map(|i| i.answered_later.iter().copied().collect())
+                .unwrap_or_default(),
+            input: input.cloned(),
+            tcp: TcpRpcTracker::new(TrackerConfig::default()),
+            calls: HashMap::new(),
+            ordinal: 0,
+            orphan_replies: Vec::new(),
+            counts: BTreeMap::new(),
+            last_time_ns: 0,
+            last_sweep_ns: 0,
+        }
+    }
+
+    fn count(&mut self, key: &str) {
+        *self.counts.entry(key.to_string()).or_default() += 1;
+    }
+
+    pub fn packet(
+        &mut self,
+        h: &Headers<'_>,
+        time_ns: i64,
+        record: i64,
+        anon: &mut Anonymizer,
+        mut out: Option<&mut RpcSinks>,
+    ) -> Result<(), String> {
+        let meta = Meta { time_ns, record };
+        self.last_time_ns = time_ns;
+        match h.transport {
+            Transport::Udp(_) => {
+                let Some(key) = FlowKey::from_headers(h) else {
+                    return Ok(());
+                };
+                // Only datagrams that look like RPC: UDP carries everything else too.
+                if !matches!(
+                    probe_rpc_header(h.payload, Strictness::Lenient),
+                    Probe::Header(_)
+                ) {
+                    return Ok(());
+                }
+                if h.ip.is_some_and(|ip| ip.fragment) {
+                    self.count("failed.udp_ip_fragment");
+                }
+                let truncated = (h.payload.len() as u32) < h.payload_wire_len;
+                let wire_len = h.payload_wire_len as u64;
+                self.message(
+                    &key,
+                    false,
+                    h.payload,
+                    wire_len,
+                    truncated,
+                    meta,
+                    anon,
+                    out.as_deref_mut(),
+                )?;
+            }
+            Transport::Tcp(_) => {
+                let mut done: Vec<(FlowKey, Vec<u8>, u64, bool, Meta)> = Vec::new();
+                self.tcp
+                    .packet(h, meta, time_ns.max(0) as u64, &mut |k, m| {
+                        done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
+                    });
+                for (k, body, wire_len, truncated, m) in done {
+                    self.message(
+                        &k,
+                        true,
+                        &body,
+                        wire_len,
+                        truncated,
+                        m,
+                        anon,
+                        out.as_deref_mut(),
+                    )?;
+                }
+            }
+            _ => {}
+        }
+        if time_ns - self.last_sweep_ns > ANSWERED_KEEP_NS {
+            self.sweep(time_ns, out)?;
+            self.last_sweep_ns = time_ns;
+        }
+        Ok(())
+    }
+
+    /// Forgets answered calls old enough that a duplicate reply is no longer expected.
+    fn sweep(&mut self, now: i64, out: Option<&mut RpcSinks>) -> Result<(), String> {
+        let old: Vec<(Conv, u32)> = self
+            .calls
+            .iter()
+            .filter(|(_, p)| p.answered_at.is_some_and(|t| now - t > ANSWERED_KEEP_NS))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut rows = Vec::new();
+        for k in old {
+            if let Some(p) = self.calls.remove(&k) {
+                rows.extend(p.rows);
+            }
+        }
+        if let Some(out) = out {
+            for r in rows {
+                out.rpc.push(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn message(
+        &mut self,
+        key: &FlowKey,
+        tcp: bool,
+        body: &[u8],
+        wire_len: u64,
+        truncated: bool,
+        meta: Meta,
+        anon: &mut Anonymizer,
+        mut out: Option<&mut RpcSinks>,
+    ) -> Result<(), String> {
+        let msg = match parse_message(body) {
+            Ok(m) => m,
+            Err(e) => {
+                let reason = match e {
+                    tapdeck_rpc::Error::Truncated => "rpc_header_truncated".to_string(),
+                    tapdeck_rpc::Error::Invalid(why) => format!("rpc_header_invalid:{why}"),
+                };
+                self.count(&format!("failed.{reason}"));
+                return Ok(());
+            }
+        };
+        let ordinal = self.ordinal;
+        self.ordinal += 1;
+        let offset = self.input.as_ref().map_or(0, |i| i.transaction_offset);
+        let is_call = matches!(msg.header, Header::Call(_));
+        let (client, server) = if is_call {
+            (key.src, key.dst)
+        } else {
+            (key.dst, key.src)
+        };
+        let conv = Conv {
+            tcp,
+            client: (client.addr, client.port),
+            server: (server.addr, server.port),
+            version: key.version,
+        };
+        let mut row = RpcRow {
+            time_ns: meta.time_ns,
+            file_id: self.file_id,
+            record: meta.record,
+            transaction_id: offset + ordinal as i64,
+            direction: if is_call { "call" } else { "reply" },
+            transport: if tcp { "tcp" } else { "udp" },
+            client_addr: Some(Addr(anon.ip(to_ip(key.version, &client.addr)))),
+            server_addr: Some(Addr(anon.ip(to_ip(key.version, &server.addr)))),
+            client_port: Some(i32::from(client.port)),
+            server_port: Some(i32::from(server.port)),
+            xid: i64::from(msg.xid),
+            message_len: wire_len.min(i32::MAX as u64) as i32,
+            payload_len: (wire_len.saturating_sub((body.len() - msg.body.len()) as u64))
+                .min(i32::MAX as u64) as i32,
+            truncated,
+            ..Default::default()
+        };
+        let pass_two = out.is_some();
+        match &msg.header {
+            Header::Call(c) => {
+                self.count("rpc.calls");
+                let info = c.info();
+                row.program = Some(c.prog as i32);
+                row.version = Some(c.vers as i32);
+                row.procedure = Some(c.proc_ as i32);
+                row.program_name = tapdeck_rpc::program_name(c.prog);
+                row.procedure_name = Some(proc_name(c.prog, c.vers, c.proc_));
+                row.auth_flavor = Some(c.cred.flavor as i32);
+                if let Some(sys) = &c.cred.sys {
+                    row.uid = Some(i64::from(sys.uid));
+                    row.gid = Some(i64::from(sys.gid));
+                }
+                row.first_time_ns = Some(meta.time_ns);
+                let decoded = pass_two.then(|| decode_message(&msg, None));
+                let k = (conv, msg.xid);
+                match self.calls.get_mut(&k) {
+                    // The same xid again before any reply: a retransmission.
+                    Some(p) if p.answered_at.is_none() && p.info == info => {
+                        self.counts
+                            .entry("rpc.retransmits".into())
+                            .and_modify(|v| *v += 1)
+                            .or_insert(1);
+                        row.retransmit = true;
+                        row.transaction_id = p.tid;
+                        row.first_time_ns = Some(p.time_ns);
+                        if pass_two {
+                            p.rows.push(row.clone());
+                        }
+                    }
+                    _ => {
+                        // A new transaction (an xid reused after its reply starts a new one).
+                        if let Some(old) = self.calls.remove(&k) {
+                            if let Some(out) = out.as_deref_mut_opt() {
+                                for r in old.rows {
+                                    out.rpc.push(r)?;
+                                }
+                            }
+                        }
+                        self.calls.insert(
+                            k,
+                            Pending {
+                                tid: row.transaction_id,
+                                ordinal,
+                                time_ns: meta.time_ns,
+                                info,
+                                answered_at: None,
+                                decoded: None,
+                                rows: if pass_two {
+                                    vec![row.clone()]
+                                } else {
+                                    Vec::new()
+                                },
+                            },
+                        );
+                    }
+                }
+                if let (Some(out), Some(d)) = (out, decoded) {
+                    self.note_decode(&d);
+                    self.nfs_rows(out, &row, info, &d, None, anon)?;
+                    if let Some(p) = self.calls.get_mut(&k) {
+                        if p.decoded.is_none() {
+                            p.decoded = Some(d);
+                        }
+                    }
+                }
+            }
+            Header::Reply(r) => {
+                self.count("rpc.replies");
+                row.reply_stat = Some(r.reply_stat as i8);
+                row.accept_stat = r.accept_stat.map(|v| v as i32);
+                row.reject_stat = r.reject_stat.map(|v| v as i32);
+                row.auth_stat = r.auth_stat.map(|v| v as i32);
+                let k = (conv, msg.xid);
+                let mut call: Option<(CallInfo, Option<Decoded>)> = None;
+                if let Some(p) = self.calls.get_mut(&k) {
+                    row.transaction_id = p.tid;
+                    row.matched = true;
+                    row.first_time_ns = Some(p.time_ns);
+                    if p.answered_at.is_some() {
+                        self.counts
+                            .entry("rpc.duplicate_replies".into())
+                            .and_modify(|v| *v += 1)
+                            .or_insert(1);
+                        row.retransmit = true;
+                    } else {
+                        p.answered_at = Some(meta.time_ns);
+                        for r in &mut p.rows {
+                            r.matched = true;
+                        }
+                        if let Some(out) = out.as_deref_mut_opt() {
+                            for r in p.rows.drain(..) {
+                                out.rpc.push(r)?;
+                            }
+                        }
+                    }
+                    call = Some((p.info, p.decoded.clone()));
+                } else if let Some(remote) = self
+                    .input
+                    .as_ref()
+                    .and_then(|i| i.remote_replies.get(&ordinal))
+                {
+                    row.transaction_id = remote.transaction_id;
+                    row.matched = true;
+                    row.first_time_ns = Some(remote.time_ns);
+                    call = Some((
+                        CallInfo {
+                            prog: remote.program,
+                            vers: remote.version,
+                            proc_: remote.procedure,
+                            gss_wrapped: false,
+                        },
+                        None,
+                    ));
+                } else {
+                    self.orphan_replies.push(OrphanReply {
+                        conv: conv.key(),
+                        xid: msg.xid,
+                        ordinal,
+                        time_ns: meta.time_ns,
+                    });
+                    self.count("rpc.unmatched_replies");
+                }
+                if let Some((info, _)) = &call {
+                    row.program = Some(info.prog as i32);
+                    row.version = Some(info.vers as i32);
+                    row.procedure = Some(info.proc_ as i32);
+                    row.program_name = tapdeck_rpc::program_name(info.prog);
+                    row.procedure_name = Some(proc_name(info.prog, info.vers, info.proc_));
+                }
+                if let Some(out) = out {
+                    out.rpc.push(row.clone())?;
+                    if let Some((info, call_decoded)) = call {
+                        let d = decode_message(&msg, Some(info));
+                        self.note_decode(&d);
+                        self.nfs_rows(out, &row, info, &d, call_decoded.as_ref(), anon)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts bodies that did not decode fully, per reason.
+    fn note_decode(&mut self, d: &Decoded) {
+        match d.outcome {
+            Outcome::Decoded => {}
+            Outcome::Unsupported | Outcome::NoResults | Outcome::NoCall => return,
+            Outcome::GssWrapped => self.count("failed.gss_wrapped_body"),
+        }
+        if d.truncated {
+            self.count("failed.body_truncated");
+        }
+        if let Some(why) = d.invalid {
+            self.count(&format!("failed.body_invalid:{why}"));
+        }
+        if d.undecoded_op.is_some() {
+            self.count("failed.v4_undecoded_op");
+        }
+    }
+
+    /// The nfs_* and mount rows of one decoded message. For a reply, `call` is the decoded
+    /// call when it was seen in this file.
+    fn nfs_rows(
+        &mut self,
+        out: &mut RpcSinks,
+        row: &RpcRow,
+        info: CallInfo,
+        d: &Decoded,
+        call: Option<&Decoded>,
+        anon: &mut Anonymizer,
+    ) -> Result<(), String> {
+        let is_call = row.direction == "call";
+        let base = (
+            row.time_ns,
+            row.file_id,
+            row.record,
+            row.transaction_id,
+            row.direction,
+        );
+        if info.prog == PROG_MOUNT {
+            if let Some(m) = &d.mount {
+                out.mount.push(MountRow {
+                    time_ns: base.0,
+                    file_id: base.1,
+                    record: base.2,
+                    transaction_id: base.3,
+                    direction: base.4,
+                    client_addr: row.client_addr,
+                    server_addr: row.server_addr,
+                    procedure_name: m.proc_name,
+                    dirpath: m.dirpath.as_deref().map(|p| anon.path(p)),
+                    status: m.status.map(|s| s as i32),
+                    fh: m.fh.clone().map(Hex),
+                })?;
+            }
+            return Ok(());
+        }
+        if info.prog != PROG_NFS || !matches!(info.vers, 3 | 4) || d.outcome != Outcome::Decoded {
+            return Ok(());
+        }
+        let vers = info.vers as i8;
+        let minor = d
+            .compound
+            .as_ref()
+            .and_then(|c| c.minorversion)
+            .map(|m| m as i8);
+        let call_op = |op: &NfsOp| -> Option<&NfsOp> {
+            call.and_then(|c| c.ops.iter().find(|o| o.index == op.index && o.op == op.op))
+        };
+        for op in &d.ops {
+            let cop = call_op(op);
+            // The handle the operation acts on: the call's, or for a reply the call's when
+            // known (a v3 reply carries the object, not the directory, for name operations).
+            let fh = if is_call {
+                op.fh.clone()
+            } else {
+                cop.and_then(|c| c.fh.clone()).or_else(|| op.fh.clone())
+            };
+            out.nfs_ops.push(NfsOpRow {
+                time_ns: base.0,
+                file_id: base.1,
+                record: base.2,
+                transaction_id: base.3,
+                direction: base.4,
+                client_addr: row.client_addr,
+                server_addr: row.server_addr,
+                nfs_version: vers,
+                minor_version: minor,
+                op_index: op.index as i16,
+                op_num: op.op as i32,
+                operation: op.op_name,
+                status: op.status.map(|s| s as i32),
+                fh: fh.clone().map(Hex),
+            })?;
+            if let Some(rw) = &op.rw {
+                if matches!(op.op_name, "READ" | "WRITE") {
+                    out.nfs_rw.push(NfsRwRow {
+                        time_ns: base.0,
+                        file_id: base.1,
+                        record: base.2,
+                        transaction_id: base.3,
+                        direction: base.4,
+                        nfs_version: vers,
+                        op_index: op.index as i16,
+                        operation: op.op_name,
+                        fh: fh.clone().map(Hex),
+                        offset: rw.offset.map(|v| v as i64).or_else(|| {
+                            cop.and_then(|c| c.rw)
+                                .and_then(|r| r.offset)
+                                .map(|v| v as i64)
+                        }),
+                        count: rw.count.map(i64::from).or_else(|| {
+                            cop.and_then(|c| c.rw).and_then(|r| r.count).map(i64::from)
+                        }),
+                        bytes: rw.returned.map(i64::from),
+                        eof: rw.eof,
+                        stable: rw.stable.or(rw.committed).map(|v| v as i8),
+                    })?;
+                }
+            }
+            for a in &op.attrs {
+                let afh = match a.object {
+                    AttrObject::Object => {
+                        if is_call {
+                            op.fh.clone()
+                        } else {
+                            op.fh.clone().or_else(|| cop.and_then(|c| c.fh.clone()))
+                        }
+                    }
+                    AttrObject::Directory | AttrObject::FromDirectory => {
+                        cop.and_then(|c| c.fh.clone())
+                    }
+                    AttrObject::ToDirectory => cop.and_then(|c| {
+                        c.names
+                            .iter()
+                            .find(|n| n.role == NameRole::RenameTo)
+                            .and_then(|n| n.dir_fh.clone())
+                    }),
+                    AttrObject::Entry(i) => op
+                        .names
+                        .get(i as usize)
+                        .and_then(|n| n.fh.clone())
+                        .or_else(|| a.fh.clone()),
+                };
+                out.nfs_attrs.push(NfsAttrRow {
+                    time_ns: base.0,
+                    file_id: base.1,
+                    record: base.2,
+                    transaction_id: base.3,
+                    nfs_version: vers,
+                    operation: op.op_name,
+                    fh: afh.map(Hex),
+                    ftype: a.ftype.map(|v| v as i8),
+                    mode: a.mode.map(|v| v as i32),
+                    nlink: a.nlink.map(i64::from),
+                    uid: a.uid.map(i64::from),
+                    gid: a.gid.map(i64::from),
+                    owner: a
+                        .owner
+                        .as_deref()
+                        .map(|o| String::from_utf8_lossy(o).into_owned()),
+                    owner_group: a
+                        .owner_group
+                        .as_deref()
+                        .map(|o| String::from_utf8_lossy(o).into_owned()),
+                    size: a.size.map(|v| v as i64),
+                    used: a.used.map(|v| v as i64),
+                    fileid: a.fileid.map(|v| v as i64),
+                    atime_ns: a.atime_ns,
+                    mtime_ns: a.mtime_ns,
+                    ctime_ns: a.ctime_ns,
+                })?;
+            }
+        }
+        // Names: a call's as sent; a reply's are the call's with the handles the reply
+        // reveals, plus directory listing entries.
+        let names: Vec<(&'static str, tapdeck_rpc::NameEntry)> = if is_call {
+            d.ops
+                .iter()
+                .flat_map(|op| op.names.iter().map(move |n| (op.op_name, n.clone())))
+                .collect()
+        } else {
+            let mut v: Vec<(&'static str, tapdeck_rpc::NameEntry)> = Vec::new();
+            if let Some(c) = call {
+                for n in resolve_names(c, d) {
+                    let op = c
+                        .ops
+                        .iter()
+                        .find(|o| o.names.iter().any(|x| x.name == n.name))
+                        .map_or("", |o| o.op_name);
+                    v.push((op, n));
+                }
+            }
+            for op in &d.ops {
+                for n in op.names.iter().filter(|n| n.role == NameRole::DirEntry) {
+                    let mut n = n.clone();
+                    if n.dir_fh.is_none() {
+                        n.dir_fh = call_op(op).and_then(|c| c.fh.clone());
+                    }
+                    v.push((op.op_name, n));
+                }
+            }
+            v
+        };
+        let mut rename_to: Option<(Option<Vec<u8>>, Vec<u8>)> = None;
+        for (_, n) in &names {
+            if n.role == NameRole::RenameTo {
+                rename_to = Some((n.dir_fh.clone(), n.name.clone()));
+            }
+        }
+        for (op_name, n) in names {
+            if n.role == NameRole::RenameTo {
+                continue; // Written with its RenameFrom, as to_dir_fh / to_name.
+            }
+            let (to_dir, to_name) = if n.role == NameRole::RenameFrom {
+                rename_to
+                    .clone()
+                    .map_or((None, None), |(d, nm)| (d, Some(nm)))
+            } else {
+                (None, None)
+            };
+            out.nfs_names.push(NfsNameRow {
+                time_ns: base.0,
+                file_id: base.1,
+                record: base.2,
+                transaction_id: base.3,
+                direction: base.4,
+                nfs_version: vers,
+                operation: op_name,
+                dir_fh: n.dir_fh.map(Hex),
+                name: Some(anon.name(&n.name)),
+                fh: n.fh.map(Hex),
+                fileid: n.fileid.map(|v| v as i64),
+                to_dir_fh: to_dir.map(Hex),
+                to_name: to_name.map(|t| anon.name(&t)),
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self, mut out: Option<&mut RpcSinks>) -> Result<RpcResult, String> {
+        let mut done: Vec<(FlowKey, Vec<u8>, u64, bool, Meta)> = Vec::new();
+        let end = Meta {
+            time_ns: self.last_time_ns,
+            record: 0,
+        };
+        self.tcp.finish(end, &mut |k, m| {
+            done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
+        });
+        let mut anon = Anonymizer::default();
+        // Messages completed only at the end (truncated by the end of the capture).
+        for (k, body, wire_len, truncated, m) in done {
+            self.message(
+                &k,
+                true,
+                &body,
+                wire_len,
+                truncated,
+                m,
+                &mut anon,
+                out.as_deref_mut(),
+            )?;
+        }
+        let c = *self.tcp.counters();
+        let f = c.framing;
+        for (k, v) in [
+            ("tcp.gap_bytes", f.gap_bytes),
+            ("tcp.not_captured_bytes", f.not_captured_bytes),
+            ("tcp.resyncs", f.resyncs),
+            ("tcp.resync_skipped_bytes", f.resync_skipped_bytes),
+            ("failed.oversized_record", f.oversized_record),
+            ("failed.truncated_at_gap", f.truncated_at_gap),
+            ("failed.truncated_at_end", f.truncated_at_end),
+            ("tcp.evicted_connections", c.evicted_connections),
+        ] {
+            if v > 0 {
+                *self.counts.entry(k.into()).or_default() += v;
+            }
+        }
+        let mut open_calls = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        for ((conv, xid), p) in self.calls.drain() {
+            if p.answered_at.is_none() {
+                open_calls.push(OpenCall {
+                    conv: conv.key(),
+                    xid,
+                    ordinal: p.ordinal,
+                    time_ns: p.time_ns,
+                    program: p.info.prog,
+                    version: p.info.vers,
+                    procedure: p.info.proc_,
+                });
+            }
+            pending.push(p);
+        }
+        open_calls.sort_by_key(|c| c.ordinal);
+        let mut unmatched_calls = 0;
+        for p in pending {
+            let answered = p.answered_at.is_some() || self.answered_later.contains(&p.ordinal);
+            if !answered {
+                unmatched_calls += 1;
+            }
+            if let Some(out) = out.as_deref_mut() {
+                for mut r in p.rows {
+                    r.matched = answered;
+                    out.rpc.push(r)?;
+                }
+            }
+        }
+        if unmatched_calls > 0 {
+            self.counts
+                .insert("rpc.unmatched_calls".into(), unmatched_calls);
+        }
+        Ok(RpcResult {
+            messages: self.ordinal,
+            open_calls,
+            orphan_replies: self.orphan_replies,
+            counts: self.counts,
+        })
+    }
+}
+
+/// `Option<&mut T>::as_deref_mut` on an already-reborrowed option.
+trait AsDerefMutOpt<'a, T> {
+    fn as_deref_mut_opt(&mut self) -> Option<&mut T>;
+}
+
+impl<'a, T> AsDerefMutOpt<'a, T> for Option<&'a mut T> {
+    fn as_deref_mut_opt(&mut self) -> Option<&mut T> {
+        self.as_deref_mut()
+    }
+}

@@ -1,0 +1,240 @@
+//! Writing one table's rows for one source file: sorted by time, split into hourly
+//! partitions, one Parquet file per partition, one row group per flush. Files are written
+//! under a temporary name and renamed when complete, so a reader never sees half a file.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::{KeyValue, SortingColumn};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use crate::tables::{RowGroupRow, Table, SCHEMA_VERSION};
+
+/// Rows buffered before they are sorted and written as a row group.
+pub const ROW_GROUP_ROWS: usize = 512 * 1024;
+
+pub struct TableSink<T: Table> {
+    root: PathBuf,
+    file_id: i32,
+    source: String,
+    rows: Vec<T>,
+    writers: BTreeMap<String, Partition>,
+    catalog: Vec<RowGroupRow>,
+    written: u64,
+}
+
+struct Partition {
+    writer: ArrowWriter<File>,
+    tmp: PathBuf,
+    path: PathBuf,
+    /// Path relative to the dataset root, for the catalog.
+    rel: String,
+    row_groups: i32,
+}
+
+impl<T: Table> TableSink<T> {
+    pub fn new(root: &Path, file_id: i32, source: &str) -> TableSink<T> {
+        TableSink {
+            root: root.to_path_buf(),
+            file_id,
+            source: source.to_string(),
+            rows: Vec::new(),
+            writers: BTreeMap::new(),
+            catalog: Vec::new(),
+            written: 0,
+        }
+    }
+
+    pub fn push(&mut self, row: T) -> Result<(), String> {
+        self.rows.push(row);
+        if self.rows.len() >= ROW_GROUP_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> u64 {
+        self.written + self.rows.len() as u64
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut rows = std::mem::take(&mut self.rows);
+        rows.sort_by_key(|r| r.time_ns());
+        self.written += rows.len() as u64;
+        let mut start = 0;
+        while start < rows.len() {
+            let hour = hour_of(rows[start].time_ns());
+            let end = start + rows[start..].partition_point(|r| hour_of(r.time_ns()) == hour);
+            self.write_group(&hour, &rows[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn write_group(&mut self, hour: &str, rows: &[T]) -> Result<(), String> {
+        if !self.writers.contains_key(hour) {
+            let p = self.open_partition(hour)?;
+            self.writers.insert(hour.to_string(), p);
+        }
+        let part = self.writers.get_mut(hour).expect("inserted above");
+        let batch = T::batch(rows);
+        let err = |e: parquet::errors::ParquetError| format!("{}: {e}", part.tmp.display());
+        part.writer.write(&batch).map_err(err)?;
+        part.writer.flush().map_err(err)?;
+        let tids = rows.iter().filter_map(|r| r.transaction_id());
+        self.catalog.push(RowGroupRow {
+            table: T::NAME.to_string(),
+            path: part.rel.clone(),
+            row_group: part.row_groups,
+            rows: rows.len() as i64,
+            min_time_ns: rows[0].time_ns(),
+            max_time_ns: rows[rows.len() - 1].time_ns(),
+            min_transaction_id: tids.clone().min(),
+            max_transaction_id: tids.max(),
+        });
+        part.row_groups += 1;
+        Ok(())
+    }
+
+    fn open_partition(&self, hour: &str) -> Result<Partition, String> {
+        let dir = self.root.join(T::NAME).join(format!("hour={hour}"));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let name = part_name(self.file_id);
+        let path = dir.join(&name);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let file =
+            File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        let props = writer_properties::<T>(&self.source);
+        let writer = ArrowWriter::try_new(file, T::schema(), Some(props))
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        Ok(Partition {
+            writer,
+            tmp,
+            path,
+            rel: format!("{}/hour={hour}/{name}", T::NAME),
+            row_groups: 0,
+        })
+    }
+
+    /// Writes what is buffered, completes every file, and returns the row groups written.
+    pub fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
+        self.flush()?;
+        for (_, p) in std::mem::take(&mut self.writers) {
+            p.writer
+                .close()
+                .map_err(|e| format!("{}: {e}", p.tmp.display()))?;
+            std::fs::rename(&p.tmp, &p.path)
+                .map_err(|e| format!("cannot rename {}: {e}", p.tmp.display()))?;
+        }
+        Ok(self.catalog)
+    }
+}
+
+/// The data file name a source file owns in every partition.
+pub fn part_name(file_id: i32) -> String {
+    format!("part-{file_id:06}-0.parquet")
+}
+
+/// Settings every data file shares: zstd, page statistics, bloom filters on the key
+/// columns, the time sort order, and what wrote it.
+fn writer_properties<T: Table>(source: &str) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid level"),
+        ))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_sorting_columns(Some(vec![SortingColumn {
+            column_idx: 0,
+            descending: false,
+            nulls_first: false,
+        }]))
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new("tapdeck.schema_version".into(), SCHEMA_VERSION.to_string()),
+            KeyValue::new("tapdeck.table".into(), T::NAME.to_string()),
+            KeyValue::new(
+                "tapdeck.converter".into(),
+                format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
+            ),
+            KeyValue::new("tapdeck.source".into(), source.to_string()),
+        ]));
+    for col in T::BLOOM {
+        b = b.set_column_bloom_filter_enabled(ColumnPath::from(*col), true);
+    }
+    b.build()
+}
+
+/// Writes a small table (catalog, capture stats) as one file.
+pub fn write_whole(
+    path: &Path,
+    table: &str,
+    batch: &arrow_array::RecordBatch,
+) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let tmp = path.with_extension("parquet.tmp");
+    let file = File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid level"),
+        ))
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new("tapdeck.schema_version".into(), SCHEMA_VERSION.to_string()),
+            KeyValue::new("tapdeck.table".into(), table.to_string()),
+        ]))
+        .build();
+    let err = |e: parquet::errors::ParquetError| format!("{}: {e}", tmp.display());
+    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(err)?;
+    w.write(batch).map_err(err)?;
+    w.close().map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename {}: {e}", tmp.display()))
+}
+
+/// The UTC hour of a time, as partitions name it: `2026-11-23T08`.
+pub fn hour_of(time_ns: i64) -> String {
+    let secs = time_ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let hour = secs.rem_euclid(86_400) / 3600;
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{hour:02}")
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hours_are_utc_calendar_hours() {
+        assert_eq!(hour_of(0), "1970-01-01T00");
+        // 2026-11-23T08:40:28Z
+        assert_eq!(hour_of(1_795_423_228_000_000_000), "2026-11-23T08");
+        // 2000-02-29T23:59:59Z, a leap day
+        assert_eq!(hour_of(951_868_799_000_000_000), "2000-02-29T23");
+        assert_eq!(hour_of(-1), "1969-12-31T23");
+    }
+}

@@ -1,0 +1,114 @@
+//! Finding the trace files behind the inputs a user names, and reading their packets.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use tapdeck_capture::open_trace_bytes;
+use tapdeck_pcap::TraceReader;
+use tapdeck_store::read::Store;
+
+/// A trace file as the catalog identifies it: re-running `convert` skips a file whose path,
+/// size and modification time are unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceFile {
+    pub path: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+impl SourceFile {
+    pub fn stat(path: &Path) -> Result<SourceFile, String> {
+        let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let abs = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(SourceFile {
+            path: abs.to_string_lossy().into_owned(),
+            size: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        })
+    }
+}
+
+/// Name endings of trace files found when walking a directory.
+const TRACE_SUFFIXES: &[&str] = &[
+    ".pcap",
+    ".pcapng",
+    ".cap",
+    ".pcap.zst",
+    ".pcapng.zst",
+    ".pcap.lz4",
+    ".pcapng.lz4",
+];
+
+/// Bound on directory depth, so a symlink loop cannot walk forever.
+const MAX_DEPTH: usize = 16;
+
+/// The trace files of every input: a file is itself; a tapdeck store gives its complete
+/// data files; any other directory gives the trace files found under it. Sorted, without
+/// duplicates. Warnings (incomplete files left by a writer that died) go to `warn`.
+pub fn discover(
+    inputs: &[PathBuf],
+    warn: &mut impl FnMut(String),
+) -> Result<Vec<SourceFile>, String> {
+    let mut paths = Vec::new();
+    for input in inputs {
+        let meta = std::fs::metadata(input).map_err(|e| {
+            format!(
+                "{}: {e}; name trace files, stores or directories that exist",
+                input.display()
+            )
+        })?;
+        if meta.is_file() {
+            paths.push(input.clone());
+        } else if input.join(tapdeck_store::meta::MANIFEST).exists() {
+            let store = Store::open(input).map_err(|e| e.to_string())?;
+            for p in &store.partials {
+                warn(format!(
+                    "{}: skipped, left incomplete by a recorder that stopped; `tapdeck verify --repair {}` finishes it",
+                    p.display(),
+                    input.display()
+                ));
+            }
+            paths.extend(store.files);
+        } else {
+            walk(input, 0, &mut paths)?;
+        }
+    }
+    let mut files = paths
+        .iter()
+        .map(|p| SourceFile::stat(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
+    if files.is_empty() {
+        return Err("no trace files in the inputs: name pcap or pcapng files, stores or directories holding them".into());
+    }
+    Ok(files)
+}
+
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = e.path();
+        if path.is_dir() {
+            walk(&path, depth + 1, out)?;
+        } else if TRACE_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Opens a trace for reading packets, whatever its compression or container.
+pub fn open(path: &str) -> Result<TraceReader<Box<dyn std::io::Read + Send>>, String> {
+    let input = open_trace_bytes(path).map_err(|e| e.to_string())?;
+    TraceReader::new(input).map_err(|e| format!("{path}: {e}"))
+}

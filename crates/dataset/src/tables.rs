@@ -1,0 +1,370 @@
+//! The dataset's tables, one row struct each. The struct *is* the schema: field order is
+//! column order, field types decide Arrow types (see `columns`). docs/dataset.md describes
+//! every column; keep the two in step.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{Schema, SchemaRef};
+
+use crate::columns::{Addr, ColumnType, Hex};
+
+/// Raised when a column is removed or retyped; adding a column keeps it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A table of the dataset.
+pub trait Table: Sized + Send + 'static {
+    /// Directory name under the dataset root.
+    const NAME: &'static str;
+    fn schema() -> SchemaRef;
+    fn batch(rows: &[Self]) -> RecordBatch;
+    /// Capture time, for sorting and partitioning by hour.
+    fn time_ns(&self) -> i64;
+    /// For the catalog's id ranges.
+    fn transaction_id(&self) -> Option<i64> {
+        None
+    }
+    /// Columns that get a bloom filter: lookups by key.
+    const BLOOM: &'static [&'static str] = &[];
+}
+
+macro_rules! table {
+    (
+        $(#[$meta:meta])*
+        $row:ident = $name:literal, bloom [$($bloom:literal),*] {
+            $( $(#[$fmeta:meta])* $field:ident : $ty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct $row {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        impl $row {
+            fn schema_uncached() -> Schema {
+                Schema::new(vec![ $( <$ty as ColumnType>::field(stringify!($field)), )* ])
+            }
+            fn columns(rows: &[Self]) -> Vec<ArrayRef> {
+                vec![ $( <$ty as ColumnType>::array(rows.iter().map(|r| &r.$field)), )* ]
+            }
+            /// Column names, in order.
+            pub const COLUMNS: &'static [&'static str] = &[ $( stringify!($field), )* ];
+        }
+
+        impl $row {
+            pub const BLOOM_COLUMNS: &'static [&'static str] = &[$($bloom),*];
+        }
+    };
+}
+
+macro_rules! timed {
+    ($row:ident = $name:literal $(, tid = $tid:ident)?) => {
+        impl Table for $row {
+            const NAME: &'static str = $name;
+            const BLOOM: &'static [&'static str] = $row::BLOOM_COLUMNS;
+            fn schema() -> SchemaRef {
+                static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
+                SCHEMA.get_or_init(|| Arc::new($row::schema_uncached())).clone()
+            }
+            fn batch(rows: &[Self]) -> RecordBatch {
+                RecordBatch::try_new(Self::schema(), $row::columns(rows))
+                    .expect("columns follow the schema by construction")
+            }
+            fn time_ns(&self) -> i64 {
+                self.time_ns
+            }
+            $(fn transaction_id(&self) -> Option<i64> {
+                self.$tid.into()
+            })?
+        }
+    };
+}
+
+table! {
+    /// One row per captured packet.
+    PacketRow = "packets", bloom [] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        interface: i32,
+        wire_len: i32,
+        cap_len: i32,
+        vlan: Option<i32>,
+        ip_version: Option<i8>,
+        src_addr: Option<Addr>,
+        dst_addr: Option<Addr>,
+        protocol: Option<i16>,
+        src_port: Option<i32>,
+        dst_port: Option<i32>,
+        tcp_flags: Option<i16>,
+        tcp_seq: Option<i64>,
+        tcp_ack: Option<i64>,
+        ip_fragment: bool,
+        flow_id: Option<i64>,
+    }
+}
+timed!(PacketRow = "packets");
+
+table! {
+    /// One row per ONC RPC call or reply.
+    RpcRow = "rpc", bloom ["transaction_id", "xid"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        direction: &'static str,
+        transport: &'static str,
+        client_addr: Option<Addr>,
+        server_addr: Option<Addr>,
+        client_port: Option<i32>,
+        server_port: Option<i32>,
+        xid: i64,
+        program: Option<i32>,
+        version: Option<i32>,
+        procedure: Option<i32>,
+        program_name: Option<&'static str>,
+        procedure_name: Option<&'static str>,
+        reply_stat: Option<i8>,
+        accept_stat: Option<i32>,
+        reject_stat: Option<i32>,
+        auth_stat: Option<i32>,
+        auth_flavor: Option<i32>,
+        uid: Option<i64>,
+        gid: Option<i64>,
+        message_len: i32,
+        payload_len: i32,
+        truncated: bool,
+        matched: bool,
+        first_time_ns: Option<i64>,
+        retransmit: bool,
+    }
+}
+timed!(RpcRow = "rpc", tid = transaction_id);
+
+table! {
+    /// One row per NFS operation (NFSv4: per operation inside a COMPOUND).
+    NfsOpRow = "nfs_ops", bloom ["transaction_id", "fh"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        direction: &'static str,
+        client_addr: Option<Addr>,
+        server_addr: Option<Addr>,
+        nfs_version: i8,
+        minor_version: Option<i8>,
+        op_index: i16,
+        op_num: i32,
+        operation: &'static str,
+        status: Option<i32>,
+        fh: Option<Hex>,
+    }
+}
+timed!(NfsOpRow = "nfs_ops", tid = transaction_id);
+
+table! {
+    /// Reads and writes.
+    NfsRwRow = "nfs_rw", bloom ["transaction_id", "fh"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        direction: &'static str,
+        nfs_version: i8,
+        op_index: i16,
+        operation: &'static str,
+        fh: Option<Hex>,
+        offset: Option<i64>,
+        count: Option<i64>,
+        bytes: Option<i64>,
+        eof: Option<bool>,
+        stable: Option<i8>,
+    }
+}
+timed!(NfsRwRow = "nfs_rw", tid = transaction_id);
+
+table! {
+    /// Attributes carried in replies.
+    NfsAttrRow = "nfs_attrs", bloom ["transaction_id", "fh"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        nfs_version: i8,
+        operation: &'static str,
+        fh: Option<Hex>,
+        ftype: Option<i8>,
+        mode: Option<i32>,
+        nlink: Option<i64>,
+        uid: Option<i64>,
+        gid: Option<i64>,
+        owner: Option<String>,
+        owner_group: Option<String>,
+        size: Option<i64>,
+        used: Option<i64>,
+        fileid: Option<i64>,
+        atime_ns: Option<i64>,
+        mtime_ns: Option<i64>,
+        ctime_ns: Option<i64>,
+    }
+}
+timed!(NfsAttrRow = "nfs_attrs", tid = transaction_id);
+
+table! {
+    /// Names seen in directory operations and listings.
+    NfsNameRow = "nfs_names", bloom ["transaction_id", "dir_fh", "fh"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        direction: &'static str,
+        nfs_version: i8,
+        operation: &'static str,
+        dir_fh: Option<Hex>,
+        name: Option<String>,
+        fh: Option<Hex>,
+        fileid: Option<i64>,
+        to_dir_fh: Option<Hex>,
+        to_name: Option<String>,
+    }
+}
+timed!(NfsNameRow = "nfs_names", tid = transaction_id);
+
+table! {
+    /// MOUNT protocol calls and replies.
+    MountRow = "mount", bloom ["transaction_id"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        direction: &'static str,
+        client_addr: Option<Addr>,
+        server_addr: Option<Addr>,
+        procedure_name: &'static str,
+        dirpath: Option<String>,
+        status: Option<i32>,
+        fh: Option<Hex>,
+    }
+}
+timed!(MountRow = "mount", tid = transaction_id);
+
+table! {
+    /// What the capture says about its own loss: one row per source file and interface.
+    CaptureStatsRow = "capture_stats", bloom [] {
+        file_id: i32,
+        interface: i32,
+        interface_name: Option<String>,
+        link_type: i32,
+        first_time_ns: Option<i64>,
+        last_time_ns: Option<i64>,
+        packets: i64,
+        received: Option<i64>,
+        kernel_dropped: Option<i64>,
+        staging_dropped: Option<i64>,
+        write_dropped: Option<i64>,
+        if_dropped: Option<i64>,
+        forward_lost: Option<i64>,
+        source: &'static str,
+    }
+}
+
+table! {
+    /// The catalog of source trace files.
+    SourceRow = "sources", bloom [] {
+        file_id: i32,
+        path: String,
+        size: i64,
+        mtime_ns: i64,
+        format: String,
+        packets: i64,
+        first_time_ns: Option<i64>,
+        last_time_ns: Option<i64>,
+        rpc_messages: i64,
+        transaction_offset: i64,
+    }
+}
+
+table! {
+    /// The catalog of row groups: where each time and id range lives.
+    RowGroupRow = "row_groups", bloom [] {
+        table: String,
+        path: String,
+        row_group: i32,
+        rows: i64,
+        min_time_ns: i64,
+        max_time_ns: i64,
+        min_transaction_id: Option<i64>,
+        max_transaction_id: Option<i64>,
+    }
+}
+
+/// Batches for the untimed tables (catalog, capture stats), written whole.
+macro_rules! plain {
+    ($row:ident) => {
+        impl $row {
+            pub fn schema() -> SchemaRef {
+                Arc::new($row::schema_uncached())
+            }
+            pub fn batch(rows: &[Self]) -> RecordBatch {
+                RecordBatch::try_new(Self::schema(), $row::columns(rows))
+                    .expect("columns follow the schema by construction")
+            }
+        }
+    };
+}
+plain!(CaptureStatsRow);
+plain!(SourceRow);
+plain!(RowGroupRow);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_match_the_documented_columns() {
+        let doc = include_str!("../../../docs/dataset.md");
+        for (table, cols) in [
+            ("packets", PacketRow::COLUMNS),
+            ("rpc", RpcRow::COLUMNS),
+            ("nfs_ops", NfsOpRow::COLUMNS),
+            ("nfs_rw", NfsRwRow::COLUMNS),
+            ("nfs_attrs", NfsAttrRow::COLUMNS),
+            ("nfs_names", NfsNameRow::COLUMNS),
+            ("mount", MountRow::COLUMNS),
+            ("capture_stats", CaptureStatsRow::COLUMNS),
+            ("sources", SourceRow::COLUMNS),
+            ("row_groups", RowGroupRow::COLUMNS),
+        ] {
+            for c in cols {
+                assert!(
+                    mentions_word(doc, c),
+                    "column {table}.{c} is not described in docs/dataset.md"
+                );
+            }
+        }
+    }
+
+    /// `word` appears in `text` not as part of a longer identifier.
+    fn mentions_word(text: &str, word: &str) -> bool {
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        text.match_indices(word).any(|(i, _)| {
+            let before = text[..i].chars().next_back().is_none_or(|c| !ident(c));
+            let after = text[i + word.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| !ident(c));
+            before && after
+        })
+    }
+
+    #[test]
+    fn a_batch_has_one_column_per_field() {
+        let rows = vec![PacketRow::default(), PacketRow::default()];
+        let b = PacketRow::batch(&rows);
+        assert_eq!(b.num_columns(), PacketRow::COLUMNS.len());
+        assert_eq!(b.num_rows(), 2);
+        let r = RpcRow::batch(&[RpcRow::default()]);
+        assert_eq!(r.num_columns(), RpcRow::COLUMNS.len());
+    }
+}
