@@ -20,10 +20,11 @@ pub enum Error {
     #[error("key file {}: readable or writable by group or others (mode {mode:04o}); run `chmod 600 {}`", path.display(), path.display())]
     KeyFilePermissions { path: PathBuf, mode: u32 },
 
-    #[error("key file {}: line {line}: {reason}; is this a tapdeck-anon key file?", path.display())]
+    #[error("key file {}: {}{reason}; is this a tapdeck-anon key file?", path.display(), at_line(line))]
     KeyFileFormat {
         path: PathBuf,
-        line: usize,
+        /// 1-based; `None` when the problem is the file as a whole.
+        line: Option<usize>,
         reason: String,
     },
 
@@ -38,6 +39,10 @@ pub enum Error {
 
     #[error("{input:?} does not decrypt with this key: wrong key file, or the name was altered")]
     Authentication { input: String },
+}
+
+fn at_line(line: &Option<usize>) -> String {
+    line.map(|n| format!("line {n}: ")).unwrap_or_default()
 }
 
 /// Keeps error messages short when a caller hands us a huge string.

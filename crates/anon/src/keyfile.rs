@@ -90,7 +90,7 @@ impl KeyFile {
         })?;
         let meta = file.metadata().map_err(|e| io_error(path, e))?;
         if !meta.is_file() {
-            return Err(format_error(path, 0, "not a regular file"));
+            return Err(format_error(path, None, "not a regular file"));
         }
         let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o077 != 0 {
@@ -103,11 +103,11 @@ impl KeyFile {
         file.take(MAX_FILE_LEN + 1)
             .read_to_string(&mut text)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidData => format_error(path, 0, "not UTF-8 text"),
+                std::io::ErrorKind::InvalidData => format_error(path, None, "not UTF-8 text"),
                 _ => io_error(path, e),
             })?;
         if text.len() as u64 > MAX_FILE_LEN {
-            return Err(format_error(path, 0, "file too large for a key file"));
+            return Err(format_error(path, None, "file too large for a key file"));
         }
         KeyFile::parse(&text, path)
     }
@@ -133,7 +133,7 @@ impl KeyFile {
             Some((n, _)) => {
                 return Err(format_error(origin, n, &format!("expected \"{MAGIC} {VERSION}\"")))
             }
-            None => return Err(format_error(origin, 0, "empty file")),
+            None => return Err(format_error(origin, None, "empty file")),
         }
 
         let mut names: Option<Zeroizing<[u8; 64]>> = None;
@@ -159,8 +159,8 @@ impl KeyFile {
         }
         match (names, addresses) {
             (Some(names), Some(addresses)) => Ok(KeyFile { names, addresses }),
-            (None, _) => Err(format_error(origin, 0, "no \"names\" key line")),
-            (_, None) => Err(format_error(origin, 0, "no \"addresses\" key line")),
+            (None, _) => Err(format_error(origin, None, "no \"names\" key line")),
+            (_, None) => Err(format_error(origin, None, "no \"addresses\" key line")),
         }
     }
 
@@ -243,10 +243,10 @@ fn parse_hex<const N: usize>(
     Ok(out)
 }
 
-fn format_error(path: &Path, line: usize, reason: &str) -> Error {
+fn format_error(path: &Path, line: impl Into<Option<usize>>, reason: &str) -> Error {
     Error::KeyFileFormat {
         path: PathBuf::from(path),
-        line,
+        line: line.into(),
         reason: reason.to_owned(),
     }
 }
@@ -351,6 +351,14 @@ mod tests {
             assert!(err.contains(want), "case {i}: {err:?} lacks {want:?}");
             assert!(err.contains(&format!("k{i}")), "{err}");
         }
+        // A directory, and a path under a missing directory.
+        let err = KeyFile::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("not a regular file") && !err.contains("line"),
+            "{err}"
+        );
+        let err = KeyFile::generate(&dir.path().join("no/such.key")).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("no/such.key"));
         std::fs::write(dir.path().join("bin"), [0xff, 0xfe, 0x00]).unwrap();
         set_mode(&dir.path().join("bin"), 0o600);
         assert!(KeyFile::load(&dir.path().join("bin"))
