@@ -96,6 +96,9 @@ pub fn convert(
         },
     )?;
     for p in counted {
+        if let Some(d) = &p.defect {
+            warn(d.clone());
+        }
         state.save_pass_one(&p)?;
         plan.insert(p.source.path.clone(), p);
     }
@@ -199,11 +202,19 @@ fn pass_one(s: &SourceFile, anon: &Anonymization) -> Result<PassOne, String> {
     let mut engine = RpcEngine::new(0, None);
     let mut anonymizer = anon.worker();
     let (mut packets, mut first, mut last) = (0u64, None, None);
+    let mut defect = None;
     loop {
         let ctx = match reader.next_packet_with_context() {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(e) => return Err(format!("{}: {e}", s.path)),
+            // A damaged file is converted up to the defect, and the report says so.
+            Err(e) => {
+                defect = Some(format!(
+                    "{}: {e}; converted the {packets} packets before it",
+                    s.path
+                ));
+                break;
+            }
         };
         packets += 1;
         let p = ctx.packet;
@@ -227,6 +238,7 @@ fn pass_one(s: &SourceFile, anon: &Anonymization) -> Result<PassOne, String> {
         messages: r.messages,
         open_calls: r.open_calls,
         orphan_replies: r.orphan_replies,
+        defect,
     })
 }
 
@@ -295,12 +307,17 @@ fn pass_two(
     let mut engine = RpcEngine::new(file_id, Some(input));
     let mut anonymizer: Anonymizer = anon.worker();
     let mut record = 0i64;
+    let mut defects = 0u64;
     let mut per_iface: BTreeMap<u32, (u64, i64, i64)> = BTreeMap::new();
     loop {
         let ctx = match reader.next_packet_with_context() {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(e) => return Err(format!("{}: {e}", s.path)),
+            Err(_) => {
+                // Pass one reported it; stop at the same packet.
+                defects += 1;
+                break;
+            }
         };
         record += 1;
         let p = ctx.packet;
@@ -323,6 +340,9 @@ fn pass_two(
     let rpc = engine.finish(Some(&mut sinks))?;
     let mut counts = rpc.counts;
     counts.insert("packets".into(), record as u64);
+    if defects > 0 {
+        counts.insert("failed.damaged_source".into(), defects);
+    }
     let mut row_groups: Vec<RowGroupRow> = Vec::new();
     if let Some(sink) = packets_sink {
         counts.insert("rows.packets".into(), sink.rows());

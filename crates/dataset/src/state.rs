@@ -46,6 +46,9 @@ pub struct PassOne {
     pub messages: u64,
     pub open_calls: Vec<OpenCall>,
     pub orphan_replies: Vec<OrphanReply>,
+    /// Where a damaged file stopped being readable; the packets before it are converted.
+    #[serde(default)]
+    pub defect: Option<String>,
 }
 
 /// The call a reply in another file answers.
