@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end on an embedded default: build, make a test network in a
-# namespace, generate traffic on it, record it live, and run every later stage that exists
-# (verify, extract, info); then print where the results are.
+# namespace, generate traffic on it (including a real NFS session), record it live, and run
+# every later stage (verify, extract, info, convert to a Parquet dataset, analyze into a
+# report); then print where the results are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -33,7 +34,12 @@ ip -n "$ns" link set lo up
 # Segmentation offloads merge packets the wire never carried; capture sees real frames only.
 ethtool -K td-demo0 gro off gso off tso off >/dev/null 2>&1 || true
 
-echo "== traffic: UDP size mix + one TCP transfer from the namespace"
+echo "== NFS: a real session (nfs-ganesha and libnfs clients in namespaces of their own), captured"
+python3 tests/nfs/make_capture.py "$out/nfs-session.pcap" --workload mixed --no-counts >"$out/nfs-session.log" 2>&1 \
+  || { tail -5 "$out/nfs-session.log"; exit 1; }
+echo "   $(capinfos -c -M "$out/nfs-session.pcap" | awk '/Number of packets/ {print $NF}') packets of NFSv3/v4, MOUNT and portmap traffic"
+
+echo "== traffic: UDP size mix + one TCP transfer + the NFS session replayed, from the namespace"
 echo "   recorded live on td-demo0 by tapdeck (AF_PACKET v3), and by tcpdump as a reference"
 python3 -c "
 import socket
@@ -50,6 +56,7 @@ capture_pid=$!
 sleep 1
 ip netns exec "$ns" python3 scripts/traffic.py 198.18.0.1 --count 20000 --rate 10000 --tcp-bytes 4000000
 ip netns exec "$ns" ping -c 5 -i 0.2 -q 198.18.0.1 >/dev/null
+ip netns exec "$ns" tcpreplay -q -i td-demo1 --mbps 200 "$out/nfs-session.pcap" >/dev/null
 sleep 1
 kill -INT "$record_pid"; wait "$record_pid"; record_pid=
 kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=
@@ -77,6 +84,12 @@ echo "   stock zstd -dc $f | tcpdump -r - reads $(zstd -dc "$f" | tcpdump -r - 2
 echo "== info"
 "$bin" info "$out/store"
 
+echo "== convert: the live store into a Parquet dataset (packets, RPC and NFS tables, catalog)"
+"$bin" convert "$out/store" --out "$out/dataset"
+
+echo "== analyze: every analysis, as tables, plots and one HTML report"
+"$bin" analyze report "$out/dataset" --out "$out/report"
+
 cat <<EOT
 
 Results:
@@ -85,4 +98,7 @@ Results:
   $out/replay-store/        link.pcap replayed into a store
   $out/synthetic-store/     the synthetic recording
   $out/extract.pcapng       the extracted window, readable by tcpdump/tshark/Wireshark
+  $out/nfs-session.pcap     the real NFS session that was replayed into the link
+  $out/dataset/             the Parquet dataset (DuckDB: read_parquet('$out/dataset/rpc/**/*.parquet'))
+  $out/report/report.html   the analysis report
 EOT

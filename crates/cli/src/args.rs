@@ -39,6 +39,10 @@ pub enum Command {
     Decrypt(DecryptArgs),
     /// Make a new key file for `convert --key`.
     Keygen(KeygenArgs),
+    /// Analyze a dataset: hands over to `tapdeck-analyze` (the Python package in python/),
+    /// e.g. `tapdeck analyze report DATASET --out DIR`.
+    #[command(disable_help_flag = true)]
+    Analyze(AnalyzeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -323,4 +327,15 @@ pub struct KeygenArgs {
     /// Where to write the new key (never overwritten).
     #[arg(value_name = "KEYFILE")]
     pub path: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// Arguments for `tapdeck-analyze` (see `tapdeck-analyze --help`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
 }

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tapdeck_anon::KeyFile;
 use tapdeck_dataset::{convert as conv, Anonymization, ConvertOptions};
 
-use crate::args::{ConvertArgs, DecryptArgs, KeygenArgs};
+use crate::args::{AnalyzeArgs, ConvertArgs, DecryptArgs, KeygenArgs};
 
 pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
     let shard = args.shard.as_deref().map(parse_shard).transpose()?;
@@ -153,4 +153,20 @@ pub fn keygen(args: &KeygenArgs) -> anyhow::Result<i32> {
         args.path.display()
     );
     Ok(0)
+}
+
+/// `tapdeck analyze …` runs `tapdeck-analyze …`: the analyses live in the Python package,
+/// which meets the Rust side only at the dataset's files.
+pub fn analyze(args: &AnalyzeArgs) -> anyhow::Result<i32> {
+    let status = match std::process::Command::new("tapdeck-analyze")
+        .args(&args.args)
+        .status()
+    {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "tapdeck-analyze is not installed: install the analysis package with `python3 -m pip install -e python` (scripts/setup.sh does)"
+        ),
+        Err(e) => bail!("cannot run tapdeck-analyze: {e}"),
+    };
+    Ok(status.code().unwrap_or(1))
 }

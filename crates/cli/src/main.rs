@@ -28,6 +28,7 @@ fn main() {
         Command::Convert(a) => convert::run(a),
         Command::Decrypt(a) => convert::decrypt(a),
         Command::Keygen(a) => convert::keygen(a),
+        Command::Analyze(a) => convert::analyze(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
