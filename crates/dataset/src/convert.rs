@@ -74,9 +74,15 @@ pub fn convert(
             plan.insert(p.source.path.clone(), p);
         }
     }
+    let mut known: Vec<String> = plan.keys().cloned().collect();
+    known.extend(sources.iter().map(|s| s.path.clone()));
+    let chains = Chains::new(&known);
     let mut todo = Vec::new();
     for s in &sources {
-        match state.pass_one(s) {
+        match state
+            .pass_one(s)
+            .filter(|p| p.neighbours == chains.neighbours(&s.path))
+        {
             Some(p) => {
                 report.pass_one_cached += 1;
                 plan.insert(s.path.clone(), p);
@@ -88,7 +94,7 @@ pub fn convert(
     let counted = parallel(
         &todo,
         opts.jobs,
-        |s| pass_one(s, anon),
+        |s| pass_one(s, anon, &chains),
         |d, t| {
             if let Some(p) = &opts.progress {
                 p("pass 1", d, t)
@@ -110,6 +116,14 @@ pub fn convert(
             .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
     });
     let inputs2 = stitch(&plan, anon.key_id(), opts.anonymization.addresses);
+    let inputs2: Vec<PassTwoInput> = plan
+        .iter()
+        .zip(inputs2)
+        .map(|(p, mut i)| {
+            i.neighbours = p.neighbours.clone();
+            i
+        })
+        .collect();
     report.sources = plan.len();
 
     // Pass two for sources whose inputs changed (or were never converted).
@@ -137,7 +151,7 @@ pub fn convert(
     let written = parallel(
         &work,
         opts.jobs,
-        |(s, input)| pass_two(s, input, &opts.out, anon, opts.packets),
+        |(s, input)| pass_two(s, input, &opts.out, anon, opts.packets, &chains),
         |d, t| {
             if let Some(p) = &opts.progress {
                 p("pass 2", d, t)
@@ -196,10 +210,11 @@ fn parallel<I: Sync, O: Send>(
 }
 
 /// Pass one: count packets and RPC messages, note leftovers.
-fn pass_one(s: &SourceFile, anon: &Anonymization) -> Result<PassOne, String> {
+fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne, String> {
     let mut reader = source::open(&s.path)?;
     let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let mut engine = RpcEngine::new(0, None);
+    chains.warm_up(&s.path, &mut engine);
     let mut anonymizer = anon.worker();
     let (mut packets, mut first, mut last) = (0u64, None, None);
     let mut defect = None;
@@ -239,6 +254,7 @@ fn pass_one(s: &SourceFile, anon: &Anonymization) -> Result<PassOne, String> {
         open_calls: r.open_calls,
         orphan_replies: r.orphan_replies,
         defect,
+        neighbours: chains.neighbours(&s.path),
     })
 }
 
@@ -255,6 +271,7 @@ fn stitch(plan: &[PassOne], key_id: Option<String>, addresses: bool) -> Vec<Pass
             answered_later: Vec::new(),
             anonymization: anonymization.clone(),
             converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
+            neighbours: (None, None),
         });
         offset += p.messages as i64;
     }
@@ -299,12 +316,14 @@ fn pass_two(
     out: &Path,
     anon: &Anonymization,
     with_packets: bool,
+    chains: &Chains,
 ) -> Result<PassTwo, String> {
     let mut reader = source::open(&s.path)?;
     let file_id = input.file_id;
     let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
     let mut sinks = RpcSinks::new(out, file_id, &s.path);
     let mut engine = RpcEngine::new(file_id, Some(input));
+    chains.warm_up(&s.path, &mut engine);
     let mut anonymizer: Anonymizer = anon.worker();
     let mut record = 0i64;
     let mut defects = 0u64;
@@ -525,4 +544,98 @@ fn write_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
     let path = out.join("dataset.json");
     let body = serde_json::to_string_pretty(&d).expect("serializes");
     std::fs::write(&path, body + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// How far back into the previous file of a stream the TCP state is rebuilt: messages in
+/// progress at a rotation began well within this.
+const WARM_UP_NS: u64 = 2_000_000_000;
+/// Bound on the files read for one warm-up (a store rotated very often).
+const MAX_WARM_UP_FILES: usize = 64;
+
+/// The files of a tapdeck store that continue one another: same directory, same stream,
+/// consecutive sequence numbers. A TCP message cut by rotation is reassembled by the file
+/// it completes in, after a warm-up over the end of its predecessor.
+pub struct Chains {
+    by_key: HashMap<(PathBuf, u32, u64), String>,
+}
+
+impl Chains {
+    pub fn new(paths: &[String]) -> Chains {
+        let mut by_key = HashMap::new();
+        for p in paths {
+            if let Some(k) = chain_key(p) {
+                by_key.insert(k, p.clone());
+            }
+        }
+        Chains { by_key }
+    }
+
+    /// The previous and next files of `path`'s stream.
+    pub fn neighbours(&self, path: &str) -> (Option<String>, Option<String>) {
+        (
+            self.neighbour(path, -1).cloned(),
+            self.neighbour(path, 1).cloned(),
+        )
+    }
+
+    fn neighbour(&self, path: &str, step: i64) -> Option<&String> {
+        let (dir, stream, seq) = chain_key(path)?;
+        let seq = seq.checked_add_signed(step)?;
+        self.by_key.get(&(dir, stream, seq))
+    }
+
+    /// Feeds the last `WARM_UP_NS` of the stream before `path` into `engine` (from as many
+    /// earlier files as that spans), and tells it whether a next file continues this one.
+    /// Best effort: a predecessor that cannot be read ends the warm-up there.
+    fn warm_up(&self, path: &str, engine: &mut RpcEngine) {
+        engine.set_continued(self.neighbour(path, 1).is_some());
+        // Walk back until the files cover the warm-up span (bounded).
+        let mut files = Vec::new();
+        let mut cursor = path.to_string();
+        let mut end: Option<u64> = None;
+        while files.len() < MAX_WARM_UP_FILES {
+            let Some(prev) = self.neighbour(&cursor, -1).cloned() else {
+                break;
+            };
+            let Ok(file) = tapdeck_store::read::StoredFile::open(Path::new(&prev)) else {
+                break;
+            };
+            let first = file.packet_chunks().map(|e| e.first_ts_ns).min();
+            let last = file.packet_chunks().map(|e| e.last_ts_ns).max();
+            let stream_end = *end.get_or_insert(last.unwrap_or(0));
+            files.push(file);
+            if first.is_some_and(|f| f <= stream_end.saturating_sub(WARM_UP_NS)) {
+                break;
+            }
+            cursor = prev;
+        }
+        let from = end.unwrap_or(0).saturating_sub(WARM_UP_NS);
+        let mut scratch = Vec::new();
+        for file in files.iter().rev() {
+            let Ok(header) = file.read_header() else {
+                return;
+            };
+            let interfaces = file.interfaces();
+            for entry in file.packet_chunks().filter(|e| e.last_ts_ns >= from) {
+                let Ok(chunk) = file.read_chunk(&header, entry, &mut scratch) else {
+                    return;
+                };
+                for i in 0..chunk.len() {
+                    let p = chunk.packet(i);
+                    let linktype = interfaces.get(p.iface as usize).map_or(1, |i| i.linktype);
+                    engine.warm_up(&headers(linktype, p.data), p.ts_ns as i64);
+                }
+            }
+        }
+    }
+}
+
+fn chain_key(path: &str) -> Option<(PathBuf, u32, u64)> {
+    let p = Path::new(path);
+    let name = p.file_name()?.to_str()?;
+    if !tapdeck_store::meta::is_data_file(name) {
+        return None;
+    }
+    let (stream, seq) = tapdeck_store::read::stream_and_seq_of_name(name)?;
+    Some((p.parent()?.to_path_buf(), stream, seq))
 }

@@ -138,6 +138,7 @@ pub struct RpcEngine {
     counts: BTreeMap<String, u64>,
     last_time_ns: i64,
     last_sweep_ns: i64,
+    continued: bool,
 }
 
 impl RpcEngine {
@@ -156,6 +157,7 @@ impl RpcEngine {
             counts: BTreeMap::new(),
             last_time_ns: 0,
             last_sweep_ns: 0,
+            continued: false,
         }
     }
 
@@ -227,6 +229,24 @@ impl RpcEngine {
             self.last_sweep_ns = time_ns;
         }
         Ok(())
+    }
+
+    /// Feeds a packet of the previous file of the same capture stream, so that TCP
+    /// messages spanning the file boundary are reassembled whole. Messages that complete
+    /// here belong to the previous file (which wrote them) and are dropped.
+    pub fn warm_up(&mut self, h: &Headers<'_>, time_ns: i64) {
+        if matches!(h.transport, Transport::Tcp(_)) {
+            let meta = Meta { time_ns, record: 0 };
+            self.tcp
+                .packet(h, meta, time_ns.max(0) as u64, &mut |_, _| {});
+        }
+        self.last_time_ns = time_ns;
+    }
+
+    /// The next file of the same stream completes the messages in progress at the end of
+    /// this one: they are not emitted here as truncated.
+    pub fn set_continued(&mut self, continued: bool) {
+        self.continued = continued;
     }
 
     /// Forgets answered calls old enough that a duplicate reply is no longer expected.
@@ -696,8 +716,11 @@ impl RpcEngine {
             time_ns: self.last_time_ns,
             record: 0,
         };
+        let continued = self.continued;
         self.tcp.finish(end, &mut |k, m| {
-            done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
+            if !continued {
+                done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
+            }
         });
         let mut anon = Anonymizer::default();
         // Messages completed only at the end (truncated by the end of the capture).

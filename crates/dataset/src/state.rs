@@ -49,6 +49,10 @@ pub struct PassOne {
     /// Where a damaged file stopped being readable; the packets before it are converted.
     #[serde(default)]
     pub defect: Option<String>,
+    /// The files of the same store stream before and after this one, when known: they
+    /// change which TCP messages this file completes.
+    #[serde(default)]
+    pub neighbours: (Option<String>, Option<String>),
 }
 
 /// The call a reply in another file answers.
@@ -73,6 +77,8 @@ pub struct PassTwoInput {
     pub answered_later: Vec<u64>,
     pub anonymization: Option<String>,
     pub converter: String,
+    #[serde(default)]
+    pub neighbours: (Option<String>, Option<String>),
 }
 
 /// Pass two's result for one source file.
