@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nfs import rig as nfsrig  # noqa: E402
-from nfs.rig import NfsRig  # noqa: E402
+from nfs import rig as nfsrig
+from nfs.rig import NfsRig
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -59,9 +59,8 @@ def test_a_rotated_store_converts_like_one_file(tmp_path, tapdeck):
     if reason:
         pytest.skip(reason)
     pcap = tmp_path / "nfs.pcap"
-    with NfsRig(tmp_path / "rig") as r:
-        with r.capture(pcap):
-            r.workload("mixed")
+    with NfsRig(tmp_path / "rig") as r, r.capture(pcap):
+        r.workload("mixed")
     store = tmp_path / "store"
     # 256 KiB files: a 1 MiB WRITE call or READ reply spans four or five of them.
     res = tapdeck.record(store, "-r", str(pcap), "--rotate-size", "256KiB")
