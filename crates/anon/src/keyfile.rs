@@ -379,6 +379,25 @@ mod tests {
         assert!(!format!("{key:?}").contains("abab"));
     }
 
+    /// The file's address key feeds Crypto-PAn in the reference layout (AES key, then pad
+    /// seed), and its names key feeds AES-SIV: checked with published / pinned outputs.
+    #[test]
+    fn keys_reach_their_ciphers() {
+        let reference = [
+            21, 34, 23, 141, 51, 164, 207, 128, 19, 10, 91, 22, 73, 144, 125, 16, 216, 152, 143,
+            131, 121, 121, 101, 39, 98, 87, 76, 45, 42, 132, 34, 2,
+        ];
+        let names: [u8; 64] = std::array::from_fn(|i| i as u8);
+        let text = KeyFile::from_keys(names, reference).to_text();
+        let key = KeyFile::parse(&text, Path::new("-")).unwrap();
+        let anon = key.crypto_pan().anonymize("128.11.68.132".parse().unwrap());
+        assert_eq!(anon, "135.242.180.132".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!(
+            key.name_cipher().encrypt(b"hello"),
+            "~MBvMxWxPWpUFHKSJyyPHxNjnYFzxA_Yut_97SNWDxYA"
+        );
+    }
+
     #[test]
     fn key_id_detects_a_wrong_key() {
         let a = KeyFile::from_keys([1; 64], [2; 32]);
