@@ -17,14 +17,29 @@ use crate::tables::{RowGroupRow, Table, SCHEMA_VERSION};
 /// Rows buffered before they are sorted and written as a row group.
 pub const ROW_GROUP_ROWS: usize = 512 * 1024;
 
+/// One table's rows for one source file. Rows are gathered here; full batches go to a
+/// thread of their own that sorts, partitions and encodes them, so decoding and Parquet
+/// encoding run on two cores even when there is one source file.
 pub struct TableSink<T: Table> {
+    rows: Vec<T>,
+    written: u64,
+    encoder: Option<Encoder<T>>,
+    /// Until the first full batch, so that a small table costs no thread.
+    pending: Option<TableFiles>,
+}
+
+struct Encoder<T: Table> {
+    tx: std::sync::mpsc::SyncSender<Vec<T>>,
+    thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>, String>>,
+}
+
+/// The files one table writes for one source: a Parquet writer per hour partition.
+struct TableFiles {
     root: PathBuf,
     file_id: i32,
     source: String,
-    rows: Vec<T>,
     writers: BTreeMap<String, Partition>,
     catalog: Vec<RowGroupRow>,
-    written: u64,
 }
 
 struct Partition {
@@ -39,22 +54,68 @@ struct Partition {
 impl<T: Table> TableSink<T> {
     pub fn new(root: &Path, file_id: i32, source: &str) -> TableSink<T> {
         TableSink {
-            root: root.to_path_buf(),
-            file_id,
-            source: source.to_string(),
             rows: Vec::new(),
-            writers: BTreeMap::new(),
-            catalog: Vec::new(),
             written: 0,
+            encoder: None,
+            pending: Some(TableFiles {
+                root: root.to_path_buf(),
+                file_id,
+                source: source.to_string(),
+                writers: BTreeMap::new(),
+                catalog: Vec::new(),
+            }),
         }
     }
 
     pub fn push(&mut self, row: T) -> Result<(), String> {
         self.rows.push(row);
         if self.rows.len() >= ROW_GROUP_ROWS {
-            self.flush()?;
+            let batch = std::mem::replace(&mut self.rows, Vec::with_capacity(ROW_GROUP_ROWS));
+            self.written += batch.len() as u64;
+            self.send(batch)?;
         }
         Ok(())
+    }
+
+    fn send(&mut self, batch: Vec<T>) -> Result<(), String> {
+        if self.encoder.is_none() {
+            let mut files = self
+                .pending
+                .take()
+                .expect("files before the encoder starts");
+            // One batch in flight: decoding stays at most one batch ahead of encoding.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<T>>(1);
+            let thread = std::thread::Builder::new()
+                .name(format!("encode-{}", T::NAME))
+                .spawn(move || {
+                    for rows in rx {
+                        files.write_batch(rows)?;
+                    }
+                    files.finish()
+                })
+                .map_err(|e| format!("cannot start an encoder thread: {e}"))?;
+            self.encoder = Some(Encoder { tx, thread });
+        }
+        let enc = self.encoder.as_ref().expect("started above");
+        if enc.tx.send(batch).is_err() {
+            // The encoder stopped on an error; finish() reports it.
+            return self.fail();
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self) -> Result<(), String> {
+        match self.encoder.take() {
+            Some(e) => {
+                drop(e.tx);
+                match e.thread.join() {
+                    Ok(Err(msg)) => Err(msg),
+                    Ok(Ok(_)) => Err(format!("the {} encoder stopped early", T::NAME)),
+                    Err(_) => Err(format!("the {} encoder panicked", T::NAME)),
+                }
+            }
+            None => Err(format!("the {} encoder is gone", T::NAME)),
+        }
     }
 
     /// Rows pushed so far.
@@ -62,13 +123,37 @@ impl<T: Table> TableSink<T> {
         self.written + self.rows.len() as u64
     }
 
-    fn flush(&mut self) -> Result<(), String> {
-        if self.rows.is_empty() {
+    /// Writes what is buffered, completes every file, and returns the row groups written.
+    pub fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
+        let rest = std::mem::take(&mut self.rows);
+        match self.encoder.take() {
+            None => {
+                let mut files = self.pending.take().expect("no encoder, so files are here");
+                files.write_batch(rest)?;
+                files.finish()
+            }
+            Some(e) => {
+                let sent = rest.is_empty() || e.tx.send(rest).is_ok();
+                drop(e.tx);
+                let r = e
+                    .thread
+                    .join()
+                    .map_err(|_| format!("the {} encoder panicked", T::NAME))?;
+                if !sent && r.is_ok() {
+                    return Err(format!("the {} encoder stopped early", T::NAME));
+                }
+                r
+            }
+        }
+    }
+}
+
+impl TableFiles {
+    fn write_batch<T: Table>(&mut self, mut rows: Vec<T>) -> Result<(), String> {
+        if rows.is_empty() {
             return Ok(());
         }
-        let mut rows = std::mem::take(&mut self.rows);
         rows.sort_by_key(|r| r.time_ns());
-        self.written += rows.len() as u64;
         let mut start = 0;
         while start < rows.len() {
             let hour = hour_of(rows[start].time_ns());
@@ -79,9 +164,9 @@ impl<T: Table> TableSink<T> {
         Ok(())
     }
 
-    fn write_group(&mut self, hour: &str, rows: &[T]) -> Result<(), String> {
+    fn write_group<T: Table>(&mut self, hour: &str, rows: &[T]) -> Result<(), String> {
         if !self.writers.contains_key(hour) {
-            let p = self.open_partition(hour)?;
+            let p = self.open_partition::<T>(hour)?;
             self.writers.insert(hour.to_string(), p);
         }
         let part = self.writers.get_mut(hour).expect("inserted above");
@@ -104,7 +189,7 @@ impl<T: Table> TableSink<T> {
         Ok(())
     }
 
-    fn open_partition(&self, hour: &str) -> Result<Partition, String> {
+    fn open_partition<T: Table>(&self, hour: &str) -> Result<Partition, String> {
         let dir = self.root.join(T::NAME).join(format!("hour={hour}"));
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -125,9 +210,7 @@ impl<T: Table> TableSink<T> {
         })
     }
 
-    /// Writes what is buffered, completes every file, and returns the row groups written.
-    pub fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
-        self.flush()?;
+    fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
         for (_, p) in std::mem::take(&mut self.writers) {
             p.writer
                 .close()
@@ -227,6 +310,55 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::tables::PacketRow;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    /// More rows than one batch, across two hours, pushed out of order: every row comes
+    /// back, each file sorted by time, and the catalog accounts for them all.
+    #[test]
+    fn batches_are_encoded_on_their_own_thread_and_all_rows_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = 3_600_000_000_000i64;
+        let base = 1_795_420_800_000_000_000i64; // 2026-11-23T08:00Z
+        let n = ROW_GROUP_ROWS + ROW_GROUP_ROWS / 2;
+        let mut sink = TableSink::<PacketRow>::new(dir.path(), 7, "test");
+        for i in 0..n as i64 {
+            // Descending within each half, so sorting is needed.
+            let t = base + (i % 2) * hour + (n as i64 - i) * 1000;
+            sink.push(PacketRow {
+                time_ns: t,
+                record: i,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        assert_eq!(sink.rows(), n as u64);
+        let catalog = sink.finish().unwrap();
+        assert_eq!(catalog.iter().map(|r| r.rows).sum::<i64>(), n as i64);
+        let mut total = 0;
+        for h in ["2026-11-23T08", "2026-11-23T09"] {
+            let path = dir
+                .path()
+                .join(format!("packets/hour={h}/part-000007-0.parquet"));
+            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+                .unwrap()
+                .build()
+                .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let times = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow_array::Int64Array>()
+                    .unwrap();
+                assert!(times.values().windows(2).all(|w| w[0] <= w[1]));
+                assert!(times.values().iter().all(|&t| hour_of(t) == h));
+                total += batch.num_rows();
+            }
+        }
+        assert_eq!(total, n);
+    }
 
     #[test]
     fn hours_are_utc_calendar_hours() {
