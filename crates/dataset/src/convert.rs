@@ -91,8 +91,25 @@ pub fn convert(
         }
     }
     let anon = &opts.anonymization;
+    // One source and nothing else in the dataset: its ids start at 0 and no other file holds
+    // its calls or replies, so a single pass writes its rows, and pass one's record comes
+    // out of that pass.
+    let mut single = None;
+    if plan.is_empty() && todo.len() == 1 && opts.shard.is_none() {
+        let s = todo.pop().expect("one source");
+        let mut input = base_input(0, 0, anon.key_id(), anon.addresses);
+        input.neighbours = chains.neighbours(&s.path);
+        remove_parts(&opts.out, 0)?;
+        let (two, one) = pass_two(&s, &input, &opts.out, anon, opts.packets, &chains)?;
+        if let Some(p) = &opts.progress {
+            p("convert", 1, 1);
+        }
+        single = Some(two);
+        todo.push(s);
+        plan.insert(one.source.path.clone(), one);
+    }
     let counted = parallel(
-        &todo,
+        if single.is_some() { &[] } else { &todo[..] },
         opts.jobs,
         |s| pass_one(s, anon, &chains),
         |d, t| {
@@ -101,7 +118,12 @@ pub fn convert(
             }
         },
     )?;
-    for p in counted {
+    let counted = counted.into_iter().chain(
+        single
+            .as_ref()
+            .map(|_| plan.values().next().expect("the single source").clone()),
+    );
+    for p in counted.collect::<Vec<_>>() {
         if let Some(d) = &p.defect {
             warn(d.clone());
         }
@@ -116,19 +138,15 @@ pub fn convert(
             .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
     });
     let inputs2 = stitch(&plan, anon.key_id(), opts.anonymization.addresses);
-    let inputs2: Vec<PassTwoInput> = plan
-        .iter()
-        .zip(inputs2)
-        .map(|(p, mut i)| {
-            i.neighbours = p.neighbours.clone();
-            i
-        })
-        .collect();
     report.sources = plan.len();
 
     // Pass two for sources whose inputs changed (or were never converted).
     let mut work = Vec::new();
     for (i, (p, input)) in plan.iter().zip(&inputs2).enumerate() {
+        if single.as_ref().is_some_and(|w| w.source == p.source) {
+            debug_assert!(single.as_ref().is_some_and(|w| w.input == *input));
+            continue;
+        }
         if let Some((k, n)) = opts.shard {
             if i % n != k {
                 continue;
@@ -151,13 +169,14 @@ pub fn convert(
     let written = parallel(
         &work,
         opts.jobs,
-        |(s, input)| pass_two(s, input, &opts.out, anon, opts.packets, &chains),
+        |(s, input)| pass_two(s, input, &opts.out, anon, opts.packets, &chains).map(|(two, _)| two),
         |d, t| {
             if let Some(p) = &opts.progress {
                 p("pass 2", d, t)
             }
         },
     )?;
+    let written: Vec<PassTwo> = single.into_iter().chain(written).collect();
     for w in &written {
         state.save_pass_two(w)?;
         for (k, v) in &w.counts {
@@ -262,17 +281,10 @@ fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<Pas
 fn stitch(plan: &[PassOne], key_id: Option<String>, addresses: bool) -> Vec<PassTwoInput> {
     let mut inputs: Vec<PassTwoInput> = Vec::with_capacity(plan.len());
     let mut offset = 0i64;
-    let anonymization = key_id.map(|k| format!("{k}{}", if addresses { "+ips" } else { "" }));
     for (i, p) in plan.iter().enumerate() {
-        inputs.push(PassTwoInput {
-            file_id: i as i32,
-            transaction_offset: offset,
-            remote_replies: BTreeMap::new(),
-            answered_later: Vec::new(),
-            anonymization: anonymization.clone(),
-            converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
-            neighbours: (None, None),
-        });
+        let mut input = base_input(i as i32, offset, key_id.clone(), addresses);
+        input.neighbours = p.neighbours.clone();
+        inputs.push(input);
         offset += p.messages as i64;
     }
     // Open calls of earlier files, by conversation and xid: (file index, call).
@@ -309,6 +321,19 @@ fn stitch(plan: &[PassOne], key_id: Option<String>, addresses: bool) -> Vec<Pass
     inputs
 }
 
+/// A file's pass-two input before the stitch adds what other files tell about it.
+fn base_input(file_id: i32, offset: i64, key_id: Option<String>, addresses: bool) -> PassTwoInput {
+    PassTwoInput {
+        file_id,
+        transaction_offset: offset,
+        remote_replies: BTreeMap::new(),
+        answered_later: Vec::new(),
+        anonymization: key_id.map(|k| format!("{k}{}", if addresses { "+ips" } else { "" })),
+        converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
+        neighbours: (None, None),
+    }
+}
+
 /// Pass two: every table's rows for one source.
 fn pass_two(
     s: &SourceFile,
@@ -317,8 +342,9 @@ fn pass_two(
     anon: &Anonymization,
     with_packets: bool,
     chains: &Chains,
-) -> Result<PassTwo, String> {
+) -> Result<(PassTwo, PassOne), String> {
     let mut reader = source::open(&s.path)?;
+    let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let file_id = input.file_id;
     let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
     let mut sinks = RpcSinks::new(out, file_id, &s.path);
@@ -327,20 +353,29 @@ fn pass_two(
     let mut anonymizer: Anonymizer = anon.worker();
     let mut record = 0i64;
     let mut defects = 0u64;
+    let mut defect = None;
+    let (mut first, mut last) = (None, None);
     let mut per_iface: BTreeMap<u32, (u64, i64, i64)> = BTreeMap::new();
     loop {
         let ctx = match reader.next_packet_with_context() {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(_) => {
-                // Pass one reported it; stop at the same packet.
+            Err(e) => {
+                // Pass one (or the caller, for a single pass) reports it; stop at the same
+                // packet.
                 defects += 1;
+                defect = Some(format!(
+                    "{}: {e}; converted the {record} packets before it",
+                    s.path
+                ));
                 break;
             }
         };
         record += 1;
         let p = ctx.packet;
         let t = p.ts_ns as i64;
+        first.get_or_insert(t);
+        last = Some(t);
         let linktype = ctx
             .interfaces
             .get(p.iface as usize)
@@ -357,6 +392,18 @@ fn pass_two(
         engine.packet(&h, t, record, &mut anonymizer, Some(&mut sinks))?;
     }
     let rpc = engine.finish(Some(&mut sinks))?;
+    let one = PassOne {
+        source: s.clone(),
+        format,
+        packets: record as u64,
+        first_time_ns: first,
+        last_time_ns: last,
+        messages: rpc.messages,
+        open_calls: rpc.open_calls,
+        orphan_replies: rpc.orphan_replies,
+        defect,
+        neighbours: input.neighbours.clone(),
+    };
     let mut counts = rpc.counts;
     counts.insert("packets".into(), record as u64);
     if defects > 0 {
@@ -400,13 +447,14 @@ fn pass_two(
         "capture_stats",
         &CaptureStatsRow::batch(&rows),
     )?;
-    Ok(PassTwo {
+    let two = PassTwo {
         source: s.clone(),
         input: input.clone(),
         row_groups: row_groups.iter().map(RowGroupRowState::from).collect(),
         capture_stats,
         counts,
-    })
+    };
+    Ok((two, one))
 }
 
 /// Every table directory of the dataset (for removing a source's parts).
