@@ -13,15 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SLOW, run
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from nfs import oracle  # noqa: E402
-from nfs import rig as nfsrig  # noqa: E402
+from nfs import oracle
+from nfs import rig as nfsrig
 
 TABLES = ("packets", "rpc", "nfs_ops", "nfs_rw", "nfs_attrs", "nfs_names", "mount")
 KINDS = ("v3", "v4", "mixed")
@@ -98,9 +97,9 @@ def nfs_captures(tmp_path_factory) -> dict[str, Path]:
         caps[kind] = base / f"{kind}.pcap"
         for attempt in (1, 2):
             try:
-                with nfsrig.NfsRig(base / f"rig-{kind}-{attempt}") as r:
-                    with r.capture(caps[kind]):
-                        r.workload(kind)
+                with nfsrig.NfsRig(base / f"rig-{kind}-{attempt}") as r, \
+                        r.capture(caps[kind]):
+                    r.workload(kind)
                 break
             except nfsrig.RigError as e:
                 if attempt == 2:
@@ -155,8 +154,7 @@ def read_pcap_records(path) -> tuple[bytes, list[bytes], str]:
 def write_records(path, header: bytes, recs) -> Path:
     with open(path, "wb") as f:
         f.write(header)
-        for r in recs:
-            f.write(r)
+        f.writelines(recs)
     return Path(path)
 
 

@@ -14,12 +14,10 @@ mapped back through the list of packets kept.
 
 from __future__ import annotations
 
-import bisect
 import random
 from collections import Counter, defaultdict
 
 import pytest
-
 from conftest import SLOW, run
 from convtools import (
     conv_of,
@@ -135,7 +133,7 @@ def test_loss_is_counted_and_pairings_are_right(lossy):
 def test_udp_unmatched_equal_the_rpcs_removed(lossy):
     """Over UDP every message stands alone: the unmatched UDP rows are exactly the calls whose
     reply was removed and the replies whose call was removed."""
-    msgs, dropped, kept, rep, rpc = lossy
+    msgs, dropped, _kept, _rep, rpc = lossy
     udp = [m for m in msgs if m["transport"] == "udp"]
     assert len(udp) >= 8
     true = index(udp)
@@ -161,7 +159,7 @@ def test_udp_unmatched_equal_the_rpcs_removed(lossy):
                    "counts overstate capture loss (crates/dataset/src/rpcx.rs RpcEngine with "
                    "TcpRpcTracker)")
 def test_transactions_captured_whole_are_paired(lossy):
-    msgs, dropped, kept, rep, rpc = lossy
+    msgs, dropped, kept, _rep, rpc = lossy
     rows = {(kept[r["record"] - 1], r["xid"], r["direction"]): r for r in rpc
             if r["record"] >= 1}
     calls = {(m["frame"], m["xid"]): m for m in msgs if m["msg_type"] == 0}
@@ -291,7 +289,7 @@ def cut_at_end(mixed, tmp_path_factory):
 def test_message_cut_by_the_end_of_the_capture(cut_at_end, tapdeck, tmp_path):
     """The cut message has its row: truncated, unmatched, with the xid, procedure and record
     length tshark shows (its record: test_cut_message_record_is_its_last_packet)."""
-    pcap, big, last = cut_at_end
+    pcap, big, _last = cut_at_end
     rep = convert_ok(tapdeck, tmp_path / "ds", pcap)
     assert rep["counts"].get("failed.truncated_at_end", 0) >= 1
     rows = [r for r in table(tmp_path / "ds", "rpc") if r["xid"] == big["xid"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import pytest
-
 from convtools import (
     KINDS,
     conv_of,
@@ -109,7 +108,7 @@ def test_rpc_messages_equal_tshark(converted, kind):
     """The multiset of (xid, direction, program, version, procedure) is tshark's; each row
     sits at tshark's frame and time; transport, addresses, ports, auth and reply states,
     record-mark lengths agree; the report counts them."""
-    pcap, ds, rep, msgs = converted[kind]
+    _pcap, ds, rep, msgs = converted[kind]
     rpc = table(ds, "rpc")
     assert len(msgs) > 200
     ours = Counter((r["xid"], r["direction"], r["program"], r["version"], r["procedure"])
@@ -155,7 +154,7 @@ def test_every_reply_pairs_with_its_call(converted, kind):
     """Lossless capture: 100 % pairing. Each reply has the transaction id of the call tshark
     links it to (rpc.repframe), on the same conversation and xid, after the call; ids of
     different transactions differ; nothing is unmatched in the table or the report."""
-    pcap, ds, rep, msgs = converted[kind]
+    _pcap, ds, rep, msgs = converted[kind]
     assert not oracle.unmatched(msgs), "tshark itself sees loss: the capture is not lossless"
     rows = by_key(table(ds, "rpc"))
     calls = calls_by_frame(msgs)
@@ -181,7 +180,7 @@ def test_every_reply_pairs_with_its_call(converted, kind):
 
 def test_procedure_names_for_nfs_and_mount(converted):
     """program_name / procedure_name as tshark names them for NFSv3, NFSv4 and MOUNT."""
-    pcap, ds, rep, msgs = converted["mixed"]
+    _pcap, ds, _rep, msgs = converted["mixed"]
     rows = by_key(table(ds, "rpc"))
     d = Diffs()
     calls = calls_by_frame(msgs)
@@ -204,7 +203,7 @@ def test_procedure_names_for_nfs_and_mount(converted):
                    "rpcbind procedure but NULL: portmap v2 GETPORT and DUMP and rpcbind v4 "
                    "GETADDR rows have procedure_name 'unknown' (tshark: GETPORT, DUMP, GETADDR)")
 def test_procedure_names_for_portmap(converted):
-    pcap, ds, rep, msgs = converted["v3"]
+    _pcap, ds, _rep, msgs = converted["v3"]
     rows = by_key(table(ds, "rpc"))
     calls = calls_by_frame(msgs)
     d = Diffs()
@@ -239,7 +238,7 @@ def test_nfs_ops_equal_tshark(converted, kind):
     the procedure; v4: the COMPOUND's operations, a reply's up to the first failure; a v4
     NULL has none). File handles: v3 rows carry the call's first handle (the object or
     directory); v4 PUTFH/GETFH rows carry the handle tshark shows."""
-    pcap, ds, rep, msgs = converted[kind]
+    _pcap, ds, rep, msgs = converted[kind]
     ops = ops_by_message(ds)
     calls = calls_by_frame(msgs)
     d = Diffs()
@@ -280,7 +279,7 @@ def test_nfs_ops_equal_tshark(converted, kind):
 def test_reads_and_writes_equal_tshark(converted, kind):
     """nfs_rw: one row per READ/WRITE (call and reply), with tshark's handle, offset, count;
     replies: bytes returned or written, eof (READ), committed (WRITE); calls: stable."""
-    pcap, ds, rep, msgs = converted[kind]
+    _pcap, ds, _rep, msgs = converted[kind]
     rw = {(r["record"], r["direction"], r["op_index"]): r for r in table(ds, "nfs_rw")}
     calls = calls_by_frame(msgs)
     d = Diffs()
@@ -358,7 +357,7 @@ def expected_names(m, c, *, stop_at_failure=False):
 
 
 def check_names(converted, kind, *, stop_at_failure):
-    pcap, ds, rep, msgs = converted[kind]
+    _pcap, ds, _rep, msgs = converted[kind]
     names = defaultdict(list)
     for r in table(ds, "nfs_names"):
         names[(r["record"], r["direction"])].append(r)
@@ -410,7 +409,7 @@ def test_v4_reply_names_stop_at_the_failed_op(converted, kind):
 def test_mount_equals_tshark(converted):
     """mount: one row per MOUNT call and reply; procedure, dirpath (MNT calls), status and
     handle (MNT replies) as tshark shows them (including MNT3ERR_ACCES for a missing dir)."""
-    pcap, ds, rep, msgs = converted["v3"]
+    _pcap, ds, _rep, msgs = converted["v3"]
     rows = {(r["record"], r["direction"]): r for r in table(ds, "mount")}
     calls = calls_by_frame(msgs)
     d = Diffs()
@@ -441,7 +440,7 @@ def test_attributes_equal_tshark(converted, kind):
     """nfs_attrs: every fattr3 in a v3 reply (post-op, wcc-after, READDIRPLUS entries) and
     every v4 GETATTR result: type, mode, nlink, uid, gid (v4: owner strings), size, used,
     fileid, times; v3 rows carry the object's handle."""
-    pcap, ds, rep, msgs = converted[kind]
+    _pcap, ds, _rep, msgs = converted[kind]
     attrs = defaultdict(list)
     for r in table(ds, "nfs_attrs"):
         attrs[r["record"]].append(r)
@@ -522,7 +521,7 @@ def v4_getattr_handles(m, c):
                    "result names the handle: crates/rpc/src/nfs4.rs reply_op back-fills only "
                    "the op that set the current fh (FhState.pending), not the ops after it")
 def test_v4_attributes_name_their_handle(converted):
-    pcap, ds, rep, msgs = converted["v4"]
+    _pcap, ds, _rep, msgs = converted["v4"]
     attrs = defaultdict(list)
     for r in table(ds, "nfs_attrs"):
         attrs[r["record"]].append(r)

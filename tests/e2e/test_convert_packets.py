@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, SLOW, run
 from convtools import convert, table
 
@@ -158,7 +157,7 @@ def test_whole_corpus_converts_without_panic(corpus_dataset, tapdeck, tmp_path):
     """One run over every corpus file: exit 0 and a report, or (if a file cannot be read at
     all) exit 1 with one clear line; then each file on its own must give exit 0 or 1, never
     a panic."""
-    ds, r, rep = corpus_dataset
+    _ds, r, rep = corpus_dataset
     if r.returncode == 0:
         n = len(list(TCPDUMP.iterdir())) + (len(list(VECTORS.rglob("*.pcap*")))
                                             if VECTORS.is_dir() else 0)
@@ -182,7 +181,7 @@ def test_whole_corpus_converts_without_panic(corpus_dataset, tapdeck, tmp_path):
 def test_packet_counts_equal_capinfos(corpus_dataset):
     """catalog/sources.packets and the number of packets rows per file equal capinfos -c for
     every corpus file capinfos can read."""
-    ds, r, rep = corpus_dataset
+    ds, r, _rep = corpus_dataset
     if r.returncode != 0:
         pytest.skip("the whole-corpus run failed (see the test above)")
     import pyarrow.parquet as pq
@@ -213,7 +212,7 @@ def test_packet_counts_equal_capinfos(corpus_dataset):
 def field_comparison(corpus_dataset, tmp_path_factory):
     """(per-packet comparison results) over every corpus file capinfos and tshark read;
     mergecap -a concatenates them into one pcapng, so tshark starts once."""
-    ds, r, rep = corpus_dataset
+    ds, r, _rep = corpus_dataset
     if r.returncode != 0:
         pytest.skip("the whole-corpus run failed")
     import pyarrow.parquet as pq
