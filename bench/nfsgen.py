@@ -74,7 +74,7 @@ V4_OPS = {"GETATTR": ["PUTFH", "GETATTR"], "READ": ["PUTFH", "READ"], "WRITE": [
           "OPEN": ["PUTFH", "OPEN", "GETFH", "GETATTR"], "CLOSE": ["PUTFH", "CLOSE"]}
 V3_PROC = {"GETATTR": 1, "LOOKUP": 3, "ACCESS": 4, "READ": 6, "WRITE": 7, "CREATE": 8,
            "REMOVE": 12, "READDIRPLUS": 17, "COMMIT": 21}
-IO_SIZES = [4096, 8192, 32768, 65536]  # READ/WRITE sizes, chosen uniformly
+IO_SIZES = [4096, 8192, 32768, 65536]  # READ/WRITE sizes (--io-kib), chosen uniformly
 
 u32 = struct.Struct(">I").pack
 u64 = struct.Struct(">Q").pack
@@ -165,7 +165,7 @@ class Payloads:
 
     def __init__(self, rng: np.random.Generator):
         self.pool = memoryview(rng.integers(0, 256, 1 << 22, dtype=np.uint8).tobytes())
-        self.zeros = memoryview(bytes(max(IO_SIZES)))
+        self.zeros = memoryview(bytes(1 << 20))
 
     def get(self, n: int, r: int) -> list:
         """n bytes (a multiple of 4) as parts that share the pool: nothing is copied here."""
@@ -178,8 +178,8 @@ class Encoder:
     """Encodes one transaction: call and reply messages, with record marks, each as a list of
     parts (bytes and memoryviews of the payload pool) and its length."""
 
-    def __init__(self, files: Files, payloads: Payloads):
-        self.f, self.p = files, payloads
+    def __init__(self, files: Files, payloads: Payloads, io_sizes: list):
+        self.f, self.p, self.io = files, payloads, io_sizes
 
     @staticmethod
     def call(xid, vers, proc, cred, args):
@@ -209,14 +209,14 @@ class Encoder:
         elif op == "ACCESS":
             args, res = f.fh_x[fi] + u32(0x3F), u32(0) + f.post_op[fi] + u32(0x0D)
         elif op == "READ":
-            n = IO_SIZES[r & 3]
+            n = self.io[r % len(self.io)]
             size = f.size[fi]
             off = ((r >> 2) % max(1, size // n)) * n if size > n else 0
             eof = 1 if off + n >= size else 0
             args = f.fh_x[fi] + u64(off) + u32(n)
             res = [u32(0) + f.post_op[fi] + u32(n) + u32(eof) + u32(n), *self.p.get(n, r)]
         elif op == "WRITE":
-            n = IO_SIZES[r & 3]
+            n = self.io[r % len(self.io)]
             off = ((r >> 2) % 4096) * n
             stable = 0 if r & 16 else 2  # UNSTABLE or FILE_SYNC
             args = [f.fh_x[fi] + u64(off) + u32(n) + u32(stable) + u32(n), *self.p.get(n, r)]
@@ -257,14 +257,14 @@ class Encoder:
             ops = [put, u32(9) + BITMAP4]
             res = [u32(22) + u32(0), u32(9) + u32(0) + f.fattr4[fi]]
         elif kind == "READ":
-            n = IO_SIZES[r & 3]
+            n = self.io[r % len(self.io)]
             size = f.size[fi]
             off = ((r >> 2) % max(1, size // n)) * n if size > n else 0
             eof = 1 if off + n >= size else 0
             ops = [put, u32(25) + stateid + u64(off) + u32(n)]
             res = [u32(22) + u32(0), [u32(25) + u32(0) + u32(eof) + u32(n), *self.p.get(n, r)]]
         elif kind == "WRITE":
-            n = IO_SIZES[r & 3]
+            n = self.io[r % len(self.io)]
             off = ((r >> 2) % 4096) * n
             stable = 0 if r & 16 else 2
             ops = [put, [u32(38) + stateid + u64(off) + u32(stable) + u32(n), *self.p.get(n, r)]]
@@ -304,6 +304,39 @@ def _flat(head: bytes, items: list):
         else:
             parts.extend(x)
     return parts
+
+
+class Output:
+    """The pcap file(s): with `split` set, OUT-000.pcap, OUT-001.pcap, … of about `split`
+    packets each (a new file starts at a chunk boundary)."""
+
+    HEADER = struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, 1)  # ns pcap, Ethernet
+
+    def __init__(self, path: Path, split: int | None):
+        self.path, self.split, self.files, self.f, self.n = path, split, [], None, 0
+
+    def __enter__(self):
+        self._open()
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def _open(self):
+        p = self.path
+        if self.split:
+            p = p.with_name(f"{p.name.removesuffix('.pcap')}-{len(self.files):03d}.pcap")
+        self.files.append(p)
+        self.f = open(p, "wb", buffering=8 << 20)
+        self.f.write(self.HEADER)
+        self.n = 0
+
+    def write_packets(self, parts, n):
+        if self.split and self.n >= self.split:
+            self.f.close()
+            self._open()
+        self.f.writelines(parts)
+        self.n += n
 
 
 class Conn:
@@ -346,15 +379,16 @@ class Generator:
         self.rng = np.random.default_rng(args.seed)
         self.t0 = int(args.start * 1e9)
         self.files = Files(self.rng, 64, 4096, self.t0)
-        self.enc = Encoder(self.files, Payloads(self.rng))
+        self.enc = Encoder(self.files, Payloads(self.rng), [k * 1024 for k in args.io_kib])
         self.lat_us = parse_latencies(args.latency_us)
         self.ncli, self.nsrv = args.clients, args.servers
         self.conns = []
         for i in range(args.clients):
             # v4 clients spread evenly among the v3 ones
             version = 4 if int((i + 1) * args.v4_share) > int(i * args.v4_share) else 3
-            machine = xdr_opaque(f"client{i:03d}".encode())
-            body = u32(0x5EED0000 + i) + machine + u32(1000 + i) + u32(1000) + u32(1) + u32(1000)
+            gi = i + args.client_offset
+            machine = xdr_opaque(f"client{gi:03d}".encode())
+            body = u32(0x5EED0000 + gi) + machine + u32(1000 + gi) + u32(1000) + u32(1) + u32(1000)
             cred = u32(1) + xdr_opaque(body) + u32(0) + u32(0)
             self.conns.append(Conn(i, version, cred, int(self.rng.integers(1, 1 << 31)),
                                    (int(self.rng.integers(0, 1 << 32)), int(self.rng.integers(0, 1 << 32)))))
@@ -368,13 +402,13 @@ class Generator:
         self.isn = np.zeros(2 * n, np.int64)
         self.addrs = []
         for c in self.conns:
-            i = c.idx
-            cip = f"198.18.{1 + i // 250}.{1 + i % 250}"
-            sip = f"198.18.0.{1 + i % self.nsrv}"
-            cport = 1023 - i if i < 500 else 40000 + i
+            i, gi = c.idx, c.idx + args.client_offset
+            cip = f"198.18.{1 + gi // 250}.{1 + gi % 250}"
+            sip = f"198.18.0.{1 + gi % self.nsrv}"
+            cport = 1023 - gi if gi < 500 else 40000 + gi
             self.addrs.append((cip, cport, sip))
-            cmac = bytes([2, 0, 0, 1, i >> 8 & 255, i & 255])
-            smac = bytes([2, 0, 0, 0, 0, 1 + i % self.nsrv])
+            cmac = bytes([2, 0, 0, 1, gi >> 8 & 255, gi & 255])
+            smac = bytes([2, 0, 0, 0, 0, 1 + gi % self.nsrv])
             for d, (s, dd, sp, dp, ms, md) in enumerate([(cip, sip, cport, NFS_PORT, cmac, smac),
                                                           (sip, cip, NFS_PORT, cport, smac, cmac)]):
                 k = 2 * i + d
@@ -517,8 +551,8 @@ class Generator:
             heap.append((c.t, c.idx))
         heapq.heapify(heap)
         done = 0
-        with open(out, "wb", buffering=8 << 20) as f:
-            f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, 1))  # ns pcap, Ethernet
+        with Output(out, a.split_packets) as f:
+            self.output = f
             while done < a.transactions:
                 if len(self.pending) >= a.chunk_sends:
                     self.flush(f, heap[0][0])
@@ -681,7 +715,7 @@ class Generator:
             pos += HDR
             if l_:
                 app(av[a_:a_ + l_])
-        f.writelines(parts)
+        f.write_packets(parts, n)
         self.packets += n
         self.payload_bytes += int(plen.sum())
         if self.first_ns is None:
@@ -697,7 +731,7 @@ class Generator:
             ops.setdefault(f"v{v}", {})[op] = e
         return {
             "generator": "bench/nfsgen.py", "command": " ".join(sys.argv),
-            "file": str(out), "transactions": self.a.transactions, "seed": self.a.seed,
+            "files": [str(p) for p in self.output.files], "transactions": self.a.transactions, "seed": self.a.seed,
             "clients": [{"addr": a, "port": p, "server": s, "nfs_version": c.version}
                         for (a, p, s), c in zip(self.addrs, self.conns)],
             "packets": self.packets, "rpc_messages": self.rpc_messages,
@@ -724,10 +758,17 @@ def main():
     ap.add_argument("--transactions", type=int, required=True, help="NFS calls (each answered)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--client-offset", type=int, default=0,
+                    help="number the clients from here (addresses, ports), so that several "
+                    "generators with different seeds make disjoint traffic to merge or convert together")
+    ap.add_argument("--split-packets", type=int, default=None,
+                    help="write OUT-000.pcap, OUT-001.pcap, ... of about this many packets each")
     ap.add_argument("--servers", type=int, choices=[1, 2], default=2)
     ap.add_argument("--latency-us", help="mean server latency per operation, e.g. "
                     "'READ=800,v4:OPEN=3000' (OP alone sets v3 and v4)")
     ap.add_argument("--latency-dist", choices=["exp", "fixed"], default="exp")
+    ap.add_argument("--io-kib", type=lambda v: [int(x) for x in v.split(",")], default=[4, 8, 32, 64],
+                    help="READ/WRITE sizes in KiB, chosen uniformly (default 4,8,32,64; at most 512)")
     ap.add_argument("--think-us", type=float, default=500.0, help="mean client think time per round")
     ap.add_argument("--v4-share", type=float, default=0.5, help="fraction of clients speaking NFSv4.0")
     ap.add_argument("--start", type=float, default=1795420800.0, help="epoch seconds of the first packet")
@@ -735,8 +776,10 @@ def main():
                     help="record every latency in the truth file up to this many transactions")
     ap.add_argument("--chunk-sends", type=int, default=20_000, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.clients < 1 or a.clients > 60000 or a.transactions < 1:
-        raise SystemExit("nfsgen: need 1..60000 clients and at least one transaction")
+    if not all(0 < k <= 512 for k in a.io_kib):
+        raise SystemExit("nfsgen: --io-kib sizes are 1..512")
+    if a.clients < 1 or a.clients + a.client_offset > 60000 or a.transactions < 1:
+        raise SystemExit("nfsgen: need 1..60000 clients (with the offset) and at least one transaction")
     t = time.monotonic()
     gc.disable()  # nothing here is cyclic; the collector only slows the inner loops
     g = Generator(a)
@@ -745,8 +788,10 @@ def main():
     truth = g.truth_json(a.out, seconds)
     tp = a.out.with_name(a.out.name.removesuffix(".pcap") + ".truth.json")
     tp.write_text(json.dumps(truth, indent=1) + "\n")
-    print(f"nfsgen: {a.out}: {g.packets} packets, {a.transactions} transactions, "
-          f"{(g.last_ns - g.first_ns) / 1e9:.1f} s of traffic, {os.path.getsize(a.out) / 1e6:.0f} MB "
+    size = sum(os.path.getsize(p) for p in g.output.files)
+    names = str(a.out) if len(g.output.files) == 1 else f"{len(g.output.files)} files {g.output.files[0].name}…"
+    print(f"nfsgen: {names}: {g.packets} packets, {a.transactions} transactions, "
+          f"{(g.last_ns - g.first_ns) / 1e9:.1f} s of traffic, {size / 1e6:.0f} MB "
           f"in {seconds:.1f} s ({g.packets / seconds / 1e6:.2f} M packets/s); truth in {tp}",
           file=sys.stderr)
 
