@@ -309,3 +309,33 @@ def test_cut_message_record_is_its_last_packet(cut_at_end, tapdeck, tmp_path):
     convert_ok(tapdeck, tmp_path / "ds", pcap)
     rows = [r for r in table(tmp_path / "ds", "rpc") if r["xid"] == big["xid"]]
     assert [r["record"] for r in rows] == [last]
+
+
+def test_duplicated_packets(mixed, tapdeck, tmp_path):
+    """A UDP call and its reply captured twice: the copies are retransmit rows of the same
+    transaction; a TCP segment captured twice (a retransmission) adds no row."""
+    pcap, msgs = mixed
+    header, recs, _ = read_pcap_records(pcap)
+    ucall = next(m for m in msgs if m["transport"] == "udp" and m["msg_type"] == 0)
+    urep = next(m for m in msgs if m["transport"] == "udp" and m["msg_type"] == 1
+                and m["xid"] == ucall["xid"])
+    tcall = next(m for m in msgs if m["transport"] == "tcp" and m["msg_type"] == 0
+                 and not m["segments"] and m["program"] == 100003)
+    twice = {ucall["frame"], urep["frame"], tcall["frame"]}
+    write_records(tmp_path / "dup.pcap", header,
+                  (x for i, r in enumerate(recs, 1) for x in ([r, r] if i in twice else [r])))
+    rep = convert_ok(tapdeck, tmp_path / "ds", tmp_path / "dup.pcap")
+    rpc = table(tmp_path / "ds", "rpc")
+    assert len(rpc) == len(msgs) + 2
+    u = sorted((r["record"], r["direction"], r["retransmit"], r["transaction_id"], r["matched"])
+               for r in rpc if r["xid"] == ucall["xid"] and r["transport"] == "udp")
+    tid = u[0][3]
+    assert [x[1:3] for x in u] == [("call", False), ("call", True), ("reply", False),
+                                    ("reply", True)]
+    assert {x[3] for x in u} == {tid} and all(x[4] for x in u)
+    t = [r for r in rpc if r["xid"] == tcall["xid"] and r["transport"] == "tcp"]
+    assert sorted(r["direction"] for r in t) == ["call", "reply"]
+    assert not any(r["retransmit"] for r in t)
+    c = rep["counts"]
+    assert (c.get("rpc.retransmits"), c.get("rpc.duplicate_replies")) == (1, 1)
+    assert not c.get("rpc.unmatched_calls") and not c.get("rpc.unmatched_replies")
