@@ -15,6 +15,7 @@ packages=(
   procps
   tcpreplay        # generator for bench/capture.py (dumpcap comes with wireshark-common)
   netsniff-ng      # peer recorder in bench/capture.py
+  libfixbuf-tools  # ipfixDump, the second IPFIX oracle in crates/ipfix tests
   nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils # real NFS traffic: tests/nfs rig
 )
 missing=()
