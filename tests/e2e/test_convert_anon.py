@@ -149,11 +149,6 @@ def test_rig_addresses_are_mapped(nfs_pair):
 
 
 @pytest.mark.nfs
-@pytest.mark.xfail(strict=True, reason="a message completed only at the end of the capture is "
-                   "written with plain addresses (and names) in an anonymized dataset: "
-                   "crates/dataset/src/rpcx.rs RpcEngine::finish() passes a fresh "
-                   "Anonymizer::default() (no key) to message() for the messages the TCP "
-                   "tracker flushes at the end")
 def test_no_plain_address_in_a_capture_cut_mid_message(tapdeck, keys, tmp_path_factory):
     from convtools import messages, read_pcap_records, write_records
 

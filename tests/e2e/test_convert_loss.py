@@ -150,14 +150,6 @@ def test_udp_unmatched_equal_the_rpcs_removed(lossy):
     assert len(got_rows) == sum(m["frame"] not in dropped for m in udp)
 
 
-@pytest.mark.xfail(strict=True, reason="after one lost client->server TCP segment the "
-                   "reassembler holds the client's later segments (waiting for the hole) while "
-                   "the server's replies pass, so every later reply on that connection reaches "
-                   "the pairing before its call: both are left unmatched although both were "
-                   "captured (mixed workload: dropping the single frame 139 leaves 29 of 31 "
-                   "messages of that connection unmatched instead of 1), and the unmatched "
-                   "counts overstate capture loss (crates/dataset/src/rpcx.rs RpcEngine with "
-                   "TcpRpcTracker)")
 def test_transactions_captured_whole_are_paired(lossy):
     msgs, dropped, kept, _rep, rpc = lossy
     rows = {(kept[r["record"] - 1], r["xid"], r["direction"]): r for r in rpc
@@ -301,9 +293,6 @@ def test_message_cut_by_the_end_of_the_capture(cut_at_end, tapdeck, tmp_path):
     assert r["time_ns"] <= max(m["time_ns"] for m in [big]) and r["time_ns"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="rows of a message completed only at the end of the "
-                   "capture have record 0 (crates/dataset/src/rpcx.rs RpcEngine::finish passes "
-                   "Meta{record: 0} as the end meta), but records are 1-based frame numbers")
 def test_cut_message_record_is_its_last_packet(cut_at_end, tapdeck, tmp_path):
     pcap, big, last = cut_at_end
     convert_ok(tapdeck, tmp_path / "ds", pcap)

@@ -262,7 +262,7 @@ fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<Pas
         let h = headers(linktype, p.data);
         engine.packet(&h, t, packets as i64, &mut anonymizer, None)?;
     }
-    let r = engine.finish(None)?;
+    let r = engine.finish(&mut anonymizer, None)?;
     Ok(PassOne {
         source: s.clone(),
         format,
@@ -391,7 +391,7 @@ fn pass_two(
         }
         engine.packet(&h, t, record, &mut anonymizer, Some(&mut sinks))?;
     }
-    let rpc = engine.finish(Some(&mut sinks))?;
+    let rpc = engine.finish(&mut anonymizer, Some(&mut sinks))?;
     let one = PassOne {
         source: s.clone(),
         format,

@@ -139,6 +139,26 @@ pub struct RpcEngine {
     last_time_ns: i64,
     last_sweep_ns: i64,
     continued: bool,
+    last_record: i64,
+    /// Replies seen before their call: a hole in the client's direction holds the call back
+    /// in reassembly while the server's replies flow. Paired when the call arrives; orphans
+    /// at the end of the file.
+    early: HashMap<(Conv, u32), Early>,
+    /// Set while an early reply is processed again: its ordinal, kept from its arrival.
+    replay_ordinal: Option<u64>,
+    /// At the end of the file, early replies are orphans.
+    finishing: bool,
+}
+
+/// A reply waiting for its call.
+struct Early {
+    ordinal: u64,
+    key: FlowKey,
+    tcp: bool,
+    body: Vec<u8>,
+    wire_len: u64,
+    truncated: bool,
+    meta: Meta,
 }
 
 impl RpcEngine {
@@ -158,6 +178,10 @@ impl RpcEngine {
             last_time_ns: 0,
             last_sweep_ns: 0,
             continued: false,
+            last_record: 0,
+            early: HashMap::new(),
+            replay_ordinal: None,
+            finishing: false,
         }
     }
 
@@ -175,6 +199,7 @@ impl RpcEngine {
     ) -> Result<(), String> {
         let meta = Meta { time_ns, record };
         self.last_time_ns = time_ns;
+        self.last_record = record;
         match h.transport {
             Transport::Udp(_) => {
                 let Some(key) = FlowKey::from_headers(h) else {
@@ -229,6 +254,31 @@ impl RpcEngine {
             self.last_sweep_ns = time_ns;
         }
         Ok(())
+    }
+
+    /// Processes a held reply again: paired with the call that has now arrived, or (with
+    /// `orphan`) as a reply without a call.
+    fn replay_early(
+        &mut self,
+        e: Early,
+        orphan: bool,
+        anon: &mut Anonymizer,
+        out: Option<&mut RpcSinks>,
+    ) -> Result<(), String> {
+        let finishing = std::mem::replace(&mut self.finishing, orphan);
+        self.replay_ordinal = Some(e.ordinal);
+        let r = self.message(
+            &e.key,
+            e.tcp,
+            &e.body,
+            e.wire_len,
+            e.truncated,
+            e.meta,
+            anon,
+            out,
+        );
+        self.finishing = finishing;
+        r
     }
 
     /// Feeds a packet of the previous file of the same capture stream, so that TCP
@@ -294,8 +344,11 @@ impl RpcEngine {
                 return Ok(());
             }
         };
-        let ordinal = self.ordinal;
-        self.ordinal += 1;
+        let replayed = self.replay_ordinal.take();
+        let ordinal = replayed.unwrap_or_else(|| {
+            self.ordinal += 1;
+            self.ordinal - 1
+        });
         let offset = self.input.as_ref().map_or(0, |i| i.transaction_offset);
         let is_call = matches!(msg.header, Header::Call(_));
         let (client, server) = if is_call {
@@ -386,7 +439,7 @@ impl RpcEngine {
                         );
                     }
                 }
-                if let (Some(out), Some(d)) = (out, decoded) {
+                if let (Some(out), Some(d)) = (out.as_deref_mut_opt(), decoded) {
                     self.note_decode(&d);
                     self.nfs_rows(out, &row, info, &d, None, anon)?;
                     if let Some(p) = self.calls.get_mut(&k) {
@@ -395,9 +448,18 @@ impl RpcEngine {
                         }
                     }
                 }
+                if let Some(early) = self.early.remove(&k) {
+                    self.counts
+                        .entry("rpc.reply_before_call".into())
+                        .and_modify(|v| *v += 1)
+                        .or_insert(1);
+                    self.replay_early(early, false, anon, out)?;
+                }
             }
             Header::Reply(r) => {
-                self.count("rpc.replies");
+                if replayed.is_none() {
+                    self.count("rpc.replies");
+                }
                 row.reply_stat = Some(r.reply_stat as i8);
                 row.accept_stat = r.accept_stat.map(|v| v as i32);
                 row.reject_stat = r.reject_stat.map(|v| v as i32);
@@ -443,6 +505,21 @@ impl RpcEngine {
                         },
                         None,
                     ));
+                } else if !self.finishing {
+                    // Perhaps its call is still held behind a hole: wait for it.
+                    let early = Early {
+                        ordinal,
+                        key: *key,
+                        tcp,
+                        body: body.to_vec(),
+                        wire_len,
+                        truncated,
+                        meta,
+                    };
+                    if let Some(older) = self.early.insert(k, early) {
+                        self.replay_early(older, true, anon, out.as_deref_mut_opt())?;
+                    }
+                    return Ok(());
                 } else {
                     self.orphan_replies.push(OrphanReply {
                         conv: conv.key(),
@@ -710,11 +787,15 @@ impl RpcEngine {
         Ok(())
     }
 
-    pub fn finish(mut self, mut out: Option<&mut RpcSinks>) -> Result<RpcResult, String> {
+    pub fn finish(
+        mut self,
+        anon: &mut Anonymizer,
+        mut out: Option<&mut RpcSinks>,
+    ) -> Result<RpcResult, String> {
         let mut done: Vec<(FlowKey, Vec<u8>, u64, bool, Meta)> = Vec::new();
         let end = Meta {
             time_ns: self.last_time_ns,
-            record: 0,
+            record: self.last_record,
         };
         let continued = self.continued;
         self.tcp.finish(end, &mut |k, m| {
@@ -722,7 +803,6 @@ impl RpcEngine {
                 done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
             }
         });
-        let mut anon = Anonymizer::default();
         // Messages completed only at the end (truncated by the end of the capture).
         for (k, body, wire_len, truncated, m) in done {
             self.message(
@@ -732,9 +812,15 @@ impl RpcEngine {
                 wire_len,
                 truncated,
                 m,
-                &mut anon,
+                anon,
                 out.as_deref_mut(),
             )?;
+        }
+        // Replies whose call never came.
+        let mut early: Vec<Early> = self.early.drain().map(|(_, e)| e).collect();
+        early.sort_by_key(|e| e.ordinal);
+        for e in early {
+            self.replay_early(e, true, anon, out.as_deref_mut())?;
         }
         let c = *self.tcp.counters();
         let f = c.framing;
