@@ -88,6 +88,23 @@ pub struct RecordArgs {
     #[arg(long, value_name = "BYTES", requires = "interfaces")]
     pub snaplen: Option<u32>,
 
+    /// Header-only capture, from any source: keep each packet up to the end of its TCP,
+    /// UDP or ICMP header (`--headers`, same as `--headers=transport`), or also through
+    /// the ONC RPC header when the payload is RPC (`--headers=rpc`; over TCP after the
+    /// record mark). IP packets without such a header keep their IP headers (at least 64
+    /// bytes), other frames their first 128 bytes. The original length is recorded, and
+    /// the summary says how much of the captured bytes was kept. With --snaplen, the
+    /// smaller cut wins; the files declare the snap length in force as before.
+    #[arg(
+        long,
+        value_name = "DEPTH",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "transport",
+        value_parser = ["transport", "rpc"]
+    )]
+    pub headers: Option<String>,
+
     /// With -i: bytes per kernel ring block (a multiple of the page size).
     #[arg(
         long,

@@ -12,7 +12,7 @@ use tapdeck_pcap::Format;
 use tapdeck_store::affinity::{parse_cpu_list, Pinning};
 use tapdeck_store::ladder::CodecLadder;
 use tapdeck_store::pipeline::Control;
-use tapdeck_store::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
+use tapdeck_store::recorder::{self, HeaderDepth, RecorderConfig, Rotation, StatsWriter, Summary};
 use tapdeck_store::retention::RetentionPolicy;
 use tapdeck_store::stats::StatsRecord;
 
@@ -99,6 +99,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             .duration
             .map(|d| seconds("--duration", d))
             .transpose()?,
+        headers: match args.headers.as_deref() {
+            Some("rpc") => Some(HeaderDepth::Rpc),
+            Some(_) => Some(HeaderDepth::Transport),
+            None => None,
+        },
         options: serde_json::json!({
             "source": args.read.as_ref().map(|r| format!("file {r}")).or(args.synthetic.as_ref().map(|s| format!("synthetic {s}"))),
             "format": args.format,
@@ -113,6 +118,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             "pin_capture": args.pin_capture,
             "pin_writers": args.pin_writers,
             "pin_compressors": args.pin_compressors,
+            "headers": args.headers,
         }),
         ladder,
     };
@@ -312,12 +318,55 @@ fn print_summary(s: &Summary) {
             .collect();
         eprintln!("  cpu: {}", roles.join(", "));
     }
+    // Two cuts, each against what it was given: the snap length (of the source, or
+    // --snaplen) against the wire, then --headers against what the source captured.
     if t.wire_bytes > t.captured_bytes {
         eprintln!(
-            "  snap length kept {:.1} % of the bytes on the wire",
-            100.0 * t.captured_bytes as f64 / t.wire_bytes as f64
+            "{}",
+            cut_line(
+                "snap length",
+                t.captured_bytes,
+                t.wire_bytes,
+                "the bytes on the wire"
+            )
         );
     }
+    if s.headers.is_some() && t.captured_bytes > 0 {
+        eprintln!(
+            "{}",
+            cut_line("headers", t.kept_bytes, t.captured_bytes, "captured bytes")
+        );
+    }
+}
+
+/// `  headers: kept 6.2 % of captured bytes (saved 1.23 GB)`.
+fn cut_line(cut: &str, kept: u64, of: u64, what: &str) -> String {
+    format!(
+        "  {cut}: kept {:.1} % of {what} (saved {})",
+        100.0 * kept as f64 / of.max(1) as f64,
+        decimal_bytes(of.saturating_sub(kept))
+    )
+}
+
+/// Bytes in decimal units, three significant digits from 1 kB on.
+fn decimal_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["kB", "MB", "GB", "TB"];
+    if n < 1000 {
+        return format!("{n} B");
+    }
+    let (mut v, mut unit) = (n as f64 / 1000.0, 0);
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    let digits = if v < 10.0 {
+        2
+    } else if v < 100.0 {
+        1
+    } else {
+        0
+    };
+    format!("{v:.digits$} {}", UNITS[unit])
 }
 
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
@@ -346,4 +395,30 @@ fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     }
     .context("cannot install signal handlers")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_in_decimal_units() {
+        let cases = [
+            (0, "0 B"),
+            (999, "999 B"),
+            (1000, "1.00 kB"),
+            (2_346, "2.35 kB"),
+            (12_345, "12.3 kB"),
+            (123_456, "123 kB"),
+            (1_234_567_890, "1.23 GB"),
+            (5_000_000_000_000_000, "5000 TB"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(decimal_bytes(n), want, "{n}");
+        }
+        assert_eq!(
+            cut_line("headers", 62, 1000, "captured bytes"),
+            "  headers: kept 6.2 % of captured bytes (saved 938 B)"
+        );
+    }
 }

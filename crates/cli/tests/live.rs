@@ -170,7 +170,7 @@ fn snaplen_and_filter_through_the_cli() {
         assert_eq!(*orig_len, 300);
         assert_eq!(data[..], s[..64]);
     }
-    assert!(stderr.contains("snap length kept"), "{stderr}");
+    assert!(stderr.contains("snap length: kept"), "{stderr}");
 }
 
 #[test]
@@ -276,4 +276,259 @@ fn a_link_going_down_and_up_is_announced_once_and_capture_resumes() {
     got.sort();
     want.sort();
     assert_eq!(got, want);
+}
+
+/// A frame for header-only capture and the bytes each depth must keep of it, worked out
+/// from how the frame was built (not with tapdeck's decoder).
+struct HeaderCase {
+    what: &'static str,
+    frame: Vec<u8>,
+    transport: usize,
+    rpc: usize,
+}
+
+/// Payload bytes that look like neither an RPC message nor a record mark: the first word
+/// is above 16 MiB as a record length, the second is neither CALL (0) nor REPLY (1).
+fn filler(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+/// Ethernet + IPv4 (20 bytes) carrying `l4` then `payload`; `frag` is the flags and
+/// fragment offset word.
+fn ipv4_frame(proto: u8, frag: u16, l4: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+    let total = (20 + l4.len() + payload.len()) as u16;
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[0x12, 0x34]);
+    ip.extend_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&[64, proto, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2]);
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(l4);
+    f.extend_from_slice(payload);
+    f
+}
+
+fn udp_header(dport: u16, payload_len: usize) -> Vec<u8> {
+    let mut h = 700u16.to_be_bytes().to_vec();
+    h.extend_from_slice(&dport.to_be_bytes());
+    h.extend_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h
+}
+
+/// A TCP header with `options` (a multiple of 4 bytes), PSH|ACK.
+fn tcp_header(dport: u16, options: &[u8]) -> Vec<u8> {
+    let mut h = 700u16.to_be_bytes().to_vec();
+    h.extend_from_slice(&dport.to_be_bytes());
+    h.extend_from_slice(&[0, 0, 0x10, 0, 0, 0, 0x20, 0]);
+    h.push((((20 + options.len()) / 4) << 4) as u8);
+    h.extend_from_slice(&[0x18, 0x04, 0x00, 0, 0, 0, 0]);
+    h.extend_from_slice(options);
+    h
+}
+
+fn words(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// An NFSv3 GETATTR call: 24 bytes of call header, AUTH_UNIX credentials whose machine
+/// name of `name_len` bytes is padded to 4, an AUTH_NONE verifier. Returns the message and
+/// its RPC header length.
+fn rpc_call(xid: u32, name_len: usize) -> (Vec<u8>, usize) {
+    let padded = name_len.div_ceil(4) * 4;
+    let cred_body = 4 + 4 + padded + 4 + 4 + 4; // stamp, name, uid, gid, no gids
+    let mut m = words(&[
+        xid,
+        0,
+        2,
+        100003,
+        3,
+        1,
+        1,
+        cred_body as u32,
+        0x5eed,
+        name_len as u32,
+    ]);
+    m.extend(std::iter::repeat_n(b'h', name_len));
+    m.extend(std::iter::repeat_n(0, padded - name_len));
+    m.extend(words(&[1000, 1000, 0, 0, 0]));
+    let header = m.len();
+    assert_eq!(header, 24 + 8 + cred_body + 8);
+    m.extend(words(&[32]));
+    m.extend(filler(32));
+    (m, header)
+}
+
+/// A successful reply: xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS (24 bytes),
+/// then results.
+fn rpc_reply(xid: u32) -> (Vec<u8>, usize) {
+    let mut m = words(&[xid, 1, 0, 0, 0, 0]);
+    m.extend(filler(120));
+    (m, 24)
+}
+
+/// The same message behind a record mark (last fragment), as RPC over TCP sends it.
+fn record_marked(msg: &[u8]) -> Vec<u8> {
+    let mut r = (0x8000_0000u32 | msg.len() as u32).to_be_bytes().to_vec();
+    r.extend_from_slice(msg);
+    r
+}
+
+fn header_cases() -> Vec<HeaderCase> {
+    const ETH_IP: usize = 14 + 20;
+    let mut cases = Vec::new();
+    let mut case = |what, frame: Vec<u8>, transport, rpc| {
+        cases.push(HeaderCase {
+            what,
+            frame,
+            transport,
+            rpc,
+        })
+    };
+    let p = filler(300);
+    case(
+        "tcp",
+        ipv4_frame(6, 0, &tcp_header(5001, &[]), &p),
+        ETH_IP + 20,
+        ETH_IP + 20,
+    );
+    // NOP, NOP, timestamps (10 bytes): 12 bytes of options.
+    let ts = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+    case(
+        "tcp with options",
+        ipv4_frame(6, 0, &tcp_header(5001, &ts), &p),
+        ETH_IP + 32,
+        ETH_IP + 32,
+    );
+    case(
+        "udp",
+        ipv4_frame(17, 0, &udp_header(5001, p.len()), &p),
+        ETH_IP + 8,
+        ETH_IP + 8,
+    );
+    let mut echo = vec![8, 0, 0, 0, 0, 1, 0, 1];
+    echo.extend(filler(100));
+    case(
+        "icmp echo",
+        ipv4_frame(1, 0, &echo, &[]),
+        ETH_IP + 8,
+        ETH_IP + 8,
+    );
+    // A non-first fragment (offset 1480) has no transport header: the IP header, but at
+    // least 64 bytes.
+    case(
+        "ip fragment",
+        ipv4_frame(17, 185, &[], &filler(400)),
+        64,
+        64,
+    );
+    let mut other = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xb5];
+    other.extend(filler(286));
+    case("non-ip", other, 128, 128);
+    let (call, call_hdr) = rpc_call(0xc0ffee01, 4);
+    case(
+        "rpc call over udp",
+        ipv4_frame(17, 0, &udp_header(2049, call.len()), &call),
+        ETH_IP + 8,
+        ETH_IP + 8 + call_hdr,
+    );
+    let (reply, reply_hdr) = rpc_reply(0xc0ffee01);
+    case(
+        "rpc reply over udp",
+        ipv4_frame(17, 0, &udp_header(700, reply.len()), &reply),
+        ETH_IP + 8,
+        ETH_IP + 8 + reply_hdr,
+    );
+    let (call, call_hdr) = rpc_call(0xc0ffee02, 5);
+    case(
+        "rpc call over tcp",
+        ipv4_frame(6, 0, &tcp_header(2049, &ts), &record_marked(&call)),
+        ETH_IP + 32,
+        ETH_IP + 32 + 4 + call_hdr,
+    );
+    let (reply, reply_hdr) = rpc_reply(0xc0ffee02);
+    case(
+        "rpc reply over tcp",
+        ipv4_frame(6, 0, &tcp_header(700, &[]), &record_marked(&reply)),
+        ETH_IP + 20,
+        ETH_IP + 20 + 4 + reply_hdr,
+    );
+    cases
+}
+
+#[test]
+fn headers_keep_each_frame_up_to_its_headers_and_its_original_length() {
+    require_root!();
+    if !stock_tools_present() {
+        eprintln!("skipping: needs zstd and tcpdump");
+        return;
+    }
+    let cases = header_cases();
+    let net = TestNet::new(1);
+    let sent: Vec<Vec<u8>> = cases.iter().map(|c| c.frame.clone()).collect();
+    // (flags, manifest's "headers", snap length, bytes each case must keep)
+    type Keep = fn(&HeaderCase) -> usize;
+    let modes: [(&[&str], &str, usize, Keep); 3] = [
+        (&["--headers"], "transport", usize::MAX, |c| c.transport),
+        (&["--headers=rpc"], "rpc", usize::MAX, |c| c.rpc),
+        (&["--headers=rpc", "--snaplen", "100"], "rpc", 100, |c| {
+            c.rpc
+        }),
+    ];
+    for (flags, depth, snaplen, keep) in modes {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let mut child = spawn_record(net.outside(0), &store, sent.len(), flags);
+        wait_started(&store, &mut child);
+        net.sender_inside(0).send_all(&sent);
+        let stderr = finish(child);
+        let stored = stored_frames(&store);
+        assert_eq!(stored.len(), cases.len(), "{flags:?}: {stderr}");
+        let (mut captured, mut kept) = (0, 0);
+        for ((orig_len, data), c) in stored.iter().zip(&cases) {
+            let k = keep(c).min(snaplen);
+            assert!(k < c.frame.len(), "{}: the case cuts nothing", c.what);
+            assert_eq!(data[..], c.frame[..k], "{flags:?}: {}", c.what);
+            assert_eq!(*orig_len as usize, c.frame.len(), "{flags:?}: {}", c.what);
+            captured += c.frame.len().min(snaplen) as u64;
+            kept += k as u64;
+        }
+        let stats = std::fs::read_to_string(store.join("stats.jsonl")).unwrap();
+        let last: serde_json::Value = serde_json::from_str(stats.lines().last().unwrap()).unwrap();
+        assert_eq!(last["totals"]["captured_bytes"], captured, "{flags:?}");
+        assert_eq!(last["totals"]["kept_bytes"], kept, "{flags:?}");
+        let saved = captured - kept;
+        assert!(saved < 10_000);
+        let line = format!(
+            "  headers: kept {:.1} % of captured bytes (saved {})\n",
+            100.0 * kept as f64 / captured as f64,
+            if saved < 1000 {
+                format!("{saved} B")
+            } else {
+                format!("{:.2} kB", saved as f64 / 1000.0)
+            }
+        );
+        assert!(stderr.contains(&line), "{line}\n{stderr}");
+        assert!(stderr.contains("seen = stored + dropped holds"), "{stderr}");
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(store.join("manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(manifest["options"]["headers"], depth, "{flags:?}");
+        // The interface keeps the snap length in force, not the shorter cuts.
+        let want_snap = if snaplen == usize::MAX {
+            262144
+        } else {
+            snaplen
+        };
+        assert_eq!(manifest["snaplen"], want_snap as u64, "{flags:?}");
+    }
 }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, Sender};
 use tapdeck_capture::{PacketSink, PacketSource, Poll, SourceCounters};
+use tapdeck_decode::headers_len;
+pub use tapdeck_decode::HeaderDepth;
 use tapdeck_pcap::container::{Codec, FrameEncoder};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
@@ -69,6 +71,11 @@ pub struct RecorderConfig {
     pub flush_interval: Duration,
     pub stats_interval: Duration,
     pub duration: Option<Duration>,
+    /// Header-only capture: each packet is cut to `headers_len` of its interface's link
+    /// type before it is staged, and keeps its original length. Interfaces keep the snap
+    /// length of their source (the upper bound in force); pcapng and pcap both allow a
+    /// packet to have fewer captured bytes than that.
+    pub headers: Option<HeaderDepth>,
     /// The options as the user gave them, kept in the manifest.
     pub options: serde_json::Value,
 }
@@ -80,6 +87,7 @@ pub struct Summary {
     pub staging_locked: bool,
     pub direct: bool,
     pub discard: bool,
+    pub headers: Option<HeaderDepth>,
 }
 
 /// A sensible staging pool: a thirty-second of the machine's memory (768 MiB of 24 GiB:
@@ -283,6 +291,7 @@ pub fn record<S: PacketSource + 'static>(
         staging_locked,
         direct: cfg.direct,
         discard: cfg.discard,
+        headers: cfg.headers,
     })
 }
 
@@ -454,6 +463,8 @@ struct CaptureLoop {
     length_fixups: u64,
     /// Why a packet could not be stored in the chosen format; stops the recording.
     unfit: Option<String>,
+    /// See `RecorderConfig::headers`.
+    headers: Option<HeaderDepth>,
 }
 
 impl CaptureLoop {
@@ -494,6 +505,7 @@ impl CaptureLoop {
             hub,
             length_fixups: 0,
             unfit: None,
+            headers: cfg.headers,
         }
     }
 
@@ -738,6 +750,27 @@ impl CaptureLoop {
         self.close_file(&counters);
     }
 
+    #[cold]
+    fn note_length_fixup(&mut self, caplen: usize, orig_len: u32) {
+        self.length_fixups += 1;
+        if self.length_fixups == 1 {
+            tracing::warn!(
+                "a packet has {caplen} captured bytes but an original length of {orig_len}; \
+                 storing {caplen} as its original length (counted at the end)"
+            );
+        }
+    }
+
+    /// How many of the packet's bytes to stage: all, or up to where header-only capture
+    /// cuts it.
+    #[inline]
+    fn kept_len(&self, p: &Packet<'_>) -> usize {
+        match (self.headers, self.interfaces.get(p.iface as usize)) {
+            (Some(depth), Some(f)) => headers_len(u32::from(f.linktype), p.data, depth),
+            _ => p.data.len(),
+        }
+    }
+
     /// A packet longer than its interface's snap length (a malformed input file): declare
     /// a snap length that covers it, in a new file, rather than store a file that breaks
     /// its own header.
@@ -762,7 +795,7 @@ impl PacketSink for CaptureLoop {
             self.grow(i + 1);
         }
         self.counts[i].received += 1;
-        let caplen = p.data.len();
+        let captured = p.data.len();
         if self.format == Format::Pcap && p.ts_ns >= PCAP_TIME_LIMIT_NS {
             self.counts[i].received -= 1;
             self.unfit.get_or_insert_with(|| {
@@ -772,6 +805,8 @@ impl PacketSink for CaptureLoop {
             });
             return;
         }
+        // The cut comes first, so staging, compression and the disk see only kept bytes.
+        let caplen = self.kept_len(p);
         if self
             .interfaces
             .get(i)
@@ -780,19 +815,15 @@ impl PacketSink for CaptureLoop {
             self.raise_snaplen(i, caplen);
         }
         let mut fixed;
-        let p = if caplen as u64 > u64::from(p.orig_len) {
-            // A packet cannot have been shorter on the wire than what was captured of it
-            // (bad input); store the captured length as the original one, and say so.
-            self.length_fixups += 1;
-            if self.length_fixups == 1 {
-                tracing::warn!(
-                    "a packet has {caplen} captured bytes but an original length of {}; \
-                     storing {caplen} as its original length (counted at the end)",
-                    p.orig_len
-                );
-            }
+        let p = if caplen < captured || captured as u64 > u64::from(p.orig_len) {
             fixed = *p;
-            fixed.orig_len = caplen as u32;
+            if captured as u64 > u64::from(p.orig_len) {
+                // A packet cannot have been shorter on the wire than what was captured of
+                // it (bad input); store the captured length as the original one, and say so.
+                self.note_length_fixup(captured, p.orig_len);
+                fixed.orig_len = captured as u32;
+            }
+            fixed.data = &p.data[..caplen];
             &fixed
         } else {
             p
@@ -845,7 +876,8 @@ impl PacketSink for CaptureLoop {
         self.file_bytes += n as u64;
         let c = &mut self.counts[i];
         c.staged_bytes += n as u64;
-        c.captured_bytes += caplen as u64;
+        c.captured_bytes += captured as u64;
+        c.kept_bytes += caplen as u64;
         c.wire_bytes += u64::from(p.orig_len);
     }
 }

@@ -21,8 +21,11 @@ pub struct CaptureCounts {
     pub dropped_staging_full: u64,
     /// Record bytes copied into staging (the capture data before compression).
     pub staged_bytes: u64,
-    /// Bytes of the packets as captured (caplen), and as they were on the wire.
+    /// Bytes of the packets as the source captured them (caplen, after any snap length),
+    /// as kept (caplen after header-only capture cut them; equal without it), and as they
+    /// were on the wire.
     pub captured_bytes: u64,
+    pub kept_bytes: u64,
     pub wire_bytes: u64,
 }
 
@@ -123,6 +126,7 @@ impl StatsHub {
             for c in &capture {
                 total.staged_bytes += c.staged_bytes;
                 total.captured_bytes += c.captured_bytes;
+                total.kept_bytes += c.kept_bytes;
                 total.wire_bytes += c.wire_bytes;
             }
             let counts = s.interface_counts();
@@ -177,7 +181,10 @@ pub struct Totals {
     pub stored: u64,
     pub dropped: Drops,
     pub staged_bytes: u64,
+    /// Packet bytes of the staged packets: on the wire ≥ captured by the source (snap
+    /// length) ≥ kept (header-only capture). See `CaptureCounts`.
     pub captured_bytes: u64,
+    pub kept_bytes: u64,
     pub wire_bytes: u64,
 }
 
