@@ -170,8 +170,10 @@ def test_corpus_addresses_keep_their_prefixes(tapdeck, keys, tmp_path):
     one, no address stays, and every pair keeps its common prefix length."""
     if not TCPDUMP.is_dir():
         pytest.skip(f"corpus {TCPDUMP} absent")
-    convert_ok(tapdeck, tmp_path / "plain", TCPDUMP)
-    convert_ok(tapdeck, tmp_path / "anon", TCPDUMP, args=("--key", keys[1], "--anonymize-ips"))
+    # The whole corpus, twice: generous time for a loaded 2-core machine.
+    convert_ok(tapdeck, tmp_path / "plain", TCPDUMP, timeout=600)
+    convert_ok(tapdeck, tmp_path / "anon", TCPDUMP, args=("--key", keys[1], "--anonymize-ips"),
+               timeout=600)
     mapping: dict[str, str] = {}
     for p, a in aligned(table(tmp_path / "plain", "packets"), table(tmp_path / "anon",
                                                                      "packets")):

@@ -131,7 +131,8 @@ pub struct RpcEngine {
     file_id: i32,
     input: Option<PassTwoInput>,
     answered_later: HashSet<u64>,
-    tcp: TcpRpcTracker<Meta>,
+    /// Out only while it runs (see `packet`).
+    tcp: Option<TcpRpcTracker<Meta>>,
     calls: HashMap<(Conv, u32), Pending>,
     ordinal: u64,
     orphan_replies: Vec<OrphanReply>,
@@ -170,7 +171,7 @@ impl RpcEngine {
                 .map(|i| i.answered_later.iter().copied().collect())
                 .unwrap_or_default(),
             input: input.cloned(),
-            tcp: TcpRpcTracker::new(TrackerConfig::default()),
+            tcp: Some(TcpRpcTracker::new(TrackerConfig::default())),
             calls: HashMap::new(),
             ordinal: 0,
             orphan_replies: Vec::new(),
@@ -229,22 +230,28 @@ impl RpcEngine {
                 )?;
             }
             Transport::Tcp(_) => {
-                let mut done: Vec<(FlowKey, Vec<u8>, u64, bool, Meta)> = Vec::new();
-                self.tcp
-                    .packet(h, meta, time_ns.max(0) as u64, &mut |k, m| {
-                        done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
-                    });
-                for (k, body, wire_len, truncated, m) in done {
-                    self.message(
-                        &k,
-                        true,
-                        &body,
-                        wire_len,
-                        truncated,
-                        m,
-                        anon,
-                        out.as_deref_mut(),
-                    )?;
+                // The tracker is taken out while it runs, so that messages are handled as
+                // it frames them, straight from its buffers (no copy of READ/WRITE data).
+                let mut tcp = self.tcp.take().expect("the tracker is back after each use");
+                let mut failed = None;
+                tcp.packet(h, meta, time_ns.max(0) as u64, &mut |k, m| {
+                    if failed.is_none() {
+                        let r = self.message(
+                            k,
+                            true,
+                            m.body,
+                            m.wire_len,
+                            m.truncated,
+                            m.last_meta,
+                            anon,
+                            out.as_deref_mut(),
+                        );
+                        failed = r.err();
+                    }
+                });
+                self.tcp = Some(tcp);
+                if let Some(e) = failed {
+                    return Err(e);
                 }
             }
             _ => {}
@@ -287,8 +294,9 @@ impl RpcEngine {
     pub fn warm_up(&mut self, h: &Headers<'_>, time_ns: i64) {
         if matches!(h.transport, Transport::Tcp(_)) {
             let meta = Meta { time_ns, record: 0 };
-            self.tcp
-                .packet(h, meta, time_ns.max(0) as u64, &mut |_, _| {});
+            if let Some(tcp) = &mut self.tcp {
+                tcp.packet(h, meta, time_ns.max(0) as u64, &mut |_, _| {});
+            }
         }
         self.last_time_ns = time_ns;
     }
@@ -487,7 +495,9 @@ impl RpcEngine {
                             }
                         }
                     }
-                    call = Some((p.info, p.decoded.clone()));
+                    // The decoded call is needed once, for its reply's rows; a duplicate
+                    // reply does without (keeping it would hold every call in memory).
+                    call = Some((p.info, p.decoded.take()));
                 } else if let Some(remote) = self
                     .input
                     .as_ref()
@@ -798,7 +808,8 @@ impl RpcEngine {
             record: self.last_record,
         };
         let continued = self.continued;
-        self.tcp.finish(end, &mut |k, m| {
+        let mut tcp = self.tcp.take().expect("the tracker is back after each use");
+        tcp.finish(end, &mut |k, m| {
             if !continued {
                 done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
             }
@@ -822,7 +833,7 @@ impl RpcEngine {
         for e in early {
             self.replay_early(e, true, anon, out.as_deref_mut())?;
         }
-        let c = *self.tcp.counters();
+        let c = *tcp.counters();
         let f = c.framing;
         for (k, v) in [
             ("tcp.gap_bytes", f.gap_bytes),
