@@ -345,7 +345,7 @@ def summary_rows(res) -> list:
         parts = row["tool"].split()
         if parts[0] in ("duckdb", "pandas"):
             row["ratio_vs_pandas"] = spread(
-                (row["rows"] / r["seconds"]) / b for r, b in zip(runs[row["tool"]], base[parts[1]]))
+                (row["rows"] / r["seconds"]) / b for r, b in zip(runs[row["tool"]], base[parts[1]], strict=True))
     return rows
 
 
@@ -389,7 +389,7 @@ def markdown(res) -> str:
     m += ["", f"Largest relative difference of a mean: {worst * 100:.2e} %."]
     srt = res["runs"]["tshark rpc,srt"][0]["srt"]
     if srt:
-        m += ["", f"tshark rpc,srt on the slice (NFSv3 only): "
+        m += ["", "tshark rpc,srt on the slice (NFSv3 only): "
               + ", ".join(f"{s['procedure']} {s['calls']} calls mean {s['mean_s'] * 1e6:.0f} µs" for s in srt) + "."]
     dl = [r for r in summary_rows(res) if r["tool"].startswith("duckdb")]
     m += ["", "Target (issue 6): at least 10 million rows/s for nfs_latency and rates: "

@@ -512,7 +512,7 @@ class Generator:
         # Completion time of each call: its last byte's segment.
         end = 0
         ready = []
-        for call, reply, (op, lat) in zip(calls, replies, keys):
+        for call, reply, (op, lat) in zip(calls, replies, keys, strict=True):
             end += call[1]
             done = t + ((end - 1) // MSS) * SEG_GAP_NS
             rseg = -(-reply[1] // MSS)
@@ -710,7 +710,7 @@ class Generator:
         parts = []
         app = parts.append
         pos = 0
-        for a_, l_ in zip(aoff.tolist(), plen.tolist()):
+        for a_, l_ in zip(aoff.tolist(), plen.tolist(), strict=True):
             app(hv[pos:pos + HDR])
             pos += HDR
             if l_:
@@ -733,7 +733,7 @@ class Generator:
             "generator": "bench/nfsgen.py", "command": " ".join(sys.argv),
             "files": [str(p) for p in self.output.files], "transactions": self.a.transactions, "seed": self.a.seed,
             "clients": [{"addr": a, "port": p, "server": s, "nfs_version": c.version}
-                        for (a, p, s), c in zip(self.addrs, self.conns)],
+                        for (a, p, s), c in zip(self.addrs, self.conns, strict=True)],
             "packets": self.packets, "rpc_messages": self.rpc_messages,
             "payload_bytes": self.payload_bytes,
             "first_time_ns": self.first_ns, "last_time_ns": self.last_ns,
