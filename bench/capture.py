@@ -24,7 +24,7 @@ What it does (DESIGN.md "How performance is judged", issue 3 "The benchmark harn
 
 Output: bench/results/capture-<UTC time>.{json,md,png}. Needs root. Usage:
     python3 bench/capture.py [--seconds 60] [--reps 3] [--quick] [--burst] [--kinds 64,1514,mix,64-trafgen]
-                             [--tools tapdeck-raw,tapdeck-adaptive,tcpdump,dumpcap,netsniff-ng]
+                             [--tools tapdeck-raw,tapdeck-adaptive,tapdeck-headers,tcpdump,dumpcap,netsniff-ng]
 """
 
 import argparse
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("TAPDECK_BIN", ROOT / "target/release/tapdeck"))
 GEN_CPU, REC_CPU = "0", "1"
 BUFFER_MIB = 256  # kernel buffer / ring every recorder gets (tapdeck's default ring: 64 x 4 MiB)
-TOOLS = ["tapdeck-raw", "tapdeck-adaptive", "tcpdump", "dumpcap", "netsniff-ng"]
+TOOLS = ["tapdeck-raw", "tapdeck-adaptive", "tapdeck-headers", "tcpdump", "dumpcap", "netsniff-ng"]
 KINDS = ["64", "1514", "mix", "64-trafgen"]  # the last: 64-byte frames from trafgen, not tcpreplay
 
 DATA_FILE = re.compile(r"\.pcap(ng)?(\.zst|\.lz4)?$")
@@ -175,6 +175,9 @@ def recorder_cmd(tool: str, iface: str, out: Path):
                 "--stats-interval", "1", "-q", "--log", "warn"], out, None
     if tool == "tapdeck-adaptive":
         return [BIN, "record", "-i", iface, "--store", out, "--stats", out.with_suffix(".stats"),
+                "--stats-interval", "1", "-q", "--log", "warn"], out, None
+    if tool == "tapdeck-headers":
+        return [BIN, "record", "-i", iface, "--store", out, "--headers", "--stats", out.with_suffix(".stats"),
                 "--stats-interval", "1", "-q", "--log", "warn"], out, None
     if tool == "tcpdump":
         f = out.with_suffix(".pcap")
