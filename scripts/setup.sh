@@ -17,6 +17,7 @@ packages=(
   netsniff-ng      # peer recorder in bench/capture.py
   libfixbuf-tools  # ipfixDump, the second IPFIX oracle in crates/ipfix tests
   nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils # real NFS traffic: tests/nfs rig
+  chromium chromium-driver # headless check of the analysis report (tests/e2e)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -26,6 +26,8 @@ def _common(p: argparse.ArgumentParser, engine: bool = True) -> None:
     p.add_argument("--server", metavar="ADDR", help="only RPCs to this server (and its packets)")
     p.add_argument("--op", metavar="NAME", help="only this NFS operation, e.g. READ")
     p.add_argument("--tz", metavar="ZONE", help="time zone for displayed times (default UTC)")
+    p.add_argument("--key", metavar="KEYFILE",
+                   help="the key file of `tapdeck convert --key`: files shows names decrypted")  # fmt: skip
     if engine:
         p.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
         p.add_argument("--master", metavar="URL", help="Spark master (default local[2])")
@@ -77,6 +79,7 @@ def main(argv=None) -> int:
             engine=args.engine,
             master=args.master,
             require_packets=args.command != "sql",
+            key=args.key,
         )
         if args.command == "report":
             from .report import write_report

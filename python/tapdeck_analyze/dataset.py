@@ -51,6 +51,7 @@ class Dataset:
     filters: Filters = field(default_factory=Filters)
     engine: object = None  # duckdb or spark, see engine.py
     tables_present: dict[str, bool] = field(default_factory=dict)
+    name_key: object = None  # names.NameKey: decrypts names (files) when the key is given
 
     def query(self, sql: str) -> pa.Table:
         """Runs one query (written in DuckDB's dialect) and returns its result as Arrow."""
@@ -201,12 +202,14 @@ def open_dataset(
     engine: str = "duckdb",
     master: str | None = None,
     require_packets: bool = True,
+    key=None,
 ) -> Dataset:
     """Opens the dataset at `path` for analysis.
 
     `start` and `end` are nanoseconds since the epoch or strings in `tapdeck extract`'s formats;
     the range is [start, end). Raises DatasetError (one line) for a missing or partial dataset, a
-    newer schema version, or an empty range.
+    newer schema version, or an empty range. `key` is the key file the dataset's names were
+    encrypted with (checked against its key id): `files` then shows the names decrypted.
     """
     path = Path(path)
     meta = read_meta(path)
@@ -215,6 +218,10 @@ def open_dataset(
     if start_ns is not None and end_ns is not None and start_ns >= end_ns:
         raise DatasetError("--start must be before --end: the range [start, end) is empty")
     ds = Dataset(path, meta, start_ns, end_ns, Filters(client, server, op))
+    if key is not None:
+        from .names import key_for
+
+        ds.name_key = key_for(meta, key)
     if engine == "duckdb":
         from .engine import DuckDBEngine
 

@@ -1,8 +1,8 @@
 """files: per file handle, what the traffic reveals about the file and how it was accessed.
 
 Names come from LOOKUP/CREATE/… replies (`nfs_names`), the directory path from following each
-name's directory handle upwards as far as lookups reveal it. Names stay as stored: in an
-anonymized dataset they are ciphertext (see README: decryption is not implemented yet).
+name's directory handle upwards as far as lookups reveal it. In an anonymized dataset names
+are ciphertext; given the key file (`key=`, `--key`) they are decrypted (names.py).
 An access is sequential when its offset is the end (offset + count) of the previous access of
 the same kind (read or write) to the same file.
 """
@@ -10,6 +10,7 @@ the same kind (read or write) to the same file.
 import pyarrow as pa
 
 from .dataset import as_dataset
+from .names import NameKey, key_for
 
 ACCESSES = """
 accesses AS (
@@ -21,11 +22,30 @@ accesses AS (
 )"""
 
 
-def files(ds_or_path) -> pa.Table:
+# The names a handle is known by. A LOOKUP/CREATE/OPEN… name wins over a READDIR entry (the
+# entries include "." and "..", which name the directory and its parent from inside): READDIR
+# entries rank below any other name (2^62 ns later than any capture time), and "." and ".."
+# are left out (in an encrypted dataset "." is still recognisable: its handle is the directory's).
+NAMED = """
+named AS (
+  SELECT fh, dir_fh, name,
+         CASE WHEN operation IN ('READDIR', 'READDIRPLUS') THEN time_ns
+              ELSE time_ns + 4611686018427387904 END AS rank_ns
+  FROM nfs_names
+  WHERE fh IS NOT NULL AND name IS NOT NULL AND name NOT IN ('.', '..')
+    AND NOT (operation IN ('READDIR', 'READDIRPLUS') AND fh = dir_fh)
+)"""
+
+
+def files(ds_or_path, key=None) -> pa.Table:
     """One row per file handle read or written: fh, name, path, ftype, size, first_access_ns,
     last_access_ns, reads, writes, bytes_read, bytes_written, sequential_reads,
-    sequential_writes; ordered by bytes moved, most first."""
+    sequential_writes; ordered by bytes moved, most first. `key` (a key file's path or a
+    NameKey; default: the one the dataset was opened with) decrypts names and paths."""
     ds = as_dataset(ds_or_path)
+    if key is not None and not isinstance(key, NameKey):
+        key = key_for(ds.meta, key)
+    key = key or ds.name_key
     table = ds.query(f"""
 WITH {ACCESSES},
 ordered AS (
@@ -63,10 +83,8 @@ attrs AS (
   SELECT fh, arg_max(ftype, time_ns) AS ftype, arg_max(size, time_ns) AS size
   FROM nfs_attrs WHERE size IS NOT NULL GROUP BY fh
 ),
-names AS (
-  SELECT fh, arg_max(name, time_ns) AS name
-  FROM nfs_names WHERE fh IS NOT NULL AND name IS NOT NULL GROUP BY fh
-)
+{NAMED},
+names AS (SELECT fh, arg_max(name, rank_ns) AS name FROM named GROUP BY fh)
 SELECT u.fh, n.name, a.ftype, a.size, u.first_access_ns, u.last_access_ns,
        CAST(u.reads AS BIGINT) AS reads, CAST(u.writes AS BIGINT) AS writes,
        CAST(coalesce(m.bytes_read, 0) AS BIGINT) AS bytes_read,
@@ -79,13 +97,23 @@ LEFT JOIN attrs AS a ON a.fh = u.fh
 LEFT JOIN names AS n ON n.fh = u.fh
 ORDER BY coalesce(m.bytes_read, 0) + coalesce(m.bytes_written, 0) DESC, u.fh
 """)
-    parents = ds.query("""
-SELECT fh, arg_max(dir_fh, time_ns) AS dir_fh, arg_max(name, time_ns) AS name
-FROM nfs_names WHERE fh IS NOT NULL AND name IS NOT NULL
+    parents = ds.query(f"""
+WITH {NAMED}
+SELECT fh, arg_max(dir_fh, rank_ns) AS dir_fh, arg_max(name, rank_ns) AS name
+FROM named
 GROUP BY fh
 """).to_pylist()
-    links = {r["fh"]: (r["dir_fh"], r["name"]) for r in parents}
+
+    def plain(s):
+        s = key.decrypt(s) if key else s
+        return None if s in (".", "..") else s
+
+    links = {r["fh"]: (r["dir_fh"], plain(r["name"])) for r in parents if plain(r["name"])}
     paths = [directory_path(fh, links) for fh in table.column("fh").to_pylist()]
+    if key:
+        names = [plain(n) for n in table.column("name").to_pylist()]
+        i = table.column_names.index("name")
+        table = table.set_column(i, "name", pa.array(names, pa.string()))
     return table.add_column(2, "path", pa.array(paths, pa.string()))
 
 

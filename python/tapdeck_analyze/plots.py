@@ -18,6 +18,17 @@ def _times(ns_values, tz):
     return [dt.datetime.fromtimestamp(v / 1e9, tz) for v in ns_values]
 
 
+def _time_axis(ax, x) -> None:
+    """A time axis that stays readable when every point has the same time (matplotlib would
+    otherwise span years around it)."""
+    if x and min(x) == max(x):
+        ax.set_xlim(min(x) - dt.timedelta(seconds=30), max(x) + dt.timedelta(seconds=30))
+    if x and max(x) - min(x) < dt.timedelta(days=1):
+        import matplotlib.dates as mdates
+
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=x[0].tzinfo))
+
+
 def _empty(title: str):
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.text(0.5, 0.5, "no data in this range", ha="center", va="center")
@@ -37,8 +48,13 @@ def _rates(t, tz):
         return {"rates": _empty("rates")}
     fig, ax = plt.subplots(figsize=(9, 4))
     x = _times([r["window_start_ns"] for r in rows], tz)
-    for col, style in (("max_bps", "r-"), ("mean_bps", "k-"), ("min_bps", "b-")):
-        ax.plot(x, [r[col] for r in rows], style, label=col.split("_")[0], drawstyle="steps-post")
+    if len(rows) > 1:  # the last window drawn to its end
+        x.append(x[-1] + (x[-1] - x[-2]))
+    for col, style in (("max_bps", "r.-"), ("mean_bps", "k.-"), ("min_bps", "b.-")):
+        y = [r[col] for r in rows]
+        y = y + y[-1:] if len(rows) > 1 else y
+        ax.plot(x, y, style, label=col.split("_")[0], drawstyle="steps-post", markersize=3)
+    _time_axis(ax, x)
     ax.set_ylabel("bits/s")
     ax.set_title("rate per window: min, mean and max of the samples")
     ax.legend()
@@ -103,6 +119,7 @@ def _nfs_latency(t, tz):
                 "o-", markersize=3, label=f"v{key[0]} {key[1]}")  # fmt: skip
     ax.set_yscale("log")
     ax.set_ylabel("mean latency (s)")
+    _time_axis(ax, _times([r["interval_start_ns"] for r in rows], tz))
     ax.set_title("NFS latency over time, busiest operations")
     ax.legend()
     fig.autofmt_xdate()
@@ -123,6 +140,7 @@ def _nfs_ops(t, tz):
     out = t["nfs_ops_outstanding"].to_pylist()
     b.step(_times([r["interval_start_ns"] for r in out], tz),
            [r["max_outstanding"] for r in out], where="post")  # fmt: skip
+    _time_axis(b, _times([r["interval_start_ns"] for r in out], tz))
     b.set_ylabel("max outstanding requests")
     b.set_title("outstanding requests")
     fig.autofmt_xdate()
@@ -138,6 +156,7 @@ def _rpc_matching(t, tz):
     x = _times([r["interval_start_ns"] for r in rows], tz)
     ax.plot(x, [r["unmatched_calls"] for r in rows], "o-", label="calls without reply")
     ax.plot(x, [r["unmatched_replies"] for r in rows], "s-", label="replies without call")
+    _time_axis(ax, x)
     ax.set_ylabel("per minute")
     ax.set_title("unmatched RPC messages")
     ax.legend()
