@@ -231,17 +231,68 @@ fn parallel<I: Sync, O: Send>(
 /// Pass one: count packets and RPC messages, note leftovers.
 fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne, String> {
     let mut reader = source::open(&s.path)?;
-    let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let mut engine = RpcEngine::new(0, None);
     chains.warm_up(&s.path, &mut engine);
     let mut anonymizer = anon.worker();
+    let scan = scan(s, &mut reader, |h, _, t, record| {
+        engine.packet(h, t, record, &mut anonymizer, None)
+    })?;
+    let r = engine.finish(&mut anonymizer, None)?;
+    Ok(scan.pass_one(s, r, chains.neighbours(&s.path)))
+}
+
+/// What reading one source through gives, whichever pass reads it.
+struct Scan {
+    format: String,
+    packets: u64,
+    first_time_ns: Option<i64>,
+    last_time_ns: Option<i64>,
+    /// Where a damaged file stopped being readable.
+    defect: Option<String>,
+}
+
+impl Scan {
+    fn pass_one(
+        self,
+        s: &SourceFile,
+        rpc: crate::rpcx::RpcResult,
+        neighbours: (Option<String>, Option<String>),
+    ) -> PassOne {
+        PassOne {
+            source: s.clone(),
+            format: self.format,
+            packets: self.packets,
+            first_time_ns: self.first_time_ns,
+            last_time_ns: self.last_time_ns,
+            messages: rpc.messages,
+            open_calls: rpc.open_calls,
+            orphan_replies: rpc.orphan_replies,
+            defect: self.defect,
+            neighbours,
+        }
+    }
+}
+
+/// Reads every packet of a source, dissects it and hands it to `each` with its time and
+/// 1-based record number. A damaged file is read up to its defect, which is reported in the
+/// result rather than as an error: its packets before the defect are converted.
+fn scan<R: std::io::Read>(
+    s: &SourceFile,
+    reader: &mut tapdeck_pcap::TraceReader<R>,
+    mut each: impl FnMut(
+        &tapdeck_decode::Headers<'_>,
+        &tapdeck_pcap::Packet<'_>,
+        i64,
+        i64,
+    ) -> Result<(), String>,
+) -> Result<Scan, String> {
+    let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let (mut packets, mut first, mut last) = (0u64, None, None);
     let mut defect = None;
     loop {
         let ctx = match reader.next_packet_with_context() {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            // A damaged file is converted up to the defect, and the report says so.
             Err(e) => {
                 defect = Some(format!(
                     "{}: {e}; converted the {packets} packets before it",
@@ -259,21 +310,14 @@ fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<Pas
             .interfaces
             .get(p.iface as usize)
             .map_or(1, |i| i.linktype);
-        let h = headers(linktype, p.data);
-        engine.packet(&h, t, packets as i64, &mut anonymizer, None)?;
+        each(&headers(linktype, p.data), &p, t, packets as i64)?;
     }
-    let r = engine.finish(&mut anonymizer, None)?;
-    Ok(PassOne {
-        source: s.clone(),
+    Ok(Scan {
         format,
         packets,
         first_time_ns: first,
         last_time_ns: last,
-        messages: r.messages,
-        open_calls: r.open_calls,
-        orphan_replies: r.orphan_replies,
         defect,
-        neighbours: chains.neighbours(&s.path),
     })
 }
 
@@ -344,70 +388,30 @@ fn pass_two(
     chains: &Chains,
 ) -> Result<(PassTwo, PassOne), String> {
     let mut reader = source::open(&s.path)?;
-    let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let file_id = input.file_id;
     let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
     let mut sinks = RpcSinks::new(out, file_id, &s.path);
     let mut engine = RpcEngine::new(file_id, Some(input));
     chains.warm_up(&s.path, &mut engine);
     let mut anonymizer: Anonymizer = anon.worker();
-    let mut record = 0i64;
-    let mut defects = 0u64;
-    let mut defect = None;
-    let (mut first, mut last) = (None, None);
     let mut per_iface: BTreeMap<u32, (u64, i64, i64)> = BTreeMap::new();
-    loop {
-        let ctx = match reader.next_packet_with_context() {
-            Ok(Some(c)) => c,
-            Ok(None) => break,
-            Err(e) => {
-                // Pass one (or the caller, for a single pass) reports it; stop at the same
-                // packet.
-                defects += 1;
-                defect = Some(format!(
-                    "{}: {e}; converted the {record} packets before it",
-                    s.path
-                ));
-                break;
-            }
-        };
-        record += 1;
-        let p = ctx.packet;
-        let t = p.ts_ns as i64;
-        first.get_or_insert(t);
-        last = Some(t);
-        let linktype = ctx
-            .interfaces
-            .get(p.iface as usize)
-            .map_or(1, |i| i.linktype);
-        let h = headers(linktype, p.data);
+    let scan = scan(s, &mut reader, |h, p, t, record| {
         let e = per_iface.entry(p.iface).or_insert((0, t, t));
         e.0 += 1;
         e.1 = e.1.min(t);
         e.2 = e.2.max(t);
         if let Some(sink) = &mut packets_sink {
-            let row = packet_row(&h, &p, file_id, record, &mut anonymizer);
-            sink.push(row)?;
+            sink.push(packet_row(h, p, file_id, record, &mut anonymizer))?;
         }
-        engine.packet(&h, t, record, &mut anonymizer, Some(&mut sinks))?;
-    }
-    let rpc = engine.finish(&mut anonymizer, Some(&mut sinks))?;
-    let one = PassOne {
-        source: s.clone(),
-        format,
-        packets: record as u64,
-        first_time_ns: first,
-        last_time_ns: last,
-        messages: rpc.messages,
-        open_calls: rpc.open_calls,
-        orphan_replies: rpc.orphan_replies,
-        defect,
-        neighbours: input.neighbours.clone(),
-    };
-    let mut counts = rpc.counts;
-    counts.insert("packets".into(), record as u64);
-    if defects > 0 {
-        counts.insert("failed.damaged_source".into(), defects);
+        engine.packet(h, t, record, &mut anonymizer, Some(&mut sinks))
+    })?;
+    let mut rpc = engine.finish(&mut anonymizer, Some(&mut sinks))?;
+    let (packets, damaged) = (scan.packets, scan.defect.is_some());
+    let mut counts = std::mem::take(&mut rpc.counts);
+    let one = scan.pass_one(s, rpc, input.neighbours.clone());
+    counts.insert("packets".into(), packets);
+    if damaged {
+        counts.insert("failed.damaged_source".into(), 1);
     }
     let mut row_groups: Vec<RowGroupRow> = Vec::new();
     if let Some(sink) = packets_sink {
