@@ -83,28 +83,11 @@ def v4_reply_op_counts(pcap) -> Counter:
     return want
 
 
-OUT_OF_ORDER = ("converter defect: a TCP RPC message whose segments arrive out of order gets "
-                "the time and record of the segment carrying its last bytes, not of the packet "
-                "that completes it (fills the last hole), which tshark uses; see "
-                "test_message_completed_by_an_out_of_order_segment")
-
-
-def out_of_order_messages(pcap) -> list[dict]:
-    """Messages that tshark completes at a frame other than the one with their last bytes."""
-    return [m for m in messages(pcap) if m["segments"] and m["frame"] != m["segments"][-1]]
-
-
 @pytest.mark.nfs
 @pytest.mark.parametrize("kind", ["v3", "mixed"])
 def test_nfsv3_latency_equals_tshark_srt(captures, kind):
     pcap, ds = captures[kind]
-    try:
-        srt = assert_matches_srt(pcap, ds)
-    except AssertionError:
-        # the veth capture has segments out of order now and then (tests/nfs/README.md)
-        if out_of_order_messages(pcap):
-            pytest.xfail(OUT_OF_ORDER)
-        raise
+    srt = assert_matches_srt(pcap, ds)
     assert sum(t["calls"] for t in srt.values()) > 150
     assert {"READ", "WRITE", "LOOKUP", "GETATTR", "COMMIT"} <= set(srt)
 
@@ -120,7 +103,6 @@ def test_nfsv4_operation_counts_equal_tsharks_replies(captures, kind):
 
 
 @pytest.mark.nfs
-@pytest.mark.xfail(strict=True, reason=OUT_OF_ORDER)
 def test_message_completed_by_an_out_of_order_segment(captures, tapdeck, tmp_path):
     """One middle segment of a multi-segment READ reply moved after the reply's last segment
     (times stay in capture order): the reply is complete only at that moved packet."""

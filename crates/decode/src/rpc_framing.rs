@@ -226,11 +226,11 @@ pub struct RpcMessage<'a, M> {
     pub wire_len: u64,
     /// `body` is shorter than `wire_len` (snap length, capture loss, or end of stream).
     pub truncated: bool,
-    /// Meta of the segment that carried the first byte (of the record mark).
+    /// Meta of the data event that delivered the first byte (of the record mark).
     pub first_meta: M,
-    /// Meta of the segment that completed the message. Both metas follow stream order, not
-    /// arrival order: with reordering, `last_meta` can belong to a segment that arrived
-    /// before `first_meta`'s.
+    /// Meta of the data event that completed the message. Metas are those of the
+    /// reassembler's events: with reordering, the segment that filled the last hole, so
+    /// `last_meta` is the packet at which the whole message had arrived.
     pub last_meta: M,
 }
 

@@ -44,7 +44,10 @@ pub enum GapCause {
 /// What the reassembler delivers, in stream order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamEvent<'a, M> {
-    /// Contiguous bytes; `meta` is that of the segment that carried them.
+    /// Contiguous bytes. `meta` is that of the segment whose arrival made them contiguous:
+    /// the one that carried them, or, for bytes that waited behind a hole, the segment that
+    /// filled it (the packet at which a reader of the wire could first have them, as
+    /// Wireshark's "reassembled in" frame).
     Data { bytes: &'a [u8], meta: M },
     /// `len` bytes of the stream that will never be delivered.
     Gap { len: u64, cause: GapCause, meta: M },
@@ -220,15 +223,14 @@ impl<M: Copy> TcpReassembler<M> {
                 self.counters.out_of_order_segments += 1;
             }
             self.insert(start, seg.payload, wire, seg.meta);
-            self.drain(out);
+            self.drain(Some(seg.meta), out);
             while self.memory_use() > self.config.max_buffer {
                 let Some((&first, _)) = self.buffer.first_key_value() else {
                     break;
                 };
                 self.counters.forced_skips += 1;
-                let meta = self.buffer[&first].meta;
-                self.gap(first - self.next_abs, GapCause::Lost, meta, out);
-                self.drain(out);
+                self.gap(first - self.next_abs, GapCause::Lost, seg.meta, out);
+                self.drain(Some(seg.meta), out);
             }
         }
         self.check_fin(seg.meta, out);
@@ -242,7 +244,7 @@ impl<M: Copy> TcpReassembler<M> {
                 let meta = p.meta;
                 self.gap(first - self.next_abs, GapCause::Lost, meta, out);
             }
-            self.drain(out);
+            self.drain(None, out);
         }
     }
 
@@ -292,8 +294,9 @@ impl<M: Copy> TcpReassembler<M> {
         }
     }
 
-    /// Delivers buffered pieces that became contiguous.
-    fn drain(&mut self, out: &mut impl FnMut(StreamEvent<'_, M>)) {
+    /// Delivers buffered pieces that became contiguous, with the meta of the segment whose
+    /// arrival made them so (`arrival`), or their own at a flush.
+    fn drain(&mut self, arrival: Option<M>, out: &mut impl FnMut(StreamEvent<'_, M>)) {
         while let Some(entry) = self.buffer.first_entry() {
             let start = *entry.key();
             if start > self.next_abs {
@@ -305,7 +308,7 @@ impl<M: Copy> TcpReassembler<M> {
                 self.counters.duplicate_bytes += p.data.len() as u64;
                 continue;
             }
-            self.deliver(start, &p.data, p.len(), p.meta, out);
+            self.deliver(start, &p.data, p.len(), arrival.unwrap_or(p.meta), out);
         }
     }
 
@@ -603,7 +606,9 @@ mod tests {
             vec![
                 Ev::D(b"abc".to_vec(), 1),
                 Ev::D(b"def".to_vec(), 2),
-                Ev::D(b"ghi".to_vec(), 3)
+                // waited behind the hole: delivered at (with the meta of) the segment 2
+                // that filled it
+                Ev::D(b"ghi".to_vec(), 2)
             ]
         );
         assert_eq!(r.counters().out_of_order_segments, 1);
@@ -719,7 +724,7 @@ mod tests {
                 Ev::Cut(996),
                 Ev::D(b"second".to_vec(), 1),
                 Ev::Cut(994),
-                Ev::D(b"third".to_vec(), 2),
+                Ev::D(b"third".to_vec(), 1),
                 Ev::Cut(495)
             ]
         );
