@@ -548,6 +548,20 @@ def summarize(runs):
     return summary
 
 
+def disk_ceiling(work: Path, gib: int = 4) -> dict:
+    """What the disk under test writes when nothing else runs: dd of `gib` GiB of zeros with
+    O_DIRECT in 8 MiB blocks, fsync'd (the raw recorders cannot store faster than this)."""
+    f = work / "dd-ceiling.bin"
+    t0 = time.monotonic()
+    p = sh(["dd", "if=/dev/zero", f"of={f}", "bs=8M", f"count={gib * 128}", "oflag=direct",
+            "conv=fsync"], check=False)
+    secs = time.monotonic() - t0
+    f.unlink(missing_ok=True)
+    if p.returncode != 0:
+        return {"error": (p.stderr or "").strip()[-300:]}
+    return {"bytes": gib << 30, "seconds": round(secs, 2), "mb_s": round((gib << 30) / secs / 1e6, 1)}
+
+
 def markdown(res) -> str:
     m = [f"# Capture benchmark — {res['when']}", "",
          f"Machine: {res['machine']}. Command: `{res['command']}`.",
@@ -560,6 +574,10 @@ def markdown(res) -> str:
          f"moment it was ready until it exited, per million stored packets; the whole-process figure adds its "
          f"start-up (shown separately). The kernel's veth receive work, including the copy into each tool's "
          f"ring, runs in the sender's context and is charged to the generator's core, not to the recorder. Unaccounted = received (incl. startup) − stored − drops the tool reported.", ""]
+    disk = res.get("disk_ceiling") or {}
+    if disk:
+        m += ["Disk ceiling (dd, 4 GiB of zeros, O_DIRECT, 8 MiB blocks, fsync; before and after the runs): "
+              + ", ".join(f"{k} {v.get('mb_s', v.get('error'))} MB/s" for k, v in disk.items()), ""]
     if res.get("quick"):
         m += ["**Quick run (smoke test): short runs, one repetition — not a measurement.**", ""]
     for kind, tools in res["summary"].items():
@@ -713,6 +731,9 @@ def main():
             pcaps[kind] = tmp / f"{kind}.pcap"
             res["traffic"][kind] = write_pcap(pcaps[kind], kind, args.packets)
             log(f"traffic {kind}: {res['traffic'][kind]['packets']} packets, {pcaps[kind].stat().st_size / 1e6:.0f} MB")
+        if not args.quick:
+            res["disk_ceiling"] = {"before": disk_ceiling(work)}
+            log(f"disk ceiling before the runs: {res['disk_ceiling']['before']}")
         for rep in range(args.reps):
             for kind in kinds:
                 for tool in tools:
@@ -737,6 +758,9 @@ def main():
                 log(f"burst {burst} {args.burst_kind}: {tool}")
                 r = one_run(tool, args.burst_kind, pcaps[args.burst_kind], veth, work, 0, burst=burst)
                 res["burst"].append(r)
+        if not args.quick:
+            res["disk_ceiling"]["after"] = disk_ceiling(work)
+            log(f"disk ceiling after the runs: {res['disk_ceiling']['after']}")
     except KeyboardInterrupt as e:
         log(f"interrupted ({e}); cleaning up, writing what was measured")
         res["interrupted"] = True
