@@ -10,54 +10,59 @@ belongs to the time range by its call.
 import pyarrow as pa
 
 from .dataset import as_dataset
-from .sqlkit import MINUTE_NS, bucket, nearest_rank
+from .sqlkit import MINUTE_NS, bucket, percentile_disc
 
 NFS_PROGRAM = 100003
 
-# One row per NFS transaction whose call is in range: its first call time, first reply time,
-# retransmitted calls and duplicate replies.
+# One row per NFS transaction whose first call is in range: its first call time, first reply
+# time, retransmitted calls and duplicate replies. The converter flags repeats (`retransmit`),
+# so the first call and first reply are found by filters; only the few repeats are grouped.
 TRANSACTIONS = f"""
 calls AS (
-  SELECT transaction_id,
-         min(version) AS nfs_version,
-         min(procedure_name) AS operation,
-         min(first_time_ns) AS first_call_ns,
-         sum(CASE WHEN retransmit THEN 1 ELSE 0 END) AS retransmits
+  SELECT transaction_id, version AS nfs_version, procedure_name AS operation,
+         first_time_ns AS first_call_ns
   FROM rpc
-  WHERE direction = 'call' AND program = {NFS_PROGRAM}
-  GROUP BY transaction_id
+  WHERE direction = 'call' AND program = {NFS_PROGRAM} AND NOT retransmit
 ),
 replies AS (
-  SELECT transaction_id,
-         min(time_ns) AS first_reply_ns,
-         sum(CASE WHEN retransmit THEN 1 ELSE 0 END) AS duplicate_replies
+  SELECT transaction_id, time_ns AS first_reply_ns
   FROM rpc
-  WHERE direction = 'reply' AND matched
+  WHERE direction = 'reply' AND program = {NFS_PROGRAM} AND matched AND NOT retransmit
+),
+repeats AS (
+  SELECT transaction_id,
+         sum(CASE WHEN direction = 'call' THEN 1 ELSE 0 END) AS retransmits,
+         sum(CASE WHEN direction = 'reply' THEN 1 ELSE 0 END) AS duplicate_replies
+  FROM rpc
+  WHERE retransmit AND program = {NFS_PROGRAM}
   GROUP BY transaction_id
 ),
 transactions AS (
   SELECT c.transaction_id, c.nfs_version, c.operation, c.first_call_ns, r.first_reply_ns,
          r.first_reply_ns - c.first_call_ns AS latency_ns,
-         c.retransmits,
-         coalesce(r.duplicate_replies, 0) AS duplicate_replies
-  FROM calls AS c LEFT JOIN replies AS r ON r.transaction_id = c.transaction_id
+         coalesce(x.retransmits, 0) AS retransmits,
+         coalesce(x.duplicate_replies, 0) AS duplicate_replies
+  FROM calls AS c
+  LEFT JOIN replies AS r ON r.transaction_id = c.transaction_id
+  LEFT JOIN repeats AS x ON x.transaction_id = c.transaction_id
 )"""
 
 # Each transaction under its own procedure (v3, and v4 COMPOUND/NULL), and each NFSv4
-# operation of its reply under the operation's name.
+# operation of its first reply under the operation's name.
 PER_OPERATION = f"""{TRANSACTIONS},
 v4_reply_ops AS (
-  SELECT DISTINCT transaction_id, op_index, operation
-  FROM nfs_ops
-  WHERE direction = 'reply' AND nfs_version = 4
+  SELECT t.nfs_version, o.operation, t.first_call_ns, t.latency_ns, t.retransmits,
+         t.duplicate_replies
+  FROM nfs_ops AS o
+  JOIN transactions AS t
+    ON o.transaction_id = t.transaction_id AND o.time_ns = t.first_reply_ns
+  WHERE o.direction = 'reply' AND o.nfs_version = 4
 ),
 per_operation AS (
   SELECT nfs_version, operation, first_call_ns, latency_ns, retransmits, duplicate_replies
   FROM transactions
   UNION ALL
-  SELECT t.nfs_version, o.operation, t.first_call_ns, t.latency_ns, t.retransmits,
-         t.duplicate_replies
-  FROM transactions AS t JOIN v4_reply_ops AS o ON o.transaction_id = t.transaction_id
+  SELECT * FROM v4_reply_ops
 )"""
 
 
@@ -65,33 +70,20 @@ def nfs_latency(ds_or_path) -> pa.Table:
     """Columns: nfs_version, operation, calls (answered), min_s, mean_s, max_s, p50_s, p90_s,
     p99_s (nearest rank), retransmits, duplicate_replies; ordered by version and operation."""
     ds = as_dataset(ds_or_path)
-    percentiles = nearest_rank(
-        "answered",
-        ["nfs_version", "operation"],
-        "latency_ns",
-        {"p50": 5000, "p90": 9000, "p99": 9900},
-        suffix="_ns",
-    )
     return ds.query(f"""
-WITH {PER_OPERATION},
-answered AS (SELECT * FROM per_operation WHERE latency_ns IS NOT NULL),
-summary AS (
-  SELECT nfs_version, operation,
-         count(latency_ns) AS calls,
-         min(latency_ns) AS min_ns, avg(latency_ns) AS mean_ns, max(latency_ns) AS max_ns,
-         CAST(sum(retransmits) AS BIGINT) AS retransmits,
-         CAST(sum(duplicate_replies) AS BIGINT) AS duplicate_replies
-  FROM per_operation
-  GROUP BY nfs_version, operation
-),
-percentiles AS ({percentiles})
-SELECT s.nfs_version, s.operation, s.calls,
-       s.min_ns / 1e9 AS min_s, s.mean_ns / 1e9 AS mean_s, s.max_ns / 1e9 AS max_s,
-       p.p50_ns / 1e9 AS p50_s, p.p90_ns / 1e9 AS p90_s, p.p99_ns / 1e9 AS p99_s,
-       s.retransmits, s.duplicate_replies
-FROM summary AS s
-LEFT JOIN percentiles AS p ON p.nfs_version = s.nfs_version AND p.operation = s.operation
-ORDER BY s.nfs_version, s.operation
+WITH {PER_OPERATION}
+SELECT nfs_version, operation,
+       count(latency_ns) AS calls,
+       min(latency_ns) / 1e9 AS min_s, avg(latency_ns) / 1e9 AS mean_s,
+       max(latency_ns) / 1e9 AS max_s,
+       {percentile_disc("latency_ns", 0.5)} / 1e9 AS p50_s,
+       {percentile_disc("latency_ns", 0.9)} / 1e9 AS p90_s,
+       {percentile_disc("latency_ns", 0.99)} / 1e9 AS p99_s,
+       CAST(sum(retransmits) AS BIGINT) AS retransmits,
+       CAST(sum(duplicate_replies) AS BIGINT) AS duplicate_replies
+FROM per_operation
+GROUP BY nfs_version, operation
+ORDER BY nfs_version, operation
 """)
 
 

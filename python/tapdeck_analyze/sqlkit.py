@@ -38,6 +38,15 @@ FROM (
 ) AS c{group_by}"""
 
 
+def percentile_disc(value: str, p: float) -> str:
+    """The exact nearest-rank p-th percentile of `value` as an aggregate (nulls ignored): the
+    smallest value whose cumulative count reaches ceil(p·n). DuckDB's quantile_disc and
+    Spark's percentile_disc (what sqlglot makes of it) both pick that value; one sort per
+    group instead of a window over every row. tests/test_nfs.py checks it against
+    `nearest_rank` and a brute-force computation."""
+    return f"quantile_disc({value}, {p!r})"
+
+
 def bucket(time: str, width_ns: int, origin: str | int = 0) -> str:
     """Start time of the interval of `width_ns` (counted from `origin`) that holds `time`."""
     if origin == 0:

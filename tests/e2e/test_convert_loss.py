@@ -172,12 +172,6 @@ def test_transactions_captured_whole_are_paired(lossy):
                      f"e.g. (call frame, reply frame) {lost[:5]}"
 
 
-@pytest.mark.xfail(strict=True, reason="a TCP call whose last segment was lost is emitted "
-                   "(truncated) only at a packet after its reply, with that packet's time_ns, "
-                   "record and first_time_ns: the reply, seen first, is left unmatched and so is "
-                   "the call (or, when they do pair, the reply precedes its call: seen on the "
-                   "10 % drop). Reproduced by removing only the last segment of a 64 KiB v3 "
-                   "WRITE call (crates/dataset/src/rpcx.rs with the TcpRpcTracker)")
 def test_call_cut_by_loss_comes_before_its_reply(mixed, tapdeck, tmp_path):
     pcap, msgs = mixed
     calls = {(m["frame"], m["xid"]) for m in msgs if m["msg_type"] == 0}

@@ -199,9 +199,6 @@ def test_procedure_names_for_nfs_and_mount(converted):
     d.assert_none("NFS/MOUNT procedure names")
 
 
-@pytest.mark.xfail(strict=True, reason="crates/rpc/src/names.rs proc_name() names no PORTMAP/"
-                   "rpcbind procedure but NULL: portmap v2 GETPORT and DUMP and rpcbind v4 "
-                   "GETADDR rows have procedure_name 'unknown' (tshark: GETPORT, DUMP, GETADDR)")
 def test_procedure_names_for_portmap(converted):
     _pcap, ds, _rep, msgs = converted["v3"]
     rows = by_key(table(ds, "rpc"))
@@ -373,9 +370,6 @@ def check_names(converted, kind, *, stop_at_failure):
         want = expected_names(m, c, stop_at_failure=stop_at_failure)
         total += sum(want.values())
         g = Counter((r["operation"], r["name"]) for r in got)
-        if not stop_at_failure and m["version"] == 4 and m["msg_type"] == 1:
-            # Judged separately (test_v4_reply_names_stop_at_the_failed_op).
-            g &= want
         d.check(g, want, ("names", m["version"], direction(m)), k)
         if m["version"] == 3 and m["msg_type"] == 0 and c["nfs"]["names"]:
             for r in got:  # the directory is the call's first handle
@@ -390,20 +384,10 @@ def check_names(converted, kind, *, stop_at_failure):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_names_equal_tshark(converted, kind):
-    """nfs_names: LOOKUP/CREATE/OPEN/... names of calls, and of replies (resolved), and every
-    READDIR(PLUS) entry, as tshark decodes them; v3 directory handles and LOOKUP results."""
-    assert check_names(converted, kind, stop_at_failure=False) > 100
-
-
-@pytest.mark.xfail(strict=True, reason="nfs_names rows of a v4 reply include names of call "
-                   "operations after the one that failed (the server never ran them): "
-                   "PUTROOTFH; LOOKUP export; LOOKUP no; LOOKUP such; LOOKUP dir answered with "
-                   "NFS4ERR_NOENT at 'no' still gives reply rows for 'such' and 'dir' "
-                   "(crates/dataset/src/rpcx.rs nfs_rows uses resolve_names(call, reply) over "
-                   "all of the call's ops)")
-@pytest.mark.parametrize("kind", ["v4"])
-def test_v4_reply_names_stop_at_the_failed_op(converted, kind):
-    check_names(converted, kind, stop_at_failure=True)
+    """nfs_names: LOOKUP/CREATE/OPEN/... names of calls, and of replies (resolved; a v4 reply
+    only up to the operation that failed, as the server ran no more), and every READDIR(PLUS)
+    entry, as tshark decodes them; v3 directory handles and LOOKUP results."""
+    assert check_names(converted, kind, stop_at_failure=True) > 100
 
 
 def test_mount_equals_tshark(converted):
@@ -515,11 +499,6 @@ def v4_getattr_handles(m, c):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="v4 GETATTR results between a LOOKUP/OPEN and the "
-                   "GETFH of the same COMPOUND (PUTROOTFH; LOOKUP; GETATTR; GETFH, libnfs's "
-                   "usual pattern) get nfs_attrs.fh and nfs_ops.fh null, though the GETFH "
-                   "result names the handle: crates/rpc/src/nfs4.rs reply_op back-fills only "
-                   "the op that set the current fh (FhState.pending), not the ops after it")
 def test_v4_attributes_name_their_handle(converted):
     _pcap, ds, _rep, msgs = converted["v4"]
     attrs = defaultdict(list)

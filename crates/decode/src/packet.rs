@@ -25,6 +25,34 @@ pub const LINKTYPE_IPV4: u32 = 228;
 pub const LINKTYPE_IPV6: u32 = 229;
 /// LINKTYPE_LINUX_SLL2: Linux cooked capture v2, 20-byte header.
 pub const LINKTYPE_LINUX_SLL2: u32 = 276;
+/// LINKTYPE_SLIP: 16-byte pseudo-header, then IP.
+pub const LINKTYPE_SLIP: u32 = 8;
+/// LINKTYPE_PPP: PPP, with or without HDLC-like framing (RFC 1661/1662).
+pub const LINKTYPE_PPP: u32 = 9;
+/// LINKTYPE_PPP_HDLC: PPP in HDLC-like framing, or Cisco PPP with HDLC framing.
+pub const LINKTYPE_PPP_HDLC: u32 = 50;
+/// LINKTYPE_ATM_RFC1483: LLC/SNAP-encapsulated ATM.
+pub const LINKTYPE_ATM_RFC1483: u32 = 100;
+/// LINKTYPE_C_HDLC: Cisco HDLC.
+pub const LINKTYPE_C_HDLC: u32 = 104;
+/// LINKTYPE_FRELAY: Frame Relay.
+pub const LINKTYPE_FRELAY: u32 = 107;
+/// LINKTYPE_SUNATM: SunATM pseudo-header, then LLC/SNAP.
+pub const LINKTYPE_SUNATM: u32 = 123;
+/// LINKTYPE_ARCNET_LINUX.
+pub const LINKTYPE_ARCNET_LINUX: u32 = 129;
+/// LINKTYPE_IPNET: Solaris ipnet.
+pub const LINKTYPE_IPNET: u32 = 226;
+/// LINKTYPE_NFLOG: Linux netfilter log messages.
+pub const LINKTYPE_NFLOG: u32 = 239;
+/// LINKTYPE_IPOIB: IP over InfiniBand (RFC 4391).
+pub const LINKTYPE_IPOIB: u32 = 242;
+/// LINKTYPE_PKTAP: Apple PKTAP.
+pub const LINKTYPE_PKTAP: u32 = 258;
+/// LINKTYPE_DSA_TAG_BRCM: Ethernet with a Broadcom tag after the source address.
+pub const LINKTYPE_DSA_TAG_BRCM: u32 = 281;
+/// LINKTYPE_DSA_TAG_BRCM_PREPEND: a Broadcom tag, then an Ethernet frame.
+pub const LINKTYPE_DSA_TAG_BRCM_PREPEND: u32 = 282;
 
 /// Ethertypes we look at.
 const ETH_IPV4: u16 = 0x0800;
@@ -197,62 +225,13 @@ pub struct Headers<'a> {
 /// Dissects one frame of the given pcap/pcapng link type. Never panics, never allocates.
 pub fn dissect(linktype: u32, frame: &[u8]) -> Headers<'_> {
     let mut h = Headers::default();
-    let (ethertype, off) = match linktype {
-        LINKTYPE_ETHERNET => {
-            let Some(t) = be16(frame, 12) else {
-                h.truncated = true;
-                return h;
-            };
-            (t, 14)
+    let (ethertype, off) = match link_layer(linktype, frame, 0) {
+        Link::Next(t, off) => (t, off),
+        Link::Truncated => {
+            h.truncated = true;
+            return h;
         }
-        LINKTYPE_RAW | DLT_RAW_12 | DLT_RAW_14 => match frame.first().map(|b| b >> 4) {
-            Some(4) => (ETH_IPV4, 0),
-            Some(6) => (ETH_IPV6, 0),
-            Some(_) => return h,
-            None => {
-                h.truncated = true;
-                return h;
-            }
-        },
-        LINKTYPE_IPV4 => (ETH_IPV4, 0),
-        LINKTYPE_IPV6 => (ETH_IPV6, 0),
-        LINKTYPE_LINUX_SLL => {
-            let Some(t) = be16(frame, 14) else {
-                h.truncated = true;
-                return h;
-            };
-            (t, 16)
-        }
-        LINKTYPE_LINUX_SLL2 => {
-            let Some(t) = be16(frame, 0) else {
-                h.truncated = true;
-                return h;
-            };
-            if frame.len() < 20 {
-                h.truncated = true;
-                return h;
-            }
-            (t, 20)
-        }
-        LINKTYPE_NULL | LINKTYPE_LOOP => {
-            let Some(b) = frame.get(..4) else {
-                h.truncated = true;
-                return h;
-            };
-            // Written in the capturing host's order; a family fits in 16 bits, so the order
-            // whose value does is the right one.
-            let mut fam = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            if fam > 0xffff {
-                fam = fam.swap_bytes();
-            }
-            match fam {
-                2 => (ETH_IPV4, 4),
-                // AF_INET6 on NetBSD/OpenBSD/BSD-OS, FreeBSD, Darwin, Linux, Windows.
-                24 | 28 | 30 | 10 | 23 => (ETH_IPV6, 4),
-                _ => return h,
-            }
-        }
-        _ => return h,
+        Link::Other => return h,
     };
     let mut ethertype = ethertype;
     let mut off = off;
@@ -278,6 +257,249 @@ pub fn dissect(linktype: u32, frame: &[u8]) -> Headers<'_> {
         _ => {}
     }
     h
+}
+
+/// What the link layer leads to.
+enum Link {
+    /// An ethertype and the offset of the header it names.
+    Next(u16, usize),
+    /// The link header is cut short.
+    Truncated,
+    /// Not a link type, or not a protocol, that leads to IP.
+    Other,
+}
+
+/// PPP protocol numbers (RFC 1661/1332/5072).
+const PPP_IPV4: u16 = 0x0021;
+const PPP_IPV6: u16 = 0x0057;
+/// Frame Relay NLPIDs (RFC 2427).
+const NLPID_SNAP: u8 = 0x80;
+const NLPID_IPV4: u8 = 0xcc;
+const NLPID_IPV6: u8 = 0x8e;
+/// ARCNET protocol ids: RFC 1201 and the older RFC 1051.
+const ARC_IP_RFC1201: u8 = 212;
+const ARC_IP_RFC1051: u8 = 240;
+/// Bound on nested encapsulations (PKTAP carries another link type).
+const MAX_LINK_DEPTH: u8 = 2;
+
+/// The link layer of `frame`: where its network header starts and what it is.
+fn link_layer(linktype: u32, frame: &[u8], depth: u8) -> Link {
+    let at = |off: usize| -> Link {
+        match be16(frame, off) {
+            Some(t) => Link::Next(t, off + 2),
+            None => Link::Truncated,
+        }
+    };
+    let ip_by_version = |off: usize| -> Link {
+        match frame.get(off).map(|b| b >> 4) {
+            Some(4) => Link::Next(ETH_IPV4, off),
+            Some(6) => Link::Next(ETH_IPV6, off),
+            Some(_) => Link::Other,
+            None => Link::Truncated,
+        }
+    };
+    match linktype {
+        LINKTYPE_ETHERNET => at(12),
+        LINKTYPE_RAW | DLT_RAW_12 | DLT_RAW_14 => ip_by_version(0),
+        LINKTYPE_IPV4 => Link::Next(ETH_IPV4, 0),
+        LINKTYPE_IPV6 => Link::Next(ETH_IPV6, 0),
+        LINKTYPE_LINUX_SLL => at(14),
+        LINKTYPE_LINUX_SLL2 => match be16(frame, 0) {
+            Some(t) if frame.len() >= 20 => Link::Next(t, 20),
+            _ => Link::Truncated,
+        },
+        LINKTYPE_NULL | LINKTYPE_LOOP => {
+            let Some(b) = frame.get(..4) else {
+                return Link::Truncated;
+            };
+            // Written in the capturing host's order; a family fits in 16 bits, so the order
+            // whose value does is the right one.
+            let mut fam = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if fam > 0xffff {
+                fam = fam.swap_bytes();
+            }
+            match fam {
+                2 => Link::Next(ETH_IPV4, 4),
+                // AF_INET6 on NetBSD/OpenBSD/BSD-OS, FreeBSD, Darwin, Linux, Windows.
+                24 | 28 | 30 | 10 | 23 => Link::Next(ETH_IPV6, 4),
+                _ => Link::Other,
+            }
+        }
+        // 16-byte pseudo-header (direction, compressed-header info), then the IP packet.
+        LINKTYPE_SLIP => ip_by_version(16),
+        LINKTYPE_PPP | LINKTYPE_PPP_HDLC => match frame.first() {
+            // Cisco HDLC framing inside LINKTYPE_PPP_HDLC (RFC 1547 4.3.1).
+            Some(0x0f | 0x8f) if linktype == LINKTYPE_PPP_HDLC => at(2),
+            Some(0xff) if frame.get(1) == Some(&0x03) => ppp(frame, 2),
+            Some(_) => ppp(frame, 0),
+            None => Link::Truncated,
+        },
+        // Address, control, then an ethertype.
+        LINKTYPE_C_HDLC => at(2),
+        LINKTYPE_FRELAY => frame_relay(frame),
+        // Source and destination addresses (20 bytes each: QPN and GID), then the RFC 4391
+        // header: an ethertype and 2 reserved bytes.
+        LINKTYPE_IPOIB => match be16(frame, 40) {
+            Some(t) if frame.len() >= 44 => Link::Next(t, 44),
+            _ => Link::Truncated,
+        },
+        // Solaris ipnet: 24-byte header, address family in byte 1 (AF_INET 2, AF_INET6 26).
+        LINKTYPE_IPNET => match frame.get(1) {
+            Some(_) if frame.len() < 24 => Link::Truncated,
+            Some(2) => Link::Next(ETH_IPV4, 24),
+            Some(26) => Link::Next(ETH_IPV6, 24),
+            Some(_) => Link::Other,
+            None => Link::Truncated,
+        },
+        LINKTYPE_NFLOG => nflog(frame),
+        LINKTYPE_ARCNET_LINUX => arcnet(frame),
+        // 4-byte ATM pseudo-header, then LLC/SNAP.
+        LINKTYPE_SUNATM => llc_snap(frame, 4),
+        LINKTYPE_ATM_RFC1483 => llc_snap(frame, 0),
+        // Broadcom switch tag: 4 bytes between the source address and the ethertype, or
+        // in front of the whole Ethernet frame.
+        LINKTYPE_DSA_TAG_BRCM | LINKTYPE_DSA_TAG_BRCM_PREPEND => at(16),
+        // Apple PKTAP: a header whose length (host order) and inner link type lead on.
+        LINKTYPE_PKTAP if depth < MAX_LINK_DEPTH => {
+            let (Some(len), Some(dlt)) = (le32(frame, 0), le32(frame, 4)) else {
+                return Link::Truncated;
+            };
+            let len = len as usize;
+            if len < 8 || len > frame.len() {
+                return Link::Truncated;
+            }
+            match link_layer(dlt, &frame[len..], depth + 1) {
+                Link::Next(t, off) => Link::Next(t, off + len),
+                other => other,
+            }
+        }
+        _ => Link::Other,
+    }
+}
+
+/// A PPP header at `off`: a 1-byte (compressed, odd) or 2-byte protocol number.
+fn ppp(frame: &[u8], off: usize) -> Link {
+    let Some(&first) = frame.get(off) else {
+        return Link::Truncated;
+    };
+    let (proto, next) = if first & 1 == 1 {
+        (u16::from(first), off + 1)
+    } else {
+        match be16(frame, off) {
+            Some(p) => (p, off + 2),
+            None => return Link::Truncated,
+        }
+    };
+    match proto {
+        PPP_IPV4 => Link::Next(ETH_IPV4, next),
+        PPP_IPV6 => Link::Next(ETH_IPV6, next),
+        _ => Link::Other,
+    }
+}
+
+/// Frame Relay (RFC 2427): a Q.922 address (its last byte has the EA bit set), the UI
+/// control byte 0x03, optional padding, then an NLPID (IP directly, or SNAP); or, in Cisco's
+/// encapsulation, an ethertype right after the address.
+fn frame_relay(frame: &[u8]) -> Link {
+    let mut off = 0;
+    loop {
+        let Some(&b) = frame.get(off) else {
+            return Link::Truncated;
+        };
+        off += 1;
+        if b & 1 == 1 {
+            break;
+        }
+        if off >= 4 {
+            return Link::Other;
+        }
+    }
+    match frame.get(off) {
+        Some(0x03) => off += 1,
+        // Cisco's encapsulation: an ethertype right after the address.
+        Some(_) => {
+            return match be16(frame, off) {
+                Some(t) => Link::Next(t, off + 2),
+                None => Link::Truncated,
+            }
+        }
+        None => return Link::Truncated,
+    }
+    if frame.get(off) == Some(&0x00) {
+        off += 1;
+    }
+    match frame.get(off) {
+        Some(&NLPID_IPV4) => Link::Next(ETH_IPV4, off + 1),
+        Some(&NLPID_IPV6) => Link::Next(ETH_IPV6, off + 1),
+        // SNAP: a 3-byte OUI, then a 2-byte PID that is an ethertype under OUI 0.
+        Some(&NLPID_SNAP) => match frame.get(off + 1..off + 4) {
+            Some([0, 0, 0]) => match be16(frame, off + 4) {
+                Some(t) => Link::Next(t, off + 6),
+                None => Link::Truncated,
+            },
+            Some(_) => Link::Other,
+            None => Link::Truncated,
+        },
+        Some(_) => Link::Other,
+        None => Link::Truncated,
+    }
+}
+
+/// LLC/SNAP (AA AA 03, OUI 0, ethertype) at `off`.
+fn llc_snap(frame: &[u8], off: usize) -> Link {
+    match frame.get(off..off + 6) {
+        Some([0xaa, 0xaa, 0x03, 0, 0, 0]) => match be16(frame, off + 6) {
+            Some(t) => Link::Next(t, off + 8),
+            None => Link::Truncated,
+        },
+        Some(_) => Link::Other,
+        None => Link::Truncated,
+    }
+}
+
+/// Linux NFLOG: family, version, resource id, then TLVs (length and type in host order,
+/// little-endian here; values padded to 4 bytes); the packet is the NFULA_PAYLOAD value.
+fn nflog(frame: &[u8]) -> Link {
+    const NFULA_PAYLOAD: u16 = 9;
+    let Some(&family) = frame.first() else {
+        return Link::Truncated;
+    };
+    let mut off = 4;
+    while off < frame.len() {
+        let (Some(len), Some(kind)) = (le16(frame, off), le16(frame, off + 2)) else {
+            return Link::Truncated;
+        };
+        let len = usize::from(len);
+        if len < 4 {
+            return Link::Other;
+        }
+        if kind & 0x7fff == NFULA_PAYLOAD {
+            return match family {
+                2 => Link::Next(ETH_IPV4, off + 4),
+                10 => Link::Next(ETH_IPV6, off + 4),
+                _ => Link::Other,
+            };
+        }
+        off += (len + 3) & !3;
+    }
+    Link::Other
+}
+
+/// Linux ARCNET: source, destination, a 2-byte offset, the protocol id, and for RFC 1201
+/// protocols a split flag and sequence number (an exception packet repeats those after
+/// 4 more bytes).
+fn arcnet(frame: &[u8]) -> Link {
+    match frame.get(4) {
+        Some(&ARC_IP_RFC1051) => Link::Next(ETH_IPV4, 5),
+        Some(&ARC_IP_RFC1201) => match frame.get(5) {
+            Some(0xff) if frame.len() >= 12 => Link::Next(ETH_IPV4, 12),
+            Some(0xff) => Link::Truncated,
+            Some(_) if frame.len() >= 8 => Link::Next(ETH_IPV4, 8),
+            _ => Link::Truncated,
+        },
+        Some(_) => Link::Other,
+        None => Link::Truncated,
+    }
 }
 
 fn ipv4<'a>(h: &mut Headers<'a>, frame: &'a [u8], off: usize) {
@@ -470,6 +692,18 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([s[0], s[1]]))
 }
 
+#[inline]
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    let s = b.get(at..at + 2)?;
+    Some(u16::from_le_bytes([s[0], s[1]]))
+}
+
+#[inline]
+fn le32(b: &[u8], at: usize) -> Option<u32> {
+    let s = b.get(at..at + 4)?;
+    Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,6 +793,106 @@ mod tests {
         sll2.extend(ip);
         assert_eq!(dissect(LINKTYPE_LINUX_SLL2, &sll2).payload, b"abcd");
         assert_eq!(dissect(147, &sll2), Headers::default());
+    }
+
+    #[test]
+    fn other_link_types_lead_to_ip() {
+        let f = qinq_tcp();
+        let ip = &f[22..];
+        let eth = {
+            let mut e = f[..12].to_vec();
+            e.extend([0x08, 0x00]);
+            e.extend(ip);
+            e
+        };
+        let with = |head: &[u8], body: &[u8]| {
+            let mut v = head.to_vec();
+            v.extend(body);
+            v
+        };
+        let mut pktap = vec![0u8; 108];
+        pktap[0] = 108;
+        pktap[4] = 1;
+        let mut nflog = vec![2, 0, 0, 0, 8, 0, 1, 0, 0x08, 0x00, 0, 0];
+        nflog.extend(((4 + ip.len()) as u16).to_le_bytes());
+        nflog.extend(9u16.to_le_bytes());
+        let mut brcm = f[..12].to_vec();
+        brcm.extend([0x20, 0, 0, 0, 0x08, 0x00]);
+        let cases: Vec<(u32, Vec<u8>, usize)> = vec![
+            (LINKTYPE_SLIP, with(&[0; 16], ip), 16),
+            (LINKTYPE_PPP, with(&[0xff, 0x03, 0x00, 0x21], ip), 4),
+            (LINKTYPE_PPP, with(&[0x00, 0x21], ip), 2),
+            (LINKTYPE_PPP, with(&[0x21], ip), 1),
+            (LINKTYPE_PPP_HDLC, with(&[0xff, 0x03, 0x00, 0x21], ip), 4),
+            (LINKTYPE_PPP_HDLC, with(&[0x0f, 0x00, 0x08, 0x00], ip), 4),
+            (LINKTYPE_C_HDLC, with(&[0x8f, 0x00, 0x08, 0x00], ip), 4),
+            (LINKTYPE_FRELAY, with(&[0x18, 0x41, 0x03, 0xcc], ip), 4),
+            (
+                LINKTYPE_FRELAY,
+                with(&[0x18, 0x41, 0x03, 0x00, 0x80, 0, 0, 0, 0x08, 0x00], ip),
+                10,
+            ),
+            (
+                LINKTYPE_IPOIB,
+                with(&[[0u8; 40].as_slice(), &[0x08, 0x00, 0, 0]].concat(), ip),
+                44,
+            ),
+            (LINKTYPE_FRELAY, with(&[0x48, 0xe1, 0x08, 0x00], ip), 4),
+            (
+                LINKTYPE_IPNET,
+                with(
+                    &[
+                        1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    ],
+                    ip,
+                ),
+                24,
+            ),
+            (LINKTYPE_NFLOG, with(&nflog, ip), 16),
+            (
+                LINKTYPE_ARCNET_LINUX,
+                with(&[1, 2, 0, 0, 212, 0, 0, 0], ip),
+                8,
+            ),
+            (LINKTYPE_ARCNET_LINUX, with(&[1, 2, 0, 0, 240], ip), 5),
+            (
+                LINKTYPE_SUNATM,
+                with(&[0, 0, 0, 0, 0xaa, 0xaa, 3, 0, 0, 0, 8, 0], ip),
+                12,
+            ),
+            (LINKTYPE_PKTAP, with(&pktap, &eth), 122),
+            (LINKTYPE_DSA_TAG_BRCM, with(&brcm, ip), 18),
+            (
+                LINKTYPE_DSA_TAG_BRCM_PREPEND,
+                with(&[0x20, 0, 0, 0], &eth),
+                18,
+            ),
+        ];
+        for (lt, frame, off) in cases {
+            let h = dissect(lt, &frame);
+            assert_eq!(h.network_offset as usize, off, "linktype {lt}");
+            assert_eq!(h.ip.unwrap().protocol, 6, "linktype {lt}");
+            assert_eq!(h.payload, b"abcd", "linktype {lt}");
+            for n in 0..off {
+                let h = dissect(lt, &frame[..n]);
+                assert!(h.ip.is_none(), "linktype {lt}, prefix {n}");
+            }
+        }
+        // Not IP: PPP LCP, Frame Relay Q.933, an NFLOG without a payload.
+        assert!(dissect(LINKTYPE_PPP, &with(&[0xff, 0x03, 0xc0, 0x21], ip))
+            .ip
+            .is_none());
+        assert!(
+            dissect(LINKTYPE_FRELAY, &with(&[0x00, 0x01, 0x03, 0x08], ip))
+                .ip
+                .is_none()
+        );
+        assert!(
+            dissect(LINKTYPE_FRELAY, &with(&[0x00, 0x00, 0x00, 0x00, 0x01], ip))
+                .ip
+                .is_none()
+        );
+        assert!(dissect(LINKTYPE_NFLOG, &nflog[..12]).ip.is_none());
     }
 
     #[test]

@@ -251,6 +251,10 @@ enum State<M> {
 #[derive(Debug, Clone, Copy)]
 struct InProgress<M> {
     first_meta: M,
+    /// Meta of the latest data event that carried bytes of the message: a message cut by a
+    /// hole or the end of the stream is timed by its last captured bytes, not by whatever
+    /// revealed the hole (often a packet after the reply).
+    last_data: M,
     wire_len: u64,
     /// Still appending: no byte of the message has been missing yet.
     collecting: bool,
@@ -442,8 +446,11 @@ impl<M: Copy> RpcFramer<M> {
                 }
                 State::Body { remaining, last } => {
                     let n = (remaining as usize).min(bytes.len());
-                    if self.msg.is_some_and(|m| m.collecting) {
-                        self.body.extend_from_slice(&bytes[..n]);
+                    if let Some(m) = &mut self.msg {
+                        m.last_data = meta;
+                        if m.collecting {
+                            self.body.extend_from_slice(&bytes[..n]);
+                        }
                     }
                     bytes = &bytes[n..];
                     let remaining = remaining - n as u32;
@@ -461,9 +468,11 @@ impl<M: Copy> RpcFramer<M> {
         let last = mark & 0x8000_0000 != 0;
         let msg = self.msg.get_or_insert(InProgress {
             first_meta: first,
+            last_data: meta,
             wire_len: 0,
             collecting: true,
         });
+        msg.last_data = meta;
         msg.wire_len += u64::from(len);
         if len > self.config.max_record || msg.wire_len > self.config.max_message {
             self.counters.oversized_record += 1;
@@ -530,6 +539,16 @@ impl<M: Copy> RpcFramer<M> {
         if len == 0 {
             return;
         }
+        // Bytes cut by the snap length were on the wire in this segment; a message that a
+        // lost stretch cuts is timed by its last captured bytes.
+        let meta = match (&mut self.msg, cause) {
+            (Some(m), GapCause::NotCaptured) => {
+                m.last_data = meta;
+                meta
+            }
+            (Some(m), GapCause::Lost) => m.last_data,
+            (None, _) => meta,
+        };
         match self.state {
             State::Hunting => {
                 self.counters.resync_skipped_bytes += self.pending.len() as u64;
@@ -567,10 +586,10 @@ impl<M: Copy> RpcFramer<M> {
 
     /// The stream ended (FIN, RST, eviction or end of input): emits a message in progress
     /// as truncated.
-    pub fn end(&mut self, meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
-        if self.msg.is_some() {
+    pub fn end(&mut self, _meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        if let Some(m) = self.msg {
             self.counters.truncated_at_end += 1;
-            self.emit(meta, out);
+            self.emit(m.last_data, out);
         }
         self.counters.resync_skipped_bytes += self.pending.len() as u64;
         self.pending = Vec::new();
@@ -1029,13 +1048,14 @@ mod tests {
         f.gap(100, GapCause::Lost, 1, &mut |m| v.push(got(m)));
         assert_eq!(
             v,
+            // Timed by its last captured bytes (meta 0), not by what revealed the hole.
             [Got {
                 xid: 40,
                 len: 46,
                 wire: 100,
                 truncated: true,
                 first: 0,
-                last: 1
+                last: 0
             }]
         );
         assert_eq!(f.counters().truncated_at_gap, 1);
@@ -1061,13 +1081,14 @@ mod tests {
         f.end(9, &mut |m| v.push(got(m)));
         assert_eq!(
             v,
+            // Cut by the end of the stream: timed by its last captured bytes.
             [Got {
                 xid: 52,
                 len: 66,
                 wire: 160,
                 truncated: true,
                 first: 0,
-                last: 9
+                last: 0
             }]
         );
         assert_eq!(f.counters().truncated_at_end, 1);

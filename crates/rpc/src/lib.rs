@@ -299,10 +299,19 @@ pub fn decode_message(msg: &RpcMessage<'_>, call: Option<CallInfo>) -> Decoded {
 
 /// The call's names with their object handles filled in from the reply where the reply tells
 /// them: NFSv3 LOOKUP/CREATE/MKDIR/SYMLINK/MKNOD object handles, and NFSv4 LOOKUP/OPEN/CREATE
-/// results revealed by a GETFH later in the COMPOUND. Ops are matched by index.
+/// results revealed by a GETFH later in the COMPOUND. Ops are matched by index. An NFSv4
+/// reply answers its COMPOUND's operations only up to the first that failed; names of the
+/// operations after it (the server never ran them) are left out.
 pub fn resolve_names(call: &Decoded, reply: &Decoded) -> Vec<NameEntry> {
     let mut out = Vec::new();
-    for op in &call.ops {
+    // The reply's operation count on the wire, so ops the decoder could not walk count too.
+    let answered = |index: u16| {
+        reply
+            .compound
+            .as_ref()
+            .is_none_or(|c| u32::from(index) < c.num_ops)
+    };
+    for op in call.ops.iter().filter(|op| answered(op.index)) {
         let reply_op = reply
             .ops
             .iter()
@@ -371,6 +380,48 @@ mod tests {
         ];
         let m = parse_message(&garbage_args).unwrap();
         assert_eq!(decode_message(&m, Some(info)).outcome, Outcome::NoResults);
+    }
+
+    #[test]
+    fn v4_reply_names_stop_at_the_failed_operation() {
+        // PUTROOTFH; LOOKUP "a"; LOOKUP "b"; LOOKUP "c" answered up to "b" (NFS4ERR_NOENT).
+        let lookup = |index: u16, name: &[u8]| NfsOp {
+            index,
+            op: 15,
+            op_name: "LOOKUP",
+            names: vec![NameEntry {
+                name: name.to_vec(),
+                ..NameEntry::default()
+            }],
+            ..NfsOp::default()
+        };
+        let call = Decoded {
+            compound: Some(Compound {
+                num_ops: 4,
+                ..Compound::default()
+            }),
+            ops: vec![
+                NfsOp::default(),
+                lookup(1, b"a"),
+                lookup(2, b"b"),
+                lookup(3, b"c"),
+            ],
+            ..Decoded::default()
+        };
+        let reply = Decoded {
+            compound: Some(Compound {
+                num_ops: 3,
+                status: Some(2),
+                ..Compound::default()
+            }),
+            ops: vec![NfsOp::default(), lookup(1, b""), lookup(2, b"")],
+            ..Decoded::default()
+        };
+        let names: Vec<Vec<u8>> = resolve_names(&call, &reply)
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);
     }
 
     #[test]

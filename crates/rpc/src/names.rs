@@ -158,9 +158,54 @@ pub fn mount_proc_name(proc_: u32) -> &'static str {
     }
 }
 
+/// PORTMAP v2 (RFC 1833 section 3) and rpcbind v3/v4 (section 2) procedures.
+const PORTMAP2_PROCS: [&str; 6] = ["NULL", "SET", "UNSET", "GETPORT", "DUMP", "CALLIT"];
+const RPCBIND3_PROCS: [&str; 9] = [
+    "NULL",
+    "SET",
+    "UNSET",
+    "GETADDR",
+    "DUMP",
+    "CALLIT",
+    "GETTIME",
+    "UADDR2TADDR",
+    "TADDR2UADDR",
+];
+const RPCBIND4_PROCS: [&str; 13] = [
+    "NULL",
+    "SET",
+    "UNSET",
+    "GETADDR",
+    "DUMP",
+    "BCAST",
+    "GETTIME",
+    "UADDR2TADDR",
+    "TADDR2UADDR",
+    "GETVERSADDR",
+    "INDIRECT",
+    "GETADDRLIST",
+    "GETSTAT",
+];
+
+/// PORTMAP/rpcbind procedure name by version; "unknown" outside the version's table.
+pub fn portmap_proc_name(vers: u32, proc_: u32) -> &'static str {
+    let table: &[&'static str] = match vers {
+        2 => &PORTMAP2_PROCS,
+        3 => &RPCBIND3_PROCS,
+        4 => &RPCBIND4_PROCS,
+        _ => &[],
+    };
+    match table.get(proc_ as usize) {
+        Some(n) => n,
+        None if proc_ == 0 => "NULL",
+        None => "unknown",
+    }
+}
+
 /// A procedure's name for any program this crate knows; "unknown" otherwise.
 pub fn proc_name(prog: u32, vers: u32, proc_: u32) -> &'static str {
     match (prog, vers) {
+        (100000, _) => portmap_proc_name(vers, proc_),
         (100003, 3) => nfs3_proc_name(proc_),
         (100003, 4) => nfs4_proc_name(proc_),
         (100005, _) => mount_proc_name(proc_),
@@ -190,5 +235,17 @@ mod tests {
         assert_eq!(nfs3_proc_name(17), "READDIRPLUS");
         assert_eq!(nfs3_proc_name(21), "COMMIT");
         assert_eq!(nfs3_proc_name(22), "unknown");
+    }
+
+    #[test]
+    fn portmap_names_follow_rfc_1833() {
+        assert_eq!(proc_name(100000, 2, 3), "GETPORT");
+        assert_eq!(proc_name(100000, 2, 4), "DUMP");
+        assert_eq!(proc_name(100000, 2, 6), "unknown");
+        assert_eq!(proc_name(100000, 3, 3), "GETADDR");
+        assert_eq!(proc_name(100000, 4, 5), "BCAST");
+        assert_eq!(proc_name(100000, 4, 12), "GETSTAT");
+        assert_eq!(proc_name(100000, 4, 13), "unknown");
+        assert_eq!(proc_name(100000, 9, 0), "NULL");
     }
 }

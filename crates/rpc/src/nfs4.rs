@@ -52,7 +52,8 @@ fn decode_with(
 struct FhState {
     cur: Option<Vec<u8>>,
     saved: Option<Vec<u8>>,
-    /// Replies: indices of the ops that produced the current filehandle, which a GETFH names.
+    /// Replies: indices of the ops that produced or used the current filehandle while it is
+    /// unknown, which a GETFH names.
     pending: Vec<usize>,
     unknown_attr_lists: u32,
 }
@@ -629,6 +630,11 @@ fn reply_op(x: &mut Xdr<'_>, op: &mut NfsOp, st: &mut FhState, done: &mut [NfsOp
         st.pending.push(done.len());
     } else if op.op != 10 {
         op.fh = st.cur.clone();
+        if st.cur.is_none() && !st.pending.is_empty() {
+            // Acts on the handle the pending ops produced (LOOKUP; GETATTR; GETFH): the GETFH
+            // names it too.
+            st.pending.push(done.len());
+        }
     }
     // Results beyond the status exist only on success, except where noted.
     if !ok && !matches!(op.op, 12 | 13 | 34 | 35 | 46 | 47 | 50) {
@@ -1208,6 +1214,34 @@ pub(crate) mod tests {
                 Some(1_700_000_001_000_000_006),
                 Some(1_700_000_002_000_000_007)
             )
+        );
+    }
+
+    #[test]
+    fn ops_between_a_lookup_and_its_getfh_get_the_revealed_handle() {
+        // PUTROOTFH; LOOKUP; GETATTR; GETFH; ACCESS (libnfs's usual pattern).
+        let body = compound_reply_body(
+            0,
+            b"",
+            &[
+                W::default().u32(24).u32(0),
+                W::default().u32(15).u32(0),
+                fattr4_full(W::default().u32(9).u32(0), 4242),
+                W::default().u32(10).u32(0).opaque(FH_FILE),
+                W::default().u32(3).u32(0).u32(1).u32(1),
+            ],
+        );
+        let d = decode_reply(1, &body);
+        let fhs: Vec<Option<&[u8]>> = d.ops.iter().map(|o| o.fh.as_deref()).collect();
+        assert_eq!(
+            fhs,
+            vec![
+                None,
+                Some(FH_FILE),
+                Some(FH_FILE),
+                Some(FH_FILE),
+                Some(FH_FILE)
+            ]
         );
     }
 
