@@ -15,11 +15,10 @@ use crate::args::ExportArgs;
 use crate::record::parse_size;
 
 pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
-    let collectors = args
-        .to
-        .iter()
-        .map(|t| resolve(t))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut collectors = Vec::new();
+    for to in &args.to {
+        collectors.push(resolve(to)?);
+    }
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
             .ok()

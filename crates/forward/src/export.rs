@@ -379,22 +379,20 @@ impl Exporter {
                 .collect();
             let (sent, err) = udp::send_batch(&link.socket, &messages);
             let c = &mut link.counts;
-            for i in 0..sent {
+            for ((len, recs), n) in lens.iter().zip(&records).zip(&reports).take(sent) {
                 c.messages += 1;
-                c.records += u64::from(records[i]);
-                c.packets += reports[i];
-                c.bytes += lens[i] as u64;
+                c.records += u64::from(*recs);
+                c.packets += n;
+                c.bytes += *len as u64;
             }
             if sent < built {
                 c.send_errors += 1;
-                let mut seq = first_sequence;
-                for r in &records[..sent] {
-                    seq = seq.wrapping_add(*r);
-                }
-                link.sequence = seq;
-                for i in sent..built {
-                    c.not_sent += reports[i];
-                    if with_templates[i] {
+                link.sequence = records[..sent]
+                    .iter()
+                    .fold(first_sequence, |seq, r| seq.wrapping_add(*r));
+                for (n, templates) in reports[sent..built].iter().zip(&with_templates[sent..built]) {
+                    c.not_sent += n;
+                    if *templates {
                         link.templates_due = true;
                     }
                 }

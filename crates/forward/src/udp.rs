@@ -3,7 +3,7 @@
 //! collector sockets. Thin wrappers over libc; nothing here knows IPFIX.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
 /// IPv4 (20) or IPv6 (40) header plus the UDP header (8).
