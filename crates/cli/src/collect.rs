@@ -36,7 +36,9 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         .iter()
         .map(|a| {
             a.parse::<IpAddr>().with_context(|| {
-                format!("--allow {a}: not an IP address (give the exporter's address, e.g. 198.18.0.1)")
+                format!(
+                    "--allow {a}: not an IP address (give the exporter's address, e.g. 198.18.0.1)"
+                )
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -105,13 +105,17 @@ fn resolve(to: &str) -> anyhow::Result<SocketAddr> {
     let with_port = to
         .to_socket_addrs()
         .or_else(|_| (to, tapdeck_ipfix::IPFIX_PORT).to_socket_addrs());
-    let mut addrs = with_port
-        .with_context(|| format!("--to {to}: cannot resolve it (give HOST:PORT, e.g. 198.18.0.2:4739)"))?;
+    let mut addrs = with_port.with_context(|| {
+        format!("--to {to}: cannot resolve it (give HOST:PORT, e.g. 198.18.0.2:4739)")
+    })?;
     let addr = addrs
         .next()
         .with_context(|| format!("--to {to}: the name has no address"))?;
     if addr.port() == 0 {
-        bail!("--to {to}: give the collector's port (e.g. {}:4739)", addr.ip());
+        bail!(
+            "--to {to}: give the collector's port (e.g. {}:4739)",
+            addr.ip()
+        );
     }
     Ok(addr)
 }
@@ -122,7 +126,13 @@ fn resolve(to: &str) -> anyhow::Result<SocketAddr> {
 fn capture_filter(user: Option<&str>, collectors: &[SocketAddr]) -> String {
     let own: Vec<String> = collectors
         .iter()
-        .map(|c| format!("not (udp and dst host {} and dst port {})", c.ip(), c.port()))
+        .map(|c| {
+            format!(
+                "not (udp and dst host {} and dst port {})",
+                c.ip(),
+                c.port()
+            )
+        })
         .collect();
     let own = own.join(" and ");
     match user {

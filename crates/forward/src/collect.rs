@@ -11,7 +11,9 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
-use tapdeck_capture::{Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError};
+use tapdeck_capture::{
+    Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError,
+};
 use tapdeck_ipfix::{ie, read_header, Decoder, Record, SequenceEvent};
 use tapdeck_pcap::{Format, SectionInfo};
 
@@ -77,7 +79,9 @@ impl InterfaceTable {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Counted, and its packet reports delivered.
-    Accepted { packets: u64 },
+    Accepted {
+        packets: u64,
+    },
     /// The message names interfaces the table did not have: they are added now, and the
     /// message must be offered again once the recorder knows them (nothing was counted).
     NewInterfaces,
@@ -173,13 +177,7 @@ impl Intake {
             _ => None,
         });
         let mut ledger = self.ledger.lock().unwrap();
-        let event = ledger.observe(
-            ip,
-            domain,
-            info.header.sequence,
-            info.data_records,
-            start,
-        );
+        let event = ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
         if event == SequenceEvent::Duplicate {
             return Outcome::Duplicate;
         }
@@ -244,7 +242,9 @@ impl MessageFile {
             return;
         }
         if let Err(e) = tapdeck_ipfix::write_message(&mut self.out, message) {
-            tracing::error!("--ipfix-file: cannot write ({e}); no more messages go there, the store goes on");
+            tracing::error!(
+                "--ipfix-file: cannot write ({e}); no more messages go there, the store goes on"
+            );
             self.failed = true;
         }
     }
@@ -494,7 +494,9 @@ impl PacketSource for CollectorSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapdeck_ipfix::{ExporterStats, InterfaceInfo, MessageBuilder, MessageHeader, PacketReport};
+    use tapdeck_ipfix::{
+        ExporterStats, InterfaceInfo, MessageBuilder, MessageHeader, PacketReport,
+    };
 
     fn message(seq: u32, templates: bool, packets: &[(u64, &[u8])], start_ms: u64) -> Vec<u8> {
         let mut buf = vec![0u8; 1472];
@@ -536,11 +538,20 @@ mod tests {
         buf
     }
 
-    fn take_all(intake: &mut Intake, table: &mut InterfaceTable, peer: SocketAddr, m: &[u8]) -> (Outcome, Vec<(u64, Vec<u8>, u32)>) {
+    fn take_all(
+        intake: &mut Intake,
+        table: &mut InterfaceTable,
+        peer: SocketAddr,
+        m: &[u8],
+    ) -> (Outcome, Vec<(u64, Vec<u8>, u32)>) {
         let mut got = Vec::new();
-        let mut o = intake.take(peer, m, table, |p| got.push((p.ts_ns, p.data.to_vec(), p.orig_len)));
+        let mut o = intake.take(peer, m, table, |p| {
+            got.push((p.ts_ns, p.data.to_vec(), p.orig_len))
+        });
         if o == Outcome::NewInterfaces {
-            o = intake.take(peer, m, table, |p| got.push((p.ts_ns, p.data.to_vec(), p.orig_len)));
+            o = intake.take(peer, m, table, |p| {
+                got.push((p.ts_ns, p.data.to_vec(), p.orig_len))
+            });
         }
         (o, got)
     }
@@ -558,10 +569,16 @@ mod tests {
 
         // Data before its template: counted, dropped.
         let data_only = message(3, false, &[(5, pkt)], 0);
-        assert_eq!(take_all(&mut intake, &mut table, peer, &data_only), (Outcome::NoTemplate, vec![]));
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &data_only),
+            (Outcome::NoTemplate, vec![])
+        );
         // Not allowed.
         let m0 = message(0, true, &[(1, pkt), (2, pkt)], 77);
-        assert_eq!(take_all(&mut intake, &mut table, stranger, &m0), (Outcome::NotAllowed, vec![]));
+        assert_eq!(
+            take_all(&mut intake, &mut table, stranger, &m0),
+            (Outcome::NotAllowed, vec![])
+        );
         // Good: templates (3 records) + 2 packets.
         let (o, got) = take_all(&mut intake, &mut table, peer, &m0);
         assert_eq!(o, Outcome::Accepted { packets: 2 });
@@ -570,28 +587,49 @@ mod tests {
         // Truncated at every length: malformed, nothing stored.
         let m1 = message(4, false, &[(3, pkt)], 0);
         for cut in [0, 5, 16, 20, m1.len() - 1] {
-            assert_eq!(take_all(&mut intake, &mut table, peer, &m1[..cut]), (Outcome::Malformed, vec![]));
+            assert_eq!(
+                take_all(&mut intake, &mut table, peer, &m1[..cut]),
+                (Outcome::Malformed, vec![])
+            );
         }
-        assert_eq!(take_all(&mut intake, &mut table, peer, &m1).0, Outcome::Accepted { packets: 1 });
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m1).0,
+            Outcome::Accepted { packets: 1 }
+        );
         // Replayed: a duplicate, nothing stored.
-        assert_eq!(take_all(&mut intake, &mut table, peer, &m1), (Outcome::Duplicate, vec![]));
-        assert_eq!(take_all(&mut intake, &mut table, peer, &m0), (Outcome::Duplicate, vec![]));
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m1),
+            (Outcome::Duplicate, vec![])
+        );
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m0),
+            (Outcome::Duplicate, vec![])
+        );
         // m0 held 4 data records (interface, statistics, 2 reports), m1 one: a gap of 4.
         let m2 = message(9, false, &[(4, pkt)], 0);
-        assert_eq!(take_all(&mut intake, &mut table, peer, &m2).0, Outcome::Accepted { packets: 1 });
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m2).0,
+            Outcome::Accepted { packets: 1 }
+        );
 
         let snap = ledger.lock().unwrap().snapshot();
         let s = &snap.streams[0];
         assert_eq!(s.exporter, "198.18.0.1");
         assert_eq!(s.packets, 4);
         assert_eq!(s.no_template, 1);
-        assert_eq!(s.malformed, 3, "cuts past the header are counted under the stream");
+        assert_eq!(
+            s.malformed, 3,
+            "cuts past the header are counted under the stream"
+        );
         assert_eq!(s.duplicates, 2);
         assert_eq!(s.lost, 4);
         assert_eq!(s.records, 6);
         assert_eq!(s.exporter_counts.unwrap().start_time_ms, 77);
         assert_eq!(snap.not_allowed["198.18.0.99"], 1);
-        assert_eq!(snap.unreadable["198.18.0.1"], 2, "a cut inside the header has no domain");
+        assert_eq!(
+            snap.unreadable["198.18.0.1"], 2,
+            "a cut inside the header has no domain"
+        );
     }
 
     /// A restarted exporter (new start time, new port) is the same stream, restarted.
@@ -603,9 +641,36 @@ mod tests {
         let pkt: &[u8] = &[1; 60];
         let a: SocketAddr = "198.18.0.1:40000".parse().unwrap();
         let b: SocketAddr = "198.18.0.1:40001".parse().unwrap();
-        assert!(matches!(take_all(&mut intake, &mut table, a, &message(0, true, &[(1, pkt)], 100)).0, Outcome::Accepted { .. }));
-        assert!(matches!(take_all(&mut intake, &mut table, a, &message(3, false, &[(1, pkt)], 0)).0, Outcome::Accepted { .. }));
-        assert!(matches!(take_all(&mut intake, &mut table, b, &message(0, true, &[(1, pkt)], 200)).0, Outcome::Accepted { .. }));
+        assert!(matches!(
+            take_all(
+                &mut intake,
+                &mut table,
+                a,
+                &message(0, true, &[(1, pkt)], 100)
+            )
+            .0,
+            Outcome::Accepted { .. }
+        ));
+        assert!(matches!(
+            take_all(
+                &mut intake,
+                &mut table,
+                a,
+                &message(3, false, &[(1, pkt)], 0)
+            )
+            .0,
+            Outcome::Accepted { .. }
+        ));
+        assert!(matches!(
+            take_all(
+                &mut intake,
+                &mut table,
+                b,
+                &message(0, true, &[(1, pkt)], 200)
+            )
+            .0,
+            Outcome::Accepted { .. }
+        ));
         let s = &ledger.lock().unwrap().snapshot().streams[0];
         assert_eq!((s.restarts, s.lost, s.duplicates, s.packets), (1, 0, 0, 3));
         assert_eq!(table.interfaces.len(), 1);

@@ -266,7 +266,12 @@ impl Exporter {
         }
     }
 
-    fn stats_record(&self, link: &Link, messages_before: u64, records_before: u64) -> ExporterStats {
+    fn stats_record(
+        &self,
+        link: &Link,
+        messages_before: u64,
+        records_before: u64,
+    ) -> ExporterStats {
         let not_sent: u64 = self.links.iter().map(|l| l.counts.not_sent).sum();
         ExporterStats {
             exporting_process: self.id.process,
@@ -316,7 +321,8 @@ impl Exporter {
                     domain: self.id.domain,
                     ..MessageHeader::default()
                 };
-                let Ok(mut b) = MessageBuilder::new(&mut link.bufs[built], link.message_len, header)
+                let Ok(mut b) =
+                    MessageBuilder::new(&mut link.bufs[built], link.message_len, header)
                 else {
                     break;
                 };
@@ -390,7 +396,10 @@ impl Exporter {
                 link.sequence = records[..sent]
                     .iter()
                     .fold(first_sequence, |seq, r| seq.wrapping_add(*r));
-                for (n, templates) in reports[sent..built].iter().zip(&with_templates[sent..built]) {
+                for (n, templates) in reports[sent..built]
+                    .iter()
+                    .zip(&with_templates[sent..built])
+                {
                     c.not_sent += n;
                     if *templates {
                         link.templates_due = true;
@@ -677,7 +686,10 @@ mod tests {
     }
 
     fn exporter(to: &[SocketAddr], balance: Balance, len: usize) -> Exporter {
-        let links = to.iter().map(|&a| Link::open(a, Some(len)).unwrap()).collect();
+        let links = to
+            .iter()
+            .map(|&a| Link::open(a, Some(len)).unwrap())
+            .collect();
         let iface = Interface {
             linktype: 1,
             snaplen: 128,
@@ -703,7 +715,15 @@ mod tests {
         let (rx, to) = receiver();
         let mut e = exporter(&[to], Balance::FlowHash, 1472);
         let frames: Vec<Vec<u8>> = (0..500)
-            .map(|i| frame([198, 18, 0, 1], [198, 18, 0, 2], 1000 + i as u16, 80, 60 + i % 70))
+            .map(|i| {
+                frame(
+                    [198, 18, 0, 1],
+                    [198, 18, 0, 2],
+                    1000 + i as u16,
+                    80,
+                    60 + i % 70,
+                )
+            })
             .collect();
         for (i, f) in frames.iter().enumerate() {
             e.packet(&Packet {

@@ -16,6 +16,8 @@ pub mod export;
 pub mod ledger;
 pub mod udp;
 
-pub use collect::{CollectorSource, Intake, InterfaceTable, LiveStream, MessageFile, Outcome, Outputs};
+pub use collect::{
+    CollectorSource, Intake, InterfaceTable, LiveStream, MessageFile, Outcome, Outputs,
+};
 pub use export::{Balance, ExportConfig, ExportStats, LinkCounts};
 pub use ledger::{Ledger, LedgerFile, StreamLedger, LEDGER_FILE};

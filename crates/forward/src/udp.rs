@@ -214,7 +214,8 @@ fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match ss.ss_family as libc::c_int {
         libc::AF_INET => {
             // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             Some(SocketAddr::V4(SocketAddrV4::new(
                 Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()),
                 u16::from_be(sin.sin_port),
@@ -226,9 +227,7 @@ fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
                 unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
             let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             // An IPv4 exporter reaching a dual-stack socket is named by its IPv4 address.
-            let ip = ip
-                .to_ipv4_mapped()
-                .map_or(IpAddr::V6(ip), IpAddr::V4);
+            let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
             Some(SocketAddr::new(ip, u16::from_be(sin6.sin6_port)))
         }
         _ => None,
