@@ -364,6 +364,10 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     assert final["observed"] == len(pkts) and final["sent"] + final["not_sent"] == len(pkts), err
     [s] = ledger(store)["streams"]
     to = final["collectors"][0]
+    print(f"restart: exporter sent {to['records']} records ({to['packets']} packets, "
+          f"{to['not_sent']} not sent, {to['refused']} refused sends); collector counted "
+          f"{s['records']} records, lost {s['lost']}, stored {s['packets']} packets, "
+          f"{s['no_template']} messages before templates")
     assert s["lost"] > 0, s
     assert s["records"] + s["lost"] == to["records"], (s, to)
     assert s["packets"] < to["packets"]
@@ -457,7 +461,8 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
 
 
 def test_clear_errors(tapdeck, net, procs, tmp_path):
-    """One line each: unknown interface, unreachable collector, port in use, bad --allow."""
+    """One line each: unknown interface, unreachable collector, no CAP_NET_RAW, port in use,
+    bad --allow."""
     need()
     e = net.ns["e"]
     r = run(["ip", "netns", "exec", e, tapdeck.bin, "export", "-i", "nosuch0", "--to",
@@ -466,6 +471,11 @@ def test_clear_errors(tapdeck, net, procs, tmp_path):
     r = run(["ip", "netns", "exec", e, tapdeck.bin, "export", "-i", "cap", "--to",
              "198.19.200.1:4739"])
     assert r.returncode == 1 and "unreachable" in one_error_line(r.stderr), r.stderr
+    if shutil.which("setpriv"):
+        r = run(["ip", "netns", "exec", e, "setpriv", "--reuid=65534", "--regid=65534",
+                 "--clear-groups", "--inh-caps=-all", tapdeck.bin, "export", "-i", "cap", "--to",
+                 f"{C_ADDR[1]}:{PORT}"])
+        assert r.returncode == 1 and "CAP_NET_RAW" in one_error_line(r.stderr), r.stderr
     holder = net.popen("c1", "python3", "-c",
                        "import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
                        f"s.bind(('{C_ADDR[1]}', {PORT})); print('ok', flush=True); time.sleep(30)")
