@@ -253,6 +253,8 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
     assert "accounting: observed = sent + not sent holds" in err, err
     final = last_stats(stats)
     assert final["final"] and final["observed"] == len(frames) == final["sent"], final
+    # Messages are sized to the path MTU (the veths carry 9000-byte packets).
+    assert [c["message_len"] for c in final["collectors"]] == [9000 - 28] * 2
     assert final["not_sent"] == 0 and final["kernel_dropped"] == 0, final
     time.sleep(1.0)
     for p in (dump_export, dump_ref):
@@ -286,6 +288,8 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
         assert s["packets"] == len(per_store[k])
         assert (s["lost"], s["duplicates"], s["malformed"], s["no_template"]) == (0, 0, 0, 0), s
         assert s["exporter_counts"]["observed_packets"] == len(frames)
+        history = [json.loads(x) for x in (stores[k] / "collector.jsonl").read_text().splitlines()]
+        assert history[-1]["final"] and history[-1]["streams"] == led["streams"]
         sent = final["collectors"][k - 1]
         assert sent["records"] == s["records"] and sent["packets"] == s["packets"], (sent, s)
         assert f"exporter {E_UP[k]} domain 1: stored {len(per_store[k])} packets" in (err1, err2)[k - 1]
@@ -304,6 +308,8 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
     env = {**os.environ, "TZ": "UTC"}
     datagrams = read_packets(wire)
     assert len(datagrams) == final["collectors"][0]["messages"]
+    assert max(len(d.data) for d in datagrams) <= 14 + 9000
+    assert max(len(d.data) for d in datagrams) > 14 + 1500, "large messages were needed"
     raw = write_pcap(tmp_path / "export-raw.pcap",
                      [Pkt(101, p.ts_ns, p.orig_len - 14, p.data[14:]) for p in datagrams],
                      linktype=101)
@@ -438,14 +444,16 @@ def test_bad_messages_are_counted_not_stored(tapdeck, net, procs, tmp_path):
 
 
 def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
-    """Capturing the interface the export datagrams leave by too: none of them is exported."""
+    """Capturing the interface the export datagrams leave by too: none of them is exported.
+    Two fanout threads: each its own observation domain, together every packet once."""
     need("tcpreplay")
     pkts = gen_packets(300, seed=12)
     src = write_pcap(tmp_path / "gen.pcap", pkts)
     store = tmp_path / "store"
     c1 = start_collector(tapdeck, net, 1, store, procs)
     stats = tmp_path / "export.jsonl"
-    exp = start_exporter(tapdeck, net, stats, procs, "-i", "up1", "--to", f"{C_ADDR[1]}:{PORT}")
+    exp = start_exporter(tapdeck, net, stats, procs, "-i", "up1", "--threads", "2", "--to",
+                         f"{C_ADDR[1]}:{PORT}")
     replay(net, src, pps=2000)
     wait_for(lambda: last_stats(stats)["sent"] >= len(pkts), 15, "the exporter to send all")
     time.sleep(1.2)  # a few template refreshes cross up1 meanwhile
@@ -458,6 +466,10 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
     assert to_collector == []
     sent = Counter(q.data[:SNAP] for q in pkts)
     assert Counter(p.data for p in stored if p.data in sent) == sent
+    streams = ledger(store)["streams"]
+    assert {s["domain"] for s in streams} <= {1, 2}
+    assert sum(s["packets"] for s in streams) == len(stored)
+    assert all(s["lost"] == 0 and s["duplicates"] == 0 for s in streams), streams
 
 
 def test_clear_errors(tapdeck, net, procs, tmp_path):

@@ -139,6 +139,12 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             .open(&stats_path)
             .with_context(|| format!("cannot open {}", stats_path.display()))?,
     ));
+    let history_path = args.store.join("collector.jsonl");
+    let mut history = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&history_path)
+        .with_context(|| format!("cannot open {}", history_path.display()))?;
     tracing::info!(
         "collecting IPFIX on udp {bound} into {}",
         args.store.display()
@@ -146,10 +152,18 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
         // The ledger is saved with every stats record, so a crash loses at most one
-        // interval of sequence state (which then shows as duplicates, not as silence).
-        if let Err(e) = ledger.lock().unwrap().save(&ledger_path) {
+        // interval of sequence state (which then shows as duplicates, not as silence); its
+        // history goes beside stats.jsonl, one line per record.
+        let ledger = ledger.lock().unwrap();
+        if let Err(e) = ledger.save(&ledger_path) {
             tracing::warn!("{e}");
         }
+        let mut line = serde_json::to_value(ledger.snapshot()).expect("ledger serializes");
+        line["ts_ns"] = serde_json::json!(record.ts_ns);
+        if done {
+            line["final"] = serde_json::json!(true);
+        }
+        let _ = writeln!(history, "{line}");
     })
     .map_err(|e| anyhow::anyhow!(e))?;
     if let Some(f) = &outputs.file {

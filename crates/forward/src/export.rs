@@ -804,6 +804,43 @@ mod tests {
         assert_eq!(used.len(), 2, "both collectors get flows");
     }
 
+    /// Round-robin sends whole batches to each collector in turn.
+    #[test]
+    fn round_robin_alternates_batches() {
+        let (rx1, a1) = receiver();
+        let (rx2, a2) = receiver();
+        let mut e = exporter(&[a1, a2], Balance::RoundRobin, 1472);
+        let f = frame([198, 18, 0, 1], [198, 18, 0, 2], 1, 2, 60);
+        for batch in 0..6u64 {
+            for _ in 0..10 {
+                e.packet(&Packet {
+                    ts_ns: batch,
+                    iface: 0,
+                    orig_len: 60,
+                    data: &f,
+                });
+            }
+            e.flush();
+        }
+        for (k, rx) in [&rx1, &rx2].into_iter().enumerate() {
+            let mut d = Decoder::new();
+            let mut times = Vec::new();
+            for m in drain(rx) {
+                d.decode_each("127.0.0.1:1".parse().unwrap(), &m, |r| {
+                    if let Record::Packet(p) = r {
+                        times.push(p.time_ns);
+                    }
+                })
+                .unwrap();
+            }
+            let want: Vec<u64> = (0..6u64)
+                .filter(|b| *b as usize % 2 == k)
+                .flat_map(|b| [b; 10])
+                .collect();
+            assert_eq!(times, want, "collector {k}");
+        }
+    }
+
     /// A collector that is not listening is counted, never fatal, and its sequence numbers
     /// do not advance for messages that never left.
     #[test]
