@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import time
@@ -25,9 +24,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from conftest import (CORPUS, QUICK, Pkt, finish, gen_packets, one_error_line, read_packets,
-                      run, wait_for, write_pcap)
+from conftest import (
+    CORPUS,
+    QUICK,
+    Pkt,
+    gen_packets,
+    one_error_line,
+    read_packets,
+    run,
+    wait_for,
+    write_pcap,
+)
 
 SNAP = 128
 PORT = 4739
@@ -231,7 +238,7 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
     src = write_pcap(tmp_path / "frames.pcap", frames)
     stores = {k: tmp_path / f"store{k}" for k in (1, 2)}
     ipfix_file = tmp_path / "c1.ipfix"
-    live_out = open(tmp_path / "c2-live.pcapng", "wb")
+    live_out = open(tmp_path / "c2-live.pcapng", "wb")  # noqa: SIM115 (closed once c2 stops)
     c1 = start_collector(tapdeck, net, 1, stores[1], procs, "--allow", E_UP[1], "--ipfix-file",
                          ipfix_file)
     c2 = start_collector(tapdeck, net, 2, stores[2], procs, "--allow", E_UP[2], "-w", "-",
