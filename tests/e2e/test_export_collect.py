@@ -390,6 +390,34 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     assert s["exporter_counts"]["observed_packets"] == len(pkts)
 
 
+def test_exporter_restart_is_counted_not_lost(tapdeck, net, procs, tmp_path):
+    """An exporter stopped and started again (new port, new start time, sequence numbers
+    from 0) is one stream that restarted: nothing counted as lost, every packet stored, and
+    the collector's records are the two sessions' records together."""
+    need("tcpreplay")
+    pkts = gen_packets(400, seed=13)
+    store = tmp_path / "store"
+    c1 = start_collector(tapdeck, net, 1, store, procs)
+    sent = []
+    for half in (pkts[:200], pkts[200:]):
+        src = write_pcap(tmp_path / "half.pcap", half)
+        n = len(half)
+        stats = tmp_path / f"export{len(sent)}.jsonl"
+        exp = start_exporter(tapdeck, net, stats, procs, "--to", f"{C_ADDR[1]}:{PORT}")
+        replay(net, src, pps=2000)
+        wait_for(lambda stats=stats, n=n: last_stats(stats)["sent"] >= n, 15,
+                 "the exporter to send all")
+        stop(exp)
+        sent.append(last_stats(stats)["collectors"][0])
+    time.sleep(0.5)
+    stop(c1)
+    [s] = ledger(store)["streams"]
+    assert (s["restarts"], s["lost"], s["duplicates"]) == (1, 0, 0), s
+    assert s["records"] == sum(x["records"] for x in sent)
+    assert s["packets"] == sum(x["packets"] for x in sent) == len(pkts)
+    assert len(store_packets(tapdeck, store, tmp_path)) == len(pkts)
+
+
 def ipfix_message(seq: int, *, templates: bool, reports=(), domain=1, template_id=256) -> bytes:
     """A minimal IPFIX message written independently of tapdeck: template 256 as
     docs/ipfix.md lists it, and packet reports of it."""
