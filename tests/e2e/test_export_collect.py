@@ -480,12 +480,13 @@ def test_bad_messages_are_counted_not_stored(tapdeck, net, procs, tmp_path):
 
 def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
     """Capturing the interface the export datagrams leave by too: none of them is exported.
-    Two fanout threads: each its own observation domain, together every packet once."""
+    Two fanout threads: each its own observation domain, together every packet once, into a
+    collector with two SO_REUSEPORT sockets (two streams of the store)."""
     need("tcpreplay")
     pkts = gen_packets(300, seed=12)
     src = write_pcap(tmp_path / "gen.pcap", pkts)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, 1, store, procs, "--sockets", "2")
     stats = tmp_path / "export.jsonl"
     exp = start_exporter(tapdeck, net, stats, procs, "-i", "up1", "--threads", "2", "--to",
                          f"{C_ADDR[1]}:{PORT}")
@@ -501,6 +502,8 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
     assert to_collector == []
     sent = Counter(q.data[:SNAP] for q in pkts)
     assert Counter(p.data for p in stored if p.data in sent) == sent
+    assert json.loads((store / "manifest.json").read_text())["streams"] == 2
+    assert tapdeck("verify", store).returncode == 0
     streams = ledger(store)["streams"]
     assert {s["domain"] for s in streams} <= {1, 2}
     assert sum(s["packets"] for s in streams) == len(stored)
