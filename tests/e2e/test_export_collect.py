@@ -27,6 +27,7 @@ import pytest
 from conftest import (
     CORPUS,
     QUICK,
+    SLOW,
     Pkt,
     gen_packets,
     one_error_line,
@@ -300,6 +301,21 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
         sent = final["collectors"][k - 1]
         assert sent["records"] == s["records"] and sent["packets"] == s["packets"], (sent, s)
         assert f"exporter {E_UP[k]} domain 1: stored {len(per_store[k])} packets" in (err1, err2)[k - 1]
+
+    # `convert` reads the collectors' stores unchanged: the packets tables hold every stored
+    # packet with its times and lengths, and no flow id is at both collectors.
+    pads = pytest.importorskip("pyarrow.dataset")
+    flow_ids = {}
+    for k in (1, 2):
+        ds = tmp_path / f"ds{k}"
+        r = tapdeck("convert", stores[k], "--out", ds, "-q", timeout=SLOW)
+        assert r.returncode == 0, r.describe()
+        rows = pads.dataset(str(ds / "packets"), format="parquet",
+                            partitioning="hive").to_table().to_pylist()
+        assert sorted((x["time_ns"], x["wire_len"], x["cap_len"]) for x in rows) == sorted(
+            (p.ts_ns, p.orig_len, len(p.data)) for p in per_store[k])
+        flow_ids[k] = {x["flow_id"] for x in rows if x["flow_id"] is not None}
+    assert flow_ids[1] and flow_ids[2] and not flow_ids[1] & flow_ids[2]
 
     # `-w -` streamed what collector 2 stored.
     live = read_packets(tmp_path / "c2-live.pcapng")
