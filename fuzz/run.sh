@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
 corpus=../../shared/corpus
-mkdir -p corpus/trace_reader corpus/container corpus/dissect corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode
+mkdir -p corpus/trace_reader corpus/container corpus/dissect corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake
 if [[ -d $corpus ]]; then
   find "$corpus" \( -name '*.pcap' -o -name '*.pcapng' \) -size -256k -exec cp -n {} corpus/trace_reader/ \; 2>/dev/null || true
 fi
@@ -18,7 +18,32 @@ if [[ -x ../target/release/tapdeck && -z "$(ls corpus/container)" ]]; then
   find "$tmp/s" -name '*.pcap*' -size -2M -exec cp {} corpus/container/ \;
   rm -rf "$tmp"
 fi
-for target in trace_reader container dissect tcp_rpc name_cipher rpc_message ipfix_decode; do
+if [[ -z "$(ls corpus/collect_intake)" ]]; then
+  # Seeds: templates, reports, a gap, a replay, an unknown template, a cut message, a restart,
+  # from three exporters (see the target for the framing).
+  python3 - <<'PY' || true
+import struct, sys
+sys.path.insert(0, "../tests/e2e")
+from test_export_collect import ipfix_message
+def framed(msg, peer):
+    for k in range(16):
+        n = len(msg) + 4096 * k
+        if n < 65536 and (n >> 8) % 3 == peer:
+            return struct.pack(">H", n) + msg
+    raise ValueError(len(msg))
+good = [(1_795_400_000_123_456_789 + i, bytes([i]) * (40 + 30 * i)) for i in range(4)]
+m0 = ipfix_message(0, templates=True, reports=good)
+m1 = ipfix_message(4, templates=False, reports=good[:2])
+m2 = ipfix_message(9, templates=False, reports=good[:1], domain=2)
+bad = ipfix_message(0, templates=False, reports=good[:1], template_id=300)
+seeds = {"one": framed(m0, 0), "restart": framed(m0, 0) + framed(m1, 0) + framed(m0, 1),
+         "mixed": b"".join([framed(m0, 0), framed(m1, 0), framed(m1, 0), framed(m2, 1),
+                            framed(m0, 2), framed(bad, 0), framed(m1[:-5], 0)])}
+for name, data in seeds.items():
+    open(f"corpus/collect_intake/seed-{name}", "wb").write(data)
+PY
+fi
+for target in trace_reader container dissect tcp_rpc name_cipher rpc_message ipfix_decode collect_intake; do
   echo "fuzz: $target for $seconds s" >&2
   cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 | tail -3
 done

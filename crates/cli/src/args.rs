@@ -27,6 +27,11 @@ pub struct Cli {
 pub enum Command {
     /// Record packets into a trace store.
     Record(Box<RecordArgs>),
+    /// Capture live and forward each packet's headers to collectors as IPFIX (PSAMP
+    /// packet reports over UDP) instead of storing them.
+    Export(Box<ExportArgs>),
+    /// Receive IPFIX packet reports from exporters into a trace store.
+    Collect(Box<CollectArgs>),
     /// Check stored files strictly; optionally finalize files left incomplete by a crash.
     Verify(VerifyArgs),
     /// Write the packets of a time range (and a filter) as one standard capture file.
@@ -355,4 +360,161 @@ pub struct AnalyzeArgs {
         value_name = "ARGS"
     )]
     pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Capture live from this network interface (repeat for several). AF_PACKET with a
+    /// TPACKET_V3 ring per interface, as `record -i`; needs CAP_NET_RAW.
+    #[arg(short = 'i', long = "interface", value_name = "IF", required = true)]
+    pub interfaces: Vec<String>,
+
+    /// A collector (`tapdeck collect`, or any IPFIX collector) as HOST:PORT (port 4739 when
+    /// left out); repeat for several: packets are spread over them by --balance. The
+    /// export traffic to them is filtered out of the capture in the kernel.
+    #[arg(long = "to", value_name = "HOST:PORT", required = true)]
+    pub to: Vec<String>,
+
+    /// How packets are spread over several collectors: `flow` (the symmetric flow hash:
+    /// both directions of a connection reach the same collector) or `round-robin` (whole
+    /// batches to each in turn).
+    #[arg(long, default_value = "flow", value_parser = ["flow", "round-robin"])]
+    pub balance: String,
+
+    /// Capture threads, each with its own socket per collector and its own observation
+    /// domain (thread number + 1). PACKET_FANOUT with a symmetric flow hash, as `record`.
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub threads: usize,
+
+    /// Capture filter in tcpdump syntax, run in the kernel.
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+
+    /// Bytes kept of each packet; the original length is sent too.
+    #[arg(long, value_name = "BYTES", default_value = "128")]
+    pub snaplen: u32,
+
+    /// Keep each packet only up to the end of its transport (or ONC RPC) header, as
+    /// `record --headers`; with --snaplen the smaller cut wins.
+    #[arg(
+        long,
+        value_name = "DEPTH",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "transport",
+        value_parser = ["transport", "rpc"]
+    )]
+    pub headers: Option<String>,
+
+    /// The path MTU to size messages for (default: what the kernel knows for the route to
+    /// each collector); a message is this less the IP and UDP headers.
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<usize>,
+
+    /// Seconds between re-sending the templates, interface records and the exporter's own
+    /// counts (UDP has no other way to tell a collector that started late).
+    #[arg(long, value_name = "SECONDS", default_value = "1")]
+    pub template_interval: f64,
+
+    /// Bytes per kernel ring block (a multiple of the page size).
+    #[arg(long, value_name = "SIZE", default_value = "4MiB")]
+    pub ring_block_size: String,
+
+    /// Blocks per kernel ring; one ring per interface and thread.
+    #[arg(long, value_name = "N", default_value = "64")]
+    pub ring_blocks: u32,
+
+    /// Milliseconds after which the kernel hands over a partly filled ring block.
+    #[arg(long, value_name = "MS", default_value = "10")]
+    pub block_timeout_ms: u32,
+
+    /// Once the sockets are open, drop root privileges and run as this user.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+
+    /// Stop after this many packets.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+
+    /// Seconds between JSON-lines stats records.
+    #[arg(long, default_value = "5", value_name = "SECONDS")]
+    pub stats_interval: f64,
+
+    /// Where JSON-lines stats go (`-` for standard output); none by default.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CollectArgs {
+    /// Address and port to receive IPFIX on (UDP), e.g. `0.0.0.0:4739` or `[::]:4739`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: String,
+
+    /// Store directory, as for `record`: `verify`, `extract`, `info` and `convert` read it.
+    /// Interfaces are named EXPORTER/IFNAME; `collector.json` holds the loss accounting per
+    /// exporter and observation domain, and lets a restarted collector count what it missed.
+    #[arg(long, value_name = "DIR")]
+    pub store: PathBuf,
+
+    /// Accept messages only from these exporter addresses (repeat); others are counted and
+    /// dropped. Default: any.
+    #[arg(long, value_name = "ADDR")]
+    pub allow: Vec<String>,
+
+    /// Also keep the accepted messages, raw, in this RFC 5655 IPFIX file (`ipfixDump -i`).
+    #[arg(long, value_name = "FILE")]
+    pub ipfix_file: Option<PathBuf>,
+
+    /// Also stream the packets as pcapng to standard output (`-w -`, e.g. `| tshark -r -`).
+    #[arg(short = 'w', long = "write", value_name = "-", value_parser = ["-"])]
+    pub write: Option<String>,
+
+    /// Receiving sockets sharing the port (SO_REUSEPORT), each a stream of the store.
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub sockets: usize,
+
+    /// File format of the store.
+    #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
+    pub format: String,
+
+    /// Codec ladder, as for `record`.
+    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
+    pub codec: String,
+
+    /// Capture data per chunk.
+    #[arg(long, default_value = "4MiB", value_name = "SIZE")]
+    pub chunk_size: String,
+
+    /// Staging pool size per socket (default: as `record`).
+    #[arg(long, value_name = "SIZE")]
+    pub staging: Option<String>,
+
+    /// Start a new file once this much capture data is in it.
+    #[arg(long, value_name = "SIZE")]
+    pub rotate_size: Option<String>,
+
+    /// Start a new file at every multiple of this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub rotate_interval: Option<u64>,
+
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+
+    /// Seconds between JSON-lines stats records (and saves of collector.json).
+    #[arg(long, default_value = "5", value_name = "SECONDS")]
+    pub stats_interval: f64,
+
+    /// Hand a partly filled chunk to the writers after this many seconds.
+    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    pub flush_interval: f64,
+
+    /// Use buffered writes instead of O_DIRECT.
+    #[arg(long)]
+    pub no_direct: bool,
 }

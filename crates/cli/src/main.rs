@@ -1,7 +1,9 @@
 //! The `tapdeck` binary: parses flags and wires the libraries together, nothing more.
 
 mod args;
+mod collect;
 mod convert;
+mod export;
 mod extract;
 mod info;
 mod record;
@@ -22,6 +24,8 @@ fn main() {
         .init();
     let result = match &cli.command {
         Command::Record(a) => record::run(a),
+        Command::Export(a) => export::run(a),
+        Command::Collect(a) => collect::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Info(a) => info::run(a),

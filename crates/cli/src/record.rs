@@ -252,7 +252,7 @@ fn show_progress(r: &StatsRecord, prev: Option<&StatsRecord>) {
     );
 }
 
-fn print_summary(s: &Summary) {
+pub(crate) fn print_summary(s: &Summary) {
     let t = &s.stats.totals;
     let elapsed = s.stats.elapsed_s.max(1e-9);
     if s.discard {
@@ -370,7 +370,7 @@ fn decimal_bytes(n: u64) -> String {
 }
 
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
-fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
+pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {

@@ -123,8 +123,19 @@ fn build(seed: u64, count: usize, snaps: &[usize]) -> (Vec<Vec<u8>>, Vec<Frame>)
     (out, frames)
 }
 
-/// A pcap of UDP datagrams 198.18.0.1:50000 -> 198.18.0.2:4739, one per message.
+/// A pcap of UDP datagrams 198.18.0.1:50000 -> 198.18.0.2:4739, one per message, in
+/// Ethernet frames.
 fn write_pcap(path: &Path, datagrams: &[Vec<u8>]) {
+    write_pcap_as(path, datagrams, LINKTYPE_ETHERNET);
+}
+
+const LINKTYPE_ETHERNET: u32 = 1;
+/// Raw IP: the datagrams without an Ethernet header, so that `--disable-protocol eth` turns
+/// off only the dissection of the frames *inside* the reports (on an Ethernet capture it
+/// would turn off the outer frames too, and leave nothing to check).
+const LINKTYPE_RAW: u32 = 101;
+
+fn write_pcap_as(path: &Path, datagrams: &[Vec<u8>], linktype: u32) {
     let mut out = Vec::new();
     for v in [0xa1b2c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
         out.extend_from_slice(&v.to_le_bytes());
@@ -136,10 +147,14 @@ fn write_pcap(path: &Path, datagrams: &[Vec<u8>]) {
     hdr.extend_from_slice(&4u16.to_le_bytes());
     hdr.extend_from_slice(&[0; 8]);
     hdr.extend_from_slice(&262_144u32.to_le_bytes());
-    hdr.extend_from_slice(&1u32.to_le_bytes());
+    hdr.extend_from_slice(&linktype.to_le_bytes());
     out = hdr;
     for (i, payload) in datagrams.iter().enumerate() {
-        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+        let mut f = if linktype == LINKTYPE_RAW {
+            Vec::new()
+        } else {
+            vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0]
+        };
         let udp_len = 8 + payload.len();
         f.extend_from_slice(&[0x45, 0]);
         f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
@@ -248,7 +263,16 @@ fn tshark_decodes_every_record() {
     // warnings in the cflow dissector). tshark dissects dataLinkFrameSection as an Ethernet
     // frame, whose cut IP header it rightly calls malformed: look at the IPFIX layer alone
     // here, and at whole frames in `tshark_dissects_whole_frames_inside_reports`.
-    assert_clean(&pcap, &["--disable-protocol", "eth"]);
+    let raw = dir.path().join("export-rawip.pcap");
+    write_pcap_as(&raw, &msgs, LINKTYPE_RAW);
+    assert_clean(&raw, &["--disable-protocol", "eth"]);
+    assert_eq!(
+        tshark(&raw, &["--disable-protocol", "eth", "-V"])
+            .matches("Data Link Frame Section")
+            .count(),
+        frames.len(),
+        "the clean check saw every report"
+    );
     let verbose = tshark(&pcap, &["-V"]);
     assert!(
         !verbose.contains("no template found"),

@@ -1,0 +1,202 @@
+//! `tapdeck collect`: IPFIX packet reports from exporters into a store, through the same
+//! recorder as `record`.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tapdeck_forward::collect::{CollectorSource, LiveStream, MessageFile, Outputs};
+use tapdeck_forward::ledger::{Ledger, LedgerFile, LEDGER_FILE};
+use tapdeck_pcap::Format;
+use tapdeck_store::affinity::Pinning;
+use tapdeck_store::ladder::CodecLadder;
+use tapdeck_store::pipeline::Control;
+use tapdeck_store::recorder::{self, RecorderConfig, Rotation, StatsWriter};
+use tapdeck_store::retention::RetentionPolicy;
+
+use crate::args::CollectArgs;
+use crate::record::{install_signals, parse_size, print_summary};
+
+pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
+    let listen: SocketAddr = args
+        .listen
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .with_context(|| {
+            format!(
+                "--listen {}: not an address and port (e.g. 0.0.0.0:4739 or [::]:4739)",
+                args.listen
+            )
+        })?;
+    let allow = args
+        .allow
+        .iter()
+        .map(|a| {
+            a.parse::<IpAddr>().with_context(|| {
+                format!(
+                    "--allow {a}: not an IP address (give the exporter's address, e.g. 198.18.0.1)"
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let chunk_size = parse_size("--chunk-size", &args.chunk_size)? as usize;
+    let staging_bytes = match &args.staging {
+        Some(s) => parse_size("--staging", s)? as usize,
+        None => recorder::default_staging_bytes(),
+    };
+    if staging_bytes < 2 * chunk_size {
+        bail!(
+            "--staging must hold at least two chunks ({} bytes with --chunk-size {})",
+            2 * chunk_size,
+            args.chunk_size
+        );
+    }
+    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .with_context(|| format!("{flag} must be a positive number of seconds"))
+    };
+    std::fs::create_dir_all(&args.store)
+        .with_context(|| format!("cannot create store {}", args.store.display()))?;
+    let ledger_path = args.store.join(LEDGER_FILE);
+    let ledger = Arc::new(Mutex::new(
+        Ledger::resume_from(&ledger_path).map_err(|e| anyhow::anyhow!(e))?,
+    ));
+    let outputs = Arc::new(Outputs {
+        file: args
+            .ipfix_file
+            .as_deref()
+            .map(MessageFile::create)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!(e))?
+            .map(Mutex::new),
+        live: args
+            .write
+            .as_ref()
+            .map(|_| Mutex::new(LiveStream::new(Box::new(std::io::stdout())))),
+    });
+    let sources = CollectorSource::open(listen, args.sockets, &allow, &ledger, &outputs)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let bound = sources
+        .first()
+        .and_then(|s| s.local_addr())
+        .unwrap_or(listen);
+    let cfg = RecorderConfig {
+        store: args.store.clone(),
+        dirs: Vec::new(),
+        format: match args.format.as_str() {
+            "pcap" => Format::Pcap,
+            _ => Format::Pcapng,
+        },
+        chunk_size,
+        staging_bytes,
+        rotation: Rotation {
+            max_bytes: args
+                .rotate_size
+                .as_deref()
+                .map(|s| parse_size("--rotate-size", s))
+                .transpose()?,
+            interval_ns: match args.rotate_interval {
+                Some(0) => bail!("--rotate-interval must be at least 1 second"),
+                s => s.map(|s| s * 1_000_000_000),
+            },
+        },
+        retention: RetentionPolicy::default(),
+        compressors: 1,
+        pinning: Pinning::default(),
+        direct: !args.no_direct,
+        discard: false,
+        flush_interval: seconds("--flush-interval", args.flush_interval)?,
+        stats_interval: seconds("--stats-interval", args.stats_interval)?,
+        duration: args
+            .duration
+            .map(|d| seconds("--duration", d))
+            .transpose()?,
+        headers: None,
+        options: serde_json::json!({
+            "source": format!("ipfix udp {bound}"),
+            "allow": args.allow,
+            "sockets": args.sockets,
+            "codec": ladder.describe(),
+            "chunk_size": chunk_size,
+            "staging_bytes": staging_bytes,
+            "ipfix_file": args.ipfix_file,
+        }),
+        ladder,
+    };
+    let control = Arc::new(Control::default());
+    install_signals(&control)?;
+    let stats_path = args.store.join("stats.jsonl");
+    let mut stats = StatsWriter::new(Box::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&stats_path)
+            .with_context(|| format!("cannot open {}", stats_path.display()))?,
+    ));
+    let history_path = args.store.join("collector.jsonl");
+    let mut history = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&history_path)
+        .with_context(|| format!("cannot open {}", history_path.display()))?;
+    tracing::info!(
+        "collecting IPFIX on udp {bound} into {}",
+        args.store.display()
+    );
+    let summary = recorder::record(cfg, sources, control, |record, done| {
+        stats.write(record, done);
+        // The ledger is saved with every stats record, so a crash loses at most one
+        // interval of sequence state (which then shows as duplicates, not as silence); its
+        // history goes beside stats.jsonl, one line per record.
+        let ledger = ledger.lock().unwrap();
+        if let Err(e) = ledger.save(&ledger_path) {
+            tracing::warn!("{e}");
+        }
+        let mut line = serde_json::to_value(ledger.snapshot()).expect("ledger serializes");
+        line["ts_ns"] = serde_json::json!(record.ts_ns);
+        if done {
+            line["final"] = serde_json::json!(true);
+        }
+        let _ = writeln!(history, "{line}");
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(f) = &outputs.file {
+        f.lock().unwrap().flush();
+    }
+    let ledger = ledger.lock().unwrap();
+    ledger.save(&ledger_path).map_err(|e| anyhow::anyhow!(e))?;
+    print_summary(&summary);
+    print_ledger(&ledger.snapshot());
+    let _ = std::io::stdout().flush();
+    if let Some(fatal) = summary.fatal {
+        bail!("{fatal}");
+    }
+    Ok(0)
+}
+
+fn print_ledger(l: &LedgerFile) {
+    for s in &l.streams {
+        eprintln!(
+            "  exporter {} domain {}: stored {} packets; {} messages, {} records, lost in transit {} ({} reordered back), {} duplicates, {} restarts; dropped: {} without template, {} malformed",
+            s.exporter, s.domain, s.packets, s.messages, s.records, s.lost, s.reordered, s.duplicates, s.restarts, s.no_template, s.malformed
+        );
+        if let Some(e) = &s.exporter_counts {
+            eprintln!(
+                "    its own counts: observed {}, kernel dropped {}, not sent {}",
+                e.observed_packets, e.ignored_packets, e.not_sent_packets
+            );
+        }
+    }
+    for (ip, n) in &l.not_allowed {
+        eprintln!("  refused {n} messages from {ip} (not in --allow)");
+    }
+    for (ip, n) in &l.unreadable {
+        eprintln!("  dropped {n} unreadable datagrams from {ip}");
+    }
+}

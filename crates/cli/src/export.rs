@@ -1,0 +1,207 @@
+//! `tapdeck export`: live capture as `record -i`, forwarded to collectors as IPFIX.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tapdeck_capture::{AfPacketConfig, AfPacketSource};
+use tapdeck_forward::export::{self, Balance, ExportConfig, ExportStats};
+use tapdeck_store::recorder::HeaderDepth;
+
+use crate::args::ExportArgs;
+use crate::record::parse_size;
+
+pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
+    let mut collectors = Vec::new();
+    for to in &args.to {
+        collectors.push(resolve(to)?);
+    }
+    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .with_context(|| format!("{flag} must be a positive number of seconds"))
+    };
+    let cfg = ExportConfig {
+        message_len: args
+            .mtu
+            .map(|mtu| {
+                let overhead = tapdeck_forward::udp::ip_udp_overhead(&collectors[0]);
+                mtu.checked_sub(overhead)
+                    .with_context(|| format!("--mtu {mtu} is below the IP and UDP headers"))
+            })
+            .transpose()?,
+        collectors: collectors.clone(),
+        balance: match args.balance.as_str() {
+            "round-robin" => Balance::RoundRobin,
+            _ => Balance::FlowHash,
+        },
+        template_interval: seconds("--template-interval", args.template_interval)?,
+        stats_interval: seconds("--stats-interval", args.stats_interval)?,
+        headers: match args.headers.as_deref() {
+            Some("rpc") => Some(HeaderDepth::Rpc),
+            Some(_) => Some(HeaderDepth::Transport),
+            None => None,
+        },
+        duration: args
+            .duration
+            .map(|d| seconds("--duration", d))
+            .transpose()?,
+    };
+    let live = AfPacketConfig {
+        interfaces: args.interfaces.clone(),
+        block_size: u32::try_from(parse_size("--ring-block-size", &args.ring_block_size)?)
+            .context("--ring-block-size must be under 4 GiB")?,
+        blocks: args.ring_blocks,
+        block_timeout_ms: args.block_timeout_ms,
+        filter: Some(capture_filter(args.filter.as_deref(), &collectors)),
+        snaplen: Some(args.snaplen),
+        count: args.count,
+        ..AfPacketConfig::default()
+    };
+    let mut stats_out: Option<Box<dyn Write + Send>> = match args.stats.as_deref() {
+        Some("-") => Some(Box::new(std::io::stdout())),
+        Some(path) => Some(Box::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create stats file {path}"))?,
+        )),
+        None => None,
+    };
+    let sources =
+        AfPacketSource::open_fanout(&live, args.threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(user) = &args.user {
+        tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signals(&stop)?;
+    tracing::info!(
+        "exporting {} to {}",
+        args.interfaces.join(", "),
+        collectors
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let last = export::run(cfg, sources, stop, |s, last| {
+        if let Some(out) = stats_out.as_mut() {
+            let mut line = serde_json::to_value(s).expect("stats serialize");
+            if last {
+                line["final"] = serde_json::json!(true);
+            }
+            let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+        }
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    print_summary(&last);
+    Ok(0)
+}
+
+/// HOST:PORT, or HOST alone for the IPFIX port; the first address the name resolves to.
+fn resolve(to: &str) -> anyhow::Result<SocketAddr> {
+    let with_port = to
+        .to_socket_addrs()
+        .or_else(|_| (to, tapdeck_ipfix::IPFIX_PORT).to_socket_addrs());
+    let mut addrs = with_port.with_context(|| {
+        format!("--to {to}: cannot resolve it (give HOST:PORT, e.g. 198.18.0.2:4739)")
+    })?;
+    let addr = addrs
+        .next()
+        .with_context(|| format!("--to {to}: the name has no address"))?;
+    if addr.port() == 0 {
+        bail!(
+            "--to {to}: give the collector's port (e.g. {}:4739)",
+            addr.ip()
+        );
+    }
+    Ok(addr)
+}
+
+/// The user's filter, less the export traffic itself: a capture interface that also
+/// carries the datagrams to a collector must not capture them (they would be exported in
+/// turn, forever).
+fn capture_filter(user: Option<&str>, collectors: &[SocketAddr]) -> String {
+    let own: Vec<String> = collectors
+        .iter()
+        .map(|c| {
+            format!(
+                "not (udp and dst host {} and dst port {})",
+                c.ip(),
+                c.port()
+            )
+        })
+        .collect();
+    let own = own.join(" and ");
+    match user {
+        Some(f) if !f.trim().is_empty() => format!("({f}) and {own}"),
+        _ => own,
+    }
+}
+
+fn print_summary(s: &ExportStats) {
+    eprintln!(
+        "tapdeck export: {:.2} s; packets: observed {}  sent {}  not sent {}  kernel dropped {}",
+        s.elapsed_s, s.observed, s.sent, s.not_sent, s.kernel_dropped
+    );
+    let balance = s.unaccounted();
+    eprintln!(
+        "  accounting: observed = sent + not sent {}",
+        if balance == 0 {
+            "holds".to_string()
+        } else {
+            format!("is off by {balance} (please report this)")
+        }
+    );
+    for c in &s.collectors {
+        eprintln!(
+            "  to {}: {} messages of up to {} octets, {} records, {} packets, {} bytes; not sent {} ({} send errors, {} refused)",
+            c.collector, c.messages, c.message_len, c.records, c.packets, c.bytes, c.not_sent, c.send_errors, c.refused
+        );
+    }
+}
+
+/// SIGINT/SIGTERM: finish (flush the batches, send the final counts); a second one exits
+/// at once.
+fn install_signals(stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let signalled = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&signalled))
+            .context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&signalled))
+            .context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(stop))
+            .context("cannot install signal handlers")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_traffic_is_filtered_out() {
+        let c: Vec<SocketAddr> = vec![
+            "198.18.1.2:4739".parse().unwrap(),
+            "[2001:db8::2]:9995".parse().unwrap(),
+        ];
+        assert_eq!(
+            capture_filter(Some("tcp"), &c[..1]),
+            "(tcp) and not (udp and dst host 198.18.1.2 and dst port 4739)"
+        );
+        assert_eq!(
+            capture_filter(None, &c),
+            "not (udp and dst host 198.18.1.2 and dst port 4739) and not (udp and dst host 2001:db8::2 and dst port 9995)"
+        );
+    }
+
+    #[test]
+    fn collectors_resolve_with_a_default_port() {
+        assert_eq!(resolve("198.18.0.2:9").unwrap().port(), 9);
+        assert_eq!(resolve("198.18.0.2").unwrap().port(), 4739);
+    }
+}

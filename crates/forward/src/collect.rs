@@ -1,0 +1,678 @@
+//! The collector: IPFIX packet reports received over UDP become packets of a
+//! [`PacketSource`], so the recorder stores them like any other capture.
+//!
+//! Each SO_REUSEPORT socket is one source (one stream of the store). [`Intake`] is the pure
+//! part — allow list, strict decoding, sequence accounting in the shared [`Ledger`] — and
+//! is what the fuzz target drives; [`CollectorSource`] adds the socket, the optional raw
+//! message file (RFC 5655) and the optional live pcapng stream.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+
+use tapdeck_capture::{
+    Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError,
+};
+use tapdeck_ipfix::{ie, read_header, Decoder, Record, SequenceEvent};
+use tapdeck_pcap::{Format, SectionInfo};
+
+use crate::ledger::Ledger;
+use crate::udp::{self, RecvBatch};
+
+/// Datagrams per `recvmmsg`.
+const RECV_BATCH: usize = 64;
+/// How long `poll` waits for a datagram before reporting `Idle`.
+const POLL_WAIT_MS: i32 = 100;
+/// Snap length declared for the store's interfaces: the exporter's own is not sent, and a
+/// frame section can be as long as a message.
+pub const COLLECTED_SNAPLEN: u32 = 262_144;
+
+/// Where an exporter's interface lives: its address, observation domain and interface id.
+pub type InterfaceKey = (IpAddr, u32, u32);
+
+/// The store's interfaces of one source: one per exporter interface seen, named after the
+/// exporter and the name its interface options record gave.
+#[derive(Default)]
+pub struct InterfaceTable {
+    index: HashMap<InterfaceKey, u32>,
+    names: HashMap<InterfaceKey, (String, u16)>,
+    pub interfaces: Vec<Interface>,
+}
+
+impl InterfaceTable {
+    pub fn get(&self, k: &InterfaceKey) -> Option<u32> {
+        self.index.get(k).copied()
+    }
+
+    fn learn(&mut self, k: InterfaceKey, name: &str, frame_type: u16) {
+        self.names.insert(k, (name.to_string(), frame_type));
+    }
+
+    fn add(&mut self, k: InterfaceKey) -> u32 {
+        let (ip, domain, id) = k;
+        let (name, frame_type) = self
+            .names
+            .get(&k)
+            .cloned()
+            .unwrap_or_else(|| (format!("if{id}"), ie::FRAME_TYPE_ETHERNET));
+        let linktype = if frame_type == ie::FRAME_TYPE_IEEE802_11 {
+            105
+        } else {
+            1
+        };
+        let n = self.interfaces.len() as u32;
+        self.interfaces.push(Interface {
+            linktype,
+            snaplen: COLLECTED_SNAPLEN,
+            name: Some(format!("{ip}/{name}")),
+            description: Some(format!(
+                "IPFIX packet reports from {ip}, observation domain {domain}, interface {id} ({name})"
+            )),
+        });
+        self.index.insert(k, n);
+        n
+    }
+}
+
+/// What became of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Counted, and its packet reports delivered.
+    Accepted {
+        packets: u64,
+    },
+    /// The message names interfaces the table did not have: they are added now, and the
+    /// message must be offered again once the recorder knows them (nothing was counted).
+    NewInterfaces,
+    NotAllowed,
+    Malformed,
+    NoTemplate,
+    Duplicate,
+}
+
+/// Allow list, decoder and accounting: takes messages, hands out packets.
+pub struct Intake {
+    decoder: Decoder,
+    allow: Vec<IpAddr>,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl Intake {
+    /// `allow` empty: every exporter is accepted.
+    pub fn new(allow: Vec<IpAddr>, ledger: Arc<Mutex<Ledger>>) -> Intake {
+        Intake {
+            decoder: Decoder::new(),
+            allow,
+            ledger,
+        }
+    }
+
+    pub fn ledger(&self) -> &Arc<Mutex<Ledger>> {
+        &self.ledger
+    }
+
+    /// Takes one message from `peer`: refused, counted and dropped, or counted and its
+    /// packets handed to `deliver` (never a duplicate's, a malformed or an unknown
+    /// template's).
+    pub fn take<'m>(
+        &mut self,
+        peer: SocketAddr,
+        message: &'m [u8],
+        table: &mut InterfaceTable,
+        mut deliver: impl FnMut(Packet<'m>),
+    ) -> Outcome {
+        let ip = canonical_ip(peer.ip());
+        if !self.allow.is_empty() && !self.allow.contains(&ip) {
+            if self.ledger.lock().unwrap().not_allowed(ip) {
+                tracing::warn!(
+                    "collector: refusing IPFIX from {ip}, which is not in --allow (counted; logged once)"
+                );
+            }
+            return Outcome::NotAllowed;
+        }
+        let mut records = Vec::new();
+        let info = match self.decoder.decode(peer, message, &mut records) {
+            Ok(info) => info,
+            Err(e) => {
+                let domain = read_header(message).map(|h| h.domain);
+                if self.ledger.lock().unwrap().malformed(ip, domain) {
+                    tracing::warn!(
+                        "collector: malformed IPFIX message from {peer} ({e}); dropped and counted (logged once per exporter)"
+                    );
+                }
+                return Outcome::Malformed;
+            }
+        };
+        let domain = info.header.domain;
+        if info.sets_without_template > 0 {
+            // Not counted by sequence number: the next message that is counted shows its
+            // records as lost, which they are (they cannot be stored).
+            if self.ledger.lock().unwrap().no_template(ip, domain) {
+                tracing::info!(
+                    "collector: data from {peer} (domain {domain}) before its templates; dropped and counted until they arrive"
+                );
+            }
+            return Outcome::NoTemplate;
+        }
+        let mut added = false;
+        for r in &records {
+            match r {
+                Record::Interface(i) => table.learn((ip, domain, i.id), i.name, i.frame_type),
+                Record::Packet(p) => {
+                    let k = (ip, domain, p.interface);
+                    if table.get(&k).is_none() {
+                        table.add(k);
+                        added = true;
+                    }
+                }
+                Record::ExporterStats(_) => {}
+            }
+        }
+        if added {
+            return Outcome::NewInterfaces;
+        }
+        let start = records.iter().find_map(|r| match r {
+            Record::ExporterStats(s) if s.start_time_ms != 0 => Some(s.start_time_ms),
+            _ => None,
+        });
+        let mut ledger = self.ledger.lock().unwrap();
+        let event = ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
+        if event == SequenceEvent::Duplicate {
+            return Outcome::Duplicate;
+        }
+        if let SequenceEvent::Restart { lost } = event {
+            tracing::info!("collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before");
+        }
+        let mut packets = 0;
+        for r in records {
+            match r {
+                Record::Packet(p) => {
+                    let iface = table.get(&(ip, domain, p.interface)).expect("added above");
+                    packets += 1;
+                    deliver(Packet {
+                        ts_ns: p.time_ns,
+                        iface,
+                        orig_len: u32::try_from(p.frame_size).unwrap_or(u32::MAX),
+                        data: p.frame_section,
+                    });
+                }
+                Record::ExporterStats(s) => ledger.exporter_stats(ip, domain, &s),
+                Record::Interface(_) => {}
+            }
+        }
+        ledger.stored(ip, domain, packets);
+        Outcome::Accepted { packets }
+    }
+
+    /// A datagram longer than the receive buffer: counted as malformed.
+    pub fn truncated(&mut self, peer: SocketAddr) {
+        let ip = canonical_ip(peer.ip());
+        if self.ledger.lock().unwrap().malformed(ip, None) {
+            tracing::warn!("collector: a datagram from {peer} was longer than 65535 bytes; dropped and counted");
+        }
+    }
+}
+
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The accepted raw messages as an RFC 5655 IPFIX file.
+pub struct MessageFile {
+    out: std::io::BufWriter<std::fs::File>,
+    failed: bool,
+}
+
+impl MessageFile {
+    pub fn create(path: &std::path::Path) -> Result<MessageFile, String> {
+        let f = std::fs::File::create(path)
+            .map_err(|e| format!("--ipfix-file {}: cannot create it: {e}", path.display()))?;
+        Ok(MessageFile {
+            out: std::io::BufWriter::with_capacity(1 << 20, f),
+            failed: false,
+        })
+    }
+
+    fn write(&mut self, message: &[u8]) {
+        if self.failed {
+            return;
+        }
+        if let Err(e) = tapdeck_ipfix::write_message(&mut self.out, message) {
+            tracing::error!(
+                "--ipfix-file: cannot write ({e}); no more messages go there, the store goes on"
+            );
+            self.failed = true;
+        }
+    }
+
+    pub fn flush(&mut self) {
+        if !self.failed {
+            if let Err(e) = self.out.flush() {
+                tracing::error!("--ipfix-file: cannot write ({e}); no more messages go there, the store goes on");
+                self.failed = true;
+            }
+        }
+    }
+}
+
+/// Packets as a pcapng stream (`collect -w -`), interfaces declared as they appear.
+pub struct LiveStream {
+    out: Box<dyn Write + Send>,
+    index: HashMap<(usize, u32), u32>,
+    declared: u32,
+    buf: Vec<u8>,
+    failed: bool,
+}
+
+impl LiveStream {
+    pub fn new(mut out: Box<dyn Write + Send>) -> LiveStream {
+        let section = SectionInfo {
+            application: Some(format!("tapdeck {} collect", env!("CARGO_PKG_VERSION"))),
+            ..SectionInfo::default()
+        };
+        let header = Format::Pcapng
+            .file_header(&[], &section)
+            .expect("pcapng holds any number of interfaces");
+        let failed = out.write_all(&header).and_then(|_| out.flush()).is_err();
+        LiveStream {
+            out,
+            index: HashMap::new(),
+            declared: 0,
+            buf: Vec::new(),
+            failed,
+        }
+    }
+
+    /// Writes one packet of `source`'s interface `iface` (declared in the stream first).
+    fn packet(&mut self, source: usize, iface: &Interface, p: &Packet<'_>) {
+        if self.failed {
+            return;
+        }
+        let id = match self.index.get(&(source, p.iface)) {
+            Some(&id) => id,
+            None => {
+                // A header of one interface is the section header followed by its IDB.
+                let both = Format::Pcapng
+                    .file_header(std::slice::from_ref(iface), &SectionInfo::default())
+                    .expect("pcapng holds any number of interfaces");
+                let shb_len = u32::from_le_bytes(both[4..8].try_into().unwrap()) as usize;
+                self.buf.extend_from_slice(&both[shb_len..]);
+                let id = self.declared;
+                self.declared += 1;
+                self.index.insert((source, p.iface), id);
+                id
+            }
+        };
+        let q = Packet { iface: id, ..*p };
+        let at = self.buf.len();
+        self.buf
+            .resize(at + Format::Pcapng.record_len(q.data.len()), 0);
+        Format::Pcapng.write_record(&q, &mut self.buf[at..]);
+    }
+
+    fn flush(&mut self) {
+        if self.failed || self.buf.is_empty() {
+            return;
+        }
+        if let Err(e) = self.out.write_all(&self.buf).and_then(|_| self.out.flush()) {
+            tracing::warn!("-w -: the reader went away ({e}); the store goes on");
+            self.failed = true;
+        }
+        self.buf.clear();
+    }
+}
+
+/// What the sources of one collector share.
+pub struct Outputs {
+    pub file: Option<Mutex<MessageFile>>,
+    pub live: Option<Mutex<LiveStream>>,
+}
+
+/// One listening socket as a packet source.
+pub struct CollectorSource {
+    socket: UdpSocket,
+    number: usize,
+    batch: RecvBatch,
+    received: usize,
+    next: usize,
+    intake: Intake,
+    table: InterfaceTable,
+    delivered: Vec<u64>,
+    outputs: Arc<Outputs>,
+    description: String,
+}
+
+impl CollectorSource {
+    /// `sockets` sources sharing `listen` through SO_REUSEPORT. A port already taken by
+    /// another program is refused (a plain bind is tried first: SO_REUSEPORT alone would
+    /// quietly share the port with another collector of the same user).
+    pub fn open(
+        listen: SocketAddr,
+        sockets: usize,
+        allow: &[IpAddr],
+        ledger: &Arc<Mutex<Ledger>>,
+        outputs: &Arc<Outputs>,
+    ) -> Result<Vec<CollectorSource>, String> {
+        if sockets == 0 {
+            return Err("--sockets must be at least 1".into());
+        }
+        let bind_error = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!("--listen {listen}: the port is in use by another program; choose another port or stop it")
+            }
+            std::io::ErrorKind::AddrNotAvailable => {
+                format!("--listen {listen}: no interface here has that address")
+            }
+            _ => format!("--listen {listen}: cannot listen there: {e}"),
+        };
+        let probe = UdpSocket::bind(listen).map_err(bind_error)?;
+        let listen = probe.local_addr().map_err(bind_error)?;
+        drop(probe);
+        let mut out = Vec::new();
+        for number in 0..sockets {
+            let socket = udp::bind_reuseport(listen).map_err(bind_error)?;
+            out.push(CollectorSource {
+                socket,
+                number,
+                batch: RecvBatch::new(RECV_BATCH, 65_536),
+                received: 0,
+                next: 0,
+                intake: Intake::new(allow.to_vec(), Arc::clone(ledger)),
+                table: InterfaceTable::default(),
+                delivered: Vec::new(),
+                outputs: Arc::clone(outputs),
+                description: format!(
+                    "IPFIX collector on udp {listen} (socket {} of {sockets})",
+                    number + 1
+                ),
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.socket.local_addr().ok()
+    }
+}
+
+impl PacketSource for CollectorSource {
+    fn interfaces(&self) -> &[Interface] {
+        &self.table.interfaces
+    }
+
+    fn poll<K: PacketSink>(&mut self, sink: &mut K) -> Result<Poll, SourceError> {
+        if self.next >= self.received {
+            if !udp::wait_readable(&self.socket, POLL_WAIT_MS) {
+                return Ok(Poll::Idle);
+            }
+            self.received = self.batch.recv(&self.socket)?;
+            self.next = 0;
+            if self.received == 0 {
+                return Ok(Poll::Idle);
+            }
+        }
+        let outputs = Arc::clone(&self.outputs);
+        let mut live = outputs.live.as_ref().map(|l| l.lock().unwrap());
+        let mut file = outputs.file.as_ref().map(|f| f.lock().unwrap());
+        while self.next < self.received {
+            let d = self.batch.get(self.next);
+            let Some(peer) = d.peer else {
+                self.next += 1;
+                continue;
+            };
+            if d.truncated {
+                self.intake.truncated(peer);
+                self.next += 1;
+                continue;
+            }
+            let delivered = &mut self.delivered;
+            let table_ifaces_before = self.table.interfaces.len();
+            let number = self.number;
+            let mut pending_live: Vec<Packet<'_>> = Vec::new();
+            let outcome = self.intake.take(peer, d.bytes, &mut self.table, |p| {
+                let i = p.iface as usize;
+                if delivered.len() <= i {
+                    delivered.resize(i + 1, 0);
+                }
+                delivered[i] += 1;
+                sink.packet(&p);
+                if live.is_some() {
+                    pending_live.push(p);
+                }
+            });
+            match outcome {
+                Outcome::NewInterfaces => {
+                    debug_assert!(self.table.interfaces.len() > table_ifaces_before);
+                    // The recorder must learn them before their packets: offer this message
+                    // again on the next poll.
+                    break;
+                }
+                Outcome::Accepted { .. } => {
+                    if let Some(f) = file.as_mut() {
+                        f.write(d.bytes);
+                    }
+                    if let Some(l) = live.as_mut() {
+                        for p in &pending_live {
+                            l.packet(number, &self.table.interfaces[p.iface as usize], p);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.next += 1;
+        }
+        if let Some(l) = live.as_mut() {
+            l.flush();
+        }
+        if let Some(f) = file.as_mut() {
+            f.flush();
+        }
+        Ok(Poll::Delivered)
+    }
+
+    /// A collector sees what arrives: what it could not store is counted in the ledger
+    /// (per exporter and domain), not per interface.
+    fn counters(&self) -> Vec<SourceCounters> {
+        (0..self.table.interfaces.len())
+            .map(|i| SourceCounters {
+                seen: self.delivered.get(i).copied().unwrap_or(0),
+                dropped: 0,
+                freezes: 0,
+            })
+            .collect()
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapdeck_ipfix::{
+        ExporterStats, InterfaceInfo, MessageBuilder, MessageHeader, PacketReport,
+    };
+
+    fn message(seq: u32, templates: bool, packets: &[(u64, &[u8])], start_ms: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; 1472];
+        let header = MessageHeader {
+            export_time: 1_795_000_000,
+            sequence: seq,
+            domain: 1,
+            ..MessageHeader::default()
+        };
+        let mut b = MessageBuilder::new(&mut buf, 1472, header).unwrap();
+        if templates {
+            b.add_templates().unwrap();
+            b.add_interface(&InterfaceInfo {
+                id: 0,
+                name: "cap0",
+                description: "",
+                frame_type: 1,
+            })
+            .unwrap();
+            b.add_exporter_stats(&ExporterStats {
+                start_time_ms: start_ms,
+                selector: 1,
+                ..ExporterStats::default()
+            })
+            .unwrap();
+        }
+        for (t, data) in packets {
+            b.add_packet_report(&PacketReport {
+                time_ns: *t,
+                interface: 0,
+                selector: 1,
+                frame_size: 1000,
+                frame_section: data,
+            })
+            .unwrap();
+        }
+        let n = b.finish().len;
+        buf.truncate(n);
+        buf
+    }
+
+    fn take_all(
+        intake: &mut Intake,
+        table: &mut InterfaceTable,
+        peer: SocketAddr,
+        m: &[u8],
+    ) -> (Outcome, Vec<(u64, Vec<u8>, u32)>) {
+        let mut got = Vec::new();
+        let mut o = intake.take(peer, m, table, |p| {
+            got.push((p.ts_ns, p.data.to_vec(), p.orig_len))
+        });
+        if o == Outcome::NewInterfaces {
+            o = intake.take(peer, m, table, |p| {
+                got.push((p.ts_ns, p.data.to_vec(), p.orig_len))
+            });
+        }
+        (o, got)
+    }
+
+    /// The failure cases are counted and store nothing; good messages store their packets.
+    #[test]
+    fn bad_messages_are_counted_and_dropped() {
+        let ledger = Arc::new(Mutex::new(Ledger::new()));
+        let good: IpAddr = "198.18.0.1".parse().unwrap();
+        let mut intake = Intake::new(vec![good], Arc::clone(&ledger));
+        let mut table = InterfaceTable::default();
+        let peer = SocketAddr::new(good, 40000);
+        let stranger: SocketAddr = "198.18.0.99:40000".parse().unwrap();
+        let pkt: &[u8] = &[0xaa; 54];
+
+        // Data before its template: counted, dropped.
+        let data_only = message(3, false, &[(5, pkt)], 0);
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &data_only),
+            (Outcome::NoTemplate, vec![])
+        );
+        // Not allowed.
+        let m0 = message(0, true, &[(1, pkt), (2, pkt)], 77);
+        assert_eq!(
+            take_all(&mut intake, &mut table, stranger, &m0),
+            (Outcome::NotAllowed, vec![])
+        );
+        // Good: templates (3 records) + 2 packets.
+        let (o, got) = take_all(&mut intake, &mut table, peer, &m0);
+        assert_eq!(o, Outcome::Accepted { packets: 2 });
+        assert_eq!(got, vec![(1, pkt.to_vec(), 1000), (2, pkt.to_vec(), 1000)]);
+        assert_eq!(table.interfaces[0].name.as_deref(), Some("198.18.0.1/cap0"));
+        // Truncated at every length: malformed, nothing stored.
+        let m1 = message(4, false, &[(3, pkt)], 0);
+        for cut in [0, 5, 16, 20, m1.len() - 1] {
+            assert_eq!(
+                take_all(&mut intake, &mut table, peer, &m1[..cut]),
+                (Outcome::Malformed, vec![])
+            );
+        }
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m1).0,
+            Outcome::Accepted { packets: 1 }
+        );
+        // Replayed: a duplicate, nothing stored.
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m1),
+            (Outcome::Duplicate, vec![])
+        );
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m0),
+            (Outcome::Duplicate, vec![])
+        );
+        // m0 held 4 data records (interface, statistics, 2 reports), m1 one: a gap of 4.
+        let m2 = message(9, false, &[(4, pkt)], 0);
+        assert_eq!(
+            take_all(&mut intake, &mut table, peer, &m2).0,
+            Outcome::Accepted { packets: 1 }
+        );
+
+        let snap = ledger.lock().unwrap().snapshot();
+        let s = &snap.streams[0];
+        assert_eq!(s.exporter, "198.18.0.1");
+        assert_eq!(s.packets, 4);
+        assert_eq!(s.no_template, 1);
+        assert_eq!(
+            s.malformed, 3,
+            "cuts past the header are counted under the stream"
+        );
+        assert_eq!(s.duplicates, 2);
+        assert_eq!(s.lost, 4);
+        assert_eq!(s.records, 6);
+        assert_eq!(s.exporter_counts.unwrap().start_time_ms, 77);
+        assert_eq!(snap.not_allowed["198.18.0.99"], 1);
+        assert_eq!(
+            snap.unreadable["198.18.0.1"], 2,
+            "a cut inside the header has no domain"
+        );
+    }
+
+    /// A restarted exporter (new start time, new port) is the same stream, restarted.
+    #[test]
+    fn exporter_restart_is_counted() {
+        let ledger = Arc::new(Mutex::new(Ledger::new()));
+        let mut intake = Intake::new(vec![], Arc::clone(&ledger));
+        let mut table = InterfaceTable::default();
+        let pkt: &[u8] = &[1; 60];
+        let a: SocketAddr = "198.18.0.1:40000".parse().unwrap();
+        let b: SocketAddr = "198.18.0.1:40001".parse().unwrap();
+        assert!(matches!(
+            take_all(
+                &mut intake,
+                &mut table,
+                a,
+                &message(0, true, &[(1, pkt)], 100)
+            )
+            .0,
+            Outcome::Accepted { .. }
+        ));
+        assert!(matches!(
+            take_all(
+                &mut intake,
+                &mut table,
+                a,
+                &message(3, false, &[(1, pkt)], 0)
+            )
+            .0,
+            Outcome::Accepted { .. }
+        ));
+        assert!(matches!(
+            take_all(
+                &mut intake,
+                &mut table,
+                b,
+                &message(0, true, &[(1, pkt)], 200)
+            )
+            .0,
+            Outcome::Accepted { .. }
+        ));
+        let s = &ledger.lock().unwrap().snapshot().streams[0];
+        assert_eq!((s.restarts, s.lost, s.duplicates, s.packets), (1, 0, 0, 3));
+        assert_eq!(table.interfaces.len(), 1);
+    }
+}

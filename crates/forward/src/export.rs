@@ -1,0 +1,876 @@
+//! The exporter: each captured packet's kept bytes become a PSAMP packet report, batched
+//! into IPFIX messages sized to the path MTU and sent with `sendmmsg` to one of several
+//! collectors.
+//!
+//! One [`Exporter`] per capture thread, each with its own socket per collector: a socket is
+//! a transport session, and the thread's observation domain (thread index + 1) keeps its
+//! sequence numbers apart from the other threads', so balancing never looks like loss.
+//! Packets wait in a per-collector batch only until the source's poll returns (or the batch
+//! holds a `sendmmsg` worth of messages); nothing is shared between threads on the packet
+//! path.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tapdeck_capture::{Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters};
+use tapdeck_decode::{dissect, headers_len, FlowKey, HeaderDepth};
+use tapdeck_ipfix::{
+    ie, max_section_len, BuildError, ExporterStats, InterfaceInfo, MessageBuilder, MessageHeader,
+    PacketReport,
+};
+
+use crate::udp;
+
+/// Messages per `sendmmsg` call.
+const BATCH: usize = 64;
+/// The smallest message size accepted: room for the templates, a few interface records and
+/// a statistics record in one message (IPv4's minimum reassembly size less 28).
+pub const MIN_MESSAGE_LEN: usize = 548;
+/// The PSAMP selector id of tapdeck's one selector (the capture filter).
+pub const SELECTOR: u64 = 1;
+
+/// How packets are spread over several collectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// By the symmetric flow id: both directions of a connection reach one collector.
+    FlowHash,
+    /// Whole batches to each collector in turn.
+    RoundRobin,
+}
+
+pub struct ExportConfig {
+    pub collectors: Vec<SocketAddr>,
+    pub balance: Balance,
+    /// Message size (IPFIX octets per datagram); `None`: the path MTU less IP and UDP headers.
+    pub message_len: Option<usize>,
+    /// Templates, interface and statistics records are re-sent this often.
+    pub template_interval: Duration,
+    pub stats_interval: Duration,
+    pub headers: Option<HeaderDepth>,
+    pub duration: Option<Duration>,
+}
+
+/// Counts of one collector link (summed over threads in [`ExportStats`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LinkCounts {
+    pub collector: String,
+    /// IPFIX octets per message in use.
+    pub message_len: usize,
+    pub messages: u64,
+    /// Data records sent (packet reports and options records): what sequence numbers count.
+    pub records: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Packets of messages that could not be sent.
+    pub not_sent: u64,
+    /// Failed `sendmmsg` calls, and among them those refused (ICMP port unreachable).
+    pub send_errors: u64,
+    pub refused: u64,
+}
+
+/// What the exporter reports, as JSON lines.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ExportStats {
+    pub ts_ns: u64,
+    pub elapsed_s: f64,
+    /// Packets read from the capture rings.
+    pub observed: u64,
+    /// Packets the kernel dropped before tapdeck read them (ring full).
+    pub kernel_dropped: u64,
+    /// Packets sent in a packet report, and not sent (send failures).
+    pub sent: u64,
+    pub not_sent: u64,
+    /// Packets a report could not hold whole and were cut further (the message size).
+    pub cut_to_message: u64,
+    pub collectors: Vec<LinkCounts>,
+}
+
+impl ExportStats {
+    /// Packets read but neither sent nor counted as not sent: zero once stopped.
+    pub fn unaccounted(&self) -> i128 {
+        i128::from(self.observed) - i128::from(self.sent) - i128::from(self.not_sent)
+    }
+
+    fn add(&mut self, t: &ThreadCounts) {
+        self.observed += t.observed;
+        self.kernel_dropped += t.kernel_dropped;
+        self.cut_to_message += t.cut_to_message;
+        for (sum, l) in self.collectors.iter_mut().zip(&t.links) {
+            sum.message_len = l.message_len;
+            sum.messages += l.messages;
+            sum.records += l.records;
+            sum.packets += l.packets;
+            sum.bytes += l.bytes;
+            sum.not_sent += l.not_sent;
+            sum.send_errors += l.send_errors;
+            sum.refused += l.refused;
+            self.sent += l.packets;
+            self.not_sent += l.not_sent;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct ThreadCounts {
+    observed: u64,
+    kernel_dropped: u64,
+    cut_to_message: u64,
+    links: Vec<LinkCounts>,
+}
+
+/// A packet waiting in a batch: its place in the batch's bytes.
+struct Pending {
+    ts_ns: u64,
+    iface: u32,
+    orig_len: u32,
+    start: usize,
+    len: usize,
+}
+
+/// One collector, as seen from one thread.
+struct Link {
+    to: SocketAddr,
+    socket: UdpSocket,
+    message_len: usize,
+    bytes: Vec<u8>,
+    pending: Vec<Pending>,
+    sequence: u32,
+    templates_due: bool,
+    failing: bool,
+    bufs: Vec<Vec<u8>>,
+    counts: LinkCounts,
+}
+
+impl Link {
+    fn open(to: SocketAddr, message_len: Option<usize>) -> Result<Link, String> {
+        let socket = udp::connect(to).map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => format!(
+                "collector {to}: cannot send to it ({e}); is it a broadcast address?"
+            ),
+            _ => format!("collector {to}: unreachable from here ({e}); check the address and the routes (`ip route get {}`)", to.ip()),
+        })?;
+        let len = match message_len {
+            Some(n) => n,
+            None => {
+                let mtu = udp::path_mtu(&socket, &to)
+                    .map_err(|e| format!("collector {to}: cannot learn the path MTU: {e}"))?;
+                mtu.saturating_sub(udp::ip_udp_overhead(&to))
+            }
+        }
+        .min(udp::MAX_UDP_PAYLOAD);
+        if len < MIN_MESSAGE_LEN {
+            return Err(format!(
+                "collector {to}: messages of {len} octets are too small (at least {MIN_MESSAGE_LEN}): raise --mtu or the path's MTU"
+            ));
+        }
+        Ok(Link {
+            to,
+            socket,
+            message_len: len,
+            bytes: Vec::with_capacity(BATCH * len),
+            pending: Vec::with_capacity(BATCH * 32),
+            sequence: 0,
+            templates_due: true,
+            failing: false,
+            bufs: (0..BATCH).map(|_| vec![0u8; len]).collect(),
+            counts: LinkCounts {
+                collector: to.to_string(),
+                message_len: len,
+                ..LinkCounts::default()
+            },
+        })
+    }
+
+    /// A batch's worth of bytes is waiting: time to send.
+    fn full(&self) -> bool {
+        self.bytes.len() >= BATCH * self.message_len / 2
+    }
+}
+
+/// What identifies this exporter in its statistics records.
+#[derive(Debug, Clone, Copy)]
+struct Identity {
+    process: u32,
+    domain: u32,
+    start_time_ms: u64,
+}
+
+/// One thread's exporter: a [`PacketSink`] for its capture source.
+pub struct Exporter {
+    links: Vec<Link>,
+    interfaces: Vec<Interface>,
+    balance: Balance,
+    next_link: usize,
+    headers: Option<HeaderDepth>,
+    id: Identity,
+    counts: ThreadCounts,
+}
+
+impl Exporter {
+    fn new(
+        links: Vec<Link>,
+        interfaces: Vec<Interface>,
+        balance: Balance,
+        headers: Option<HeaderDepth>,
+        id: Identity,
+    ) -> Exporter {
+        let counts = ThreadCounts {
+            links: links.iter().map(|l| l.counts.clone()).collect(),
+            ..ThreadCounts::default()
+        };
+        Exporter {
+            links,
+            interfaces,
+            balance,
+            next_link: 0,
+            headers,
+            id,
+            counts,
+        }
+    }
+
+    fn link_for(&self, p: &Packet<'_>) -> usize {
+        let n = self.links.len();
+        if n == 1 {
+            return 0;
+        }
+        match self.balance {
+            Balance::RoundRobin => self.next_link,
+            Balance::FlowHash => {
+                let linktype = self
+                    .interfaces
+                    .get(p.iface as usize)
+                    .map_or(1, |i| u32::from(i.linktype));
+                let id = FlowKey::from_headers(&dissect(linktype, p.data)).map_or(0, |k| k.id());
+                (id % n as u64) as usize
+            }
+        }
+    }
+
+    /// Sends every waiting packet, and the templates where due.
+    fn flush(&mut self) {
+        for k in 0..self.links.len() {
+            if !self.links[k].pending.is_empty() || self.links[k].templates_due {
+                self.flush_link(k);
+            }
+        }
+    }
+
+    fn templates_due(&mut self) {
+        for l in &mut self.links {
+            l.templates_due = true;
+        }
+    }
+
+    fn stats_record(
+        &self,
+        link: &Link,
+        messages_before: u64,
+        records_before: u64,
+    ) -> ExporterStats {
+        let not_sent: u64 = self.links.iter().map(|l| l.counts.not_sent).sum();
+        ExporterStats {
+            exporting_process: self.id.process,
+            selector: SELECTOR,
+            start_time_ms: self.id.start_time_ms,
+            messages: link.counts.messages + messages_before,
+            records: link.counts.records + records_before,
+            ignored_packets: self.counts.kernel_dropped,
+            not_sent_packets: not_sent,
+            observed_packets: self.counts.observed,
+            selected_packets: self.counts.observed,
+        }
+    }
+
+    /// Builds the link's waiting packets into messages and sends them, `BATCH` at a time.
+    /// Messages that could not be sent are counted, and the sequence number goes back to
+    /// the first of them, so the collector sees no gap for records that never left.
+    fn flush_link(&mut self, k: usize) {
+        let had_packets = !self.links[k].pending.is_empty();
+        let export_time = (unix_ns() / 1_000_000_000) as u32;
+        let mut next = 0;
+        loop {
+            let templates = self.links[k].templates_due;
+            if next >= self.links[k].pending.len() && !templates {
+                break;
+            }
+            // Build up to BATCH messages.
+            let mut lens = [0usize; BATCH];
+            let mut reports = [0u64; BATCH];
+            let mut records = [0u32; BATCH];
+            let mut with_templates = [false; BATCH];
+            let first_sequence = self.links[k].sequence;
+            let mut sequence = first_sequence;
+            let mut built = 0;
+            let (mut msgs_before, mut recs_before) = (0u64, 0u64);
+            while built < BATCH
+                && (next < self.links[k].pending.len() || self.links[k].templates_due)
+            {
+                let stats = self.links[k]
+                    .templates_due
+                    .then(|| self.stats_record(&self.links[k], msgs_before, recs_before));
+                let interfaces = &self.interfaces;
+                let link = &mut self.links[k];
+                let header = MessageHeader {
+                    export_time,
+                    sequence,
+                    domain: self.id.domain,
+                    ..MessageHeader::default()
+                };
+                let Ok(mut b) =
+                    MessageBuilder::new(&mut link.bufs[built], link.message_len, header)
+                else {
+                    break;
+                };
+                if let Some(stats) = stats {
+                    // Checked at start-up: these fit an empty message of MIN_MESSAGE_LEN.
+                    let _ = b.add_templates();
+                    for (i, iface) in interfaces.iter().enumerate() {
+                        let name = iface.name.as_deref().unwrap_or("");
+                        let _ = b.add_interface(&InterfaceInfo {
+                            id: i as u32,
+                            name,
+                            description: iface.description.as_deref().unwrap_or(""),
+                            frame_type: frame_type(iface.linktype),
+                        });
+                    }
+                    let _ = b.add_exporter_stats(&stats);
+                    link.templates_due = false;
+                    with_templates[built] = true;
+                }
+                let mut n = 0u64;
+                while let Some(p) = link.pending.get(next) {
+                    let r = PacketReport {
+                        time_ns: p.ts_ns,
+                        interface: p.iface,
+                        selector: SELECTOR,
+                        frame_size: u64::from(p.orig_len),
+                        frame_section: &link.bytes[p.start..p.start + p.len],
+                    };
+                    match b.add_packet_report(&r) {
+                        Ok(()) => {
+                            n += 1;
+                            next += 1;
+                        }
+                        Err(BuildError::Full) if !b.is_empty() => break,
+                        Err(e) => {
+                            // Cut to fit at entry; a report that still does not fit is lost.
+                            tracing::debug!("packet report not built: {e}");
+                            link.counts.not_sent += 1;
+                            next += 1;
+                        }
+                    }
+                }
+                let out = b.finish();
+                lens[built] = out.len;
+                reports[built] = n;
+                records[built] = out.data_records;
+                sequence = sequence.wrapping_add(out.data_records);
+                msgs_before += 1;
+                recs_before += u64::from(out.data_records);
+                built += 1;
+            }
+            if built == 0 {
+                break;
+            }
+            let link = &mut self.links[k];
+            let messages: Vec<&[u8]> = link.bufs[..built]
+                .iter()
+                .zip(&lens)
+                .map(|(b, &len)| &b[..len])
+                .collect();
+            let (sent, err) = udp::send_batch(&link.socket, &messages);
+            let c = &mut link.counts;
+            for ((len, recs), n) in lens.iter().zip(&records).zip(&reports).take(sent) {
+                c.messages += 1;
+                c.records += u64::from(*recs);
+                c.packets += n;
+                c.bytes += *len as u64;
+            }
+            if sent < built {
+                c.send_errors += 1;
+                link.sequence = records[..sent]
+                    .iter()
+                    .fold(first_sequence, |seq, r| seq.wrapping_add(*r));
+                for (n, templates) in reports[sent..built]
+                    .iter()
+                    .zip(&with_templates[sent..built])
+                {
+                    c.not_sent += n;
+                    if *templates {
+                        link.templates_due = true;
+                    }
+                }
+                let refused = err
+                    .as_ref()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+                if refused {
+                    c.refused += 1;
+                }
+                if !link.failing {
+                    link.failing = true;
+                    let why = err.map_or("nothing sent".to_string(), |e| e.to_string());
+                    tracing::warn!(
+                        "collector {}: {}{why}; its packets are counted as not sent until it answers again",
+                        link.to,
+                        if refused { "not listening (ICMP port unreachable): " } else { "send failed: " }
+                    );
+                }
+                // Whatever was not sent stays unsent: the next batch starts afresh.
+                if sent == 0 && !link.templates_due {
+                    continue;
+                }
+                if sent == 0 {
+                    // Avoid spinning on a refusing collector within one flush.
+                    break;
+                }
+            } else {
+                link.sequence = sequence;
+                if link.failing {
+                    link.failing = false;
+                    tracing::info!("collector {}: sending again", link.to);
+                }
+            }
+        }
+        // Anything left (a send failure stopped the loop) is counted as not sent.
+        let link = &mut self.links[k];
+        let left = link.pending.len().saturating_sub(next) as u64;
+        link.counts.not_sent += left;
+        link.pending.clear();
+        link.bytes.clear();
+        if had_packets && k == self.next_link {
+            self.next_link = (k + 1) % self.links.len();
+        }
+        self.counts.links[k] = self.links[k].counts.clone();
+    }
+
+    fn set_kernel_drops(&mut self, counters: &[SourceCounters]) {
+        self.counts.kernel_dropped = counters.iter().map(|c| c.dropped).sum();
+    }
+}
+
+impl PacketSink for Exporter {
+    fn packet(&mut self, p: &Packet<'_>) {
+        self.counts.observed += 1;
+        let mut keep = p.data.len();
+        if let Some(depth) = self.headers {
+            let linktype = self
+                .interfaces
+                .get(p.iface as usize)
+                .map_or(1, |i| u32::from(i.linktype));
+            keep = keep.min(headers_len(linktype, p.data, depth));
+        }
+        let k = self.link_for(p);
+        let link = &mut self.links[k];
+        let max = max_section_len(link.message_len);
+        if keep > max {
+            keep = max;
+            self.counts.cut_to_message += 1;
+        }
+        let start = link.bytes.len();
+        link.bytes.extend_from_slice(&p.data[..keep]);
+        link.pending.push(Pending {
+            ts_ns: p.ts_ns,
+            iface: p.iface,
+            orig_len: p.orig_len.max(keep as u32),
+            start,
+            len: keep,
+        });
+        if link.full() {
+            self.flush_link(k);
+        }
+    }
+}
+
+fn frame_type(linktype: u16) -> u16 {
+    match linktype {
+        105 | 127 => ie::FRAME_TYPE_IEEE802_11,
+        _ => ie::FRAME_TYPE_ETHERNET,
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Exports from `sources` (one thread each) until they end, `stop` is set or the duration
+/// passes. `report` gets a stats record every `stats_interval` and the final one.
+pub fn run<S: PacketSource + 'static>(
+    cfg: ExportConfig,
+    sources: Vec<S>,
+    stop: Arc<AtomicBool>,
+    mut report: impl FnMut(&ExportStats, bool),
+) -> Result<ExportStats, String> {
+    if cfg.collectors.is_empty() {
+        return Err("name at least one collector (--to HOST:PORT)".into());
+    }
+    let id = |k: usize| Identity {
+        process: std::process::id(),
+        domain: k as u32 + 1,
+        start_time_ms: unix_ns() / 1_000_000,
+    };
+    // Sockets are opened here, before any thread starts, so a bad collector is one error.
+    let mut exporters = Vec::new();
+    for (k, source) in sources.iter().enumerate() {
+        let links = cfg
+            .collectors
+            .iter()
+            .map(|&to| Link::open(to, cfg.message_len))
+            .collect::<Result<Vec<_>, _>>()?;
+        exporters.push(Exporter::new(
+            links,
+            source.interfaces().to_vec(),
+            cfg.balance,
+            cfg.headers,
+            id(k),
+        ));
+    }
+    let published: Arc<Vec<Mutex<ThreadCounts>>> = Arc::new(
+        exporters
+            .iter()
+            .map(|e| Mutex::new(e.counts.clone()))
+            .collect(),
+    );
+    let start = Instant::now();
+    let deadline = cfg.duration.map(|d| start + d);
+    let mut threads = Vec::new();
+    for (k, (source, exporter)) in sources.into_iter().zip(exporters).enumerate() {
+        let stop = Arc::clone(&stop);
+        let published = Arc::clone(&published);
+        let interval = cfg.template_interval;
+        threads.push(
+            thread::Builder::new()
+                .name(format!("export-{k}"))
+                .spawn(move || {
+                    export_loop(source, exporter, &stop, deadline, interval, &published[k])
+                })
+                .map_err(|e| format!("cannot start an export thread: {e}"))?,
+        );
+    }
+    let snapshot = |ts_ns: u64| {
+        let mut s = ExportStats {
+            ts_ns,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            collectors: cfg
+                .collectors
+                .iter()
+                .map(|c| LinkCounts {
+                    collector: c.to_string(),
+                    ..LinkCounts::default()
+                })
+                .collect(),
+            ..ExportStats::default()
+        };
+        for t in published.iter() {
+            s.add(&t.lock().unwrap());
+        }
+        s
+    };
+    let mut next_report = start + cfg.stats_interval;
+    while threads.iter().any(|t| !t.is_finished()) {
+        thread::sleep(Duration::from_millis(50));
+        if Instant::now() >= next_report {
+            report(&snapshot(unix_ns()), false);
+            next_report += cfg.stats_interval;
+        }
+    }
+    let mut error = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                error.get_or_insert(e);
+            }
+            Err(_) => {
+                error.get_or_insert("an export thread panicked".to_string());
+            }
+        }
+    }
+    let last = snapshot(unix_ns());
+    report(&last, true);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(last),
+    }
+}
+
+fn export_loop<S: PacketSource>(
+    mut source: S,
+    mut exporter: Exporter,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    template_interval: Duration,
+    published: &Mutex<ThreadCounts>,
+) -> Result<(), String> {
+    let mut last_templates = Instant::now();
+    let mut last_publish = Instant::now();
+    let result = loop {
+        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            break Ok(());
+        }
+        let poll = source.poll(&mut exporter);
+        let now = Instant::now();
+        if now - last_templates >= template_interval {
+            exporter.set_kernel_drops(&source.counters());
+            exporter.templates_due();
+            last_templates = now;
+        }
+        exporter.flush();
+        if now - last_publish >= Duration::from_millis(100) {
+            exporter.set_kernel_drops(&source.counters());
+            *published.lock().unwrap() = exporter.counts.clone();
+            last_publish = now;
+        }
+        match poll {
+            Ok(Poll::Delivered | Poll::Idle) => {}
+            Ok(Poll::End) => break Ok(()),
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    // The last word: final counts with the templates, so the collector's record is whole.
+    exporter.set_kernel_drops(&source.counters());
+    exporter.templates_due();
+    exporter.flush();
+    *published.lock().unwrap() = exporter.counts.clone();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tapdeck_ipfix::{Decoder, Record};
+
+    fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; len.max(54)];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&((len.max(54) - 14) as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&src);
+        f[30..34].copy_from_slice(&dst);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f[46] = 0x50;
+        f
+    }
+
+    fn receiver() -> (UdpSocket, SocketAddr) {
+        let rx = udp::bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let a = rx.local_addr().unwrap();
+        (rx, a)
+    }
+
+    fn drain(rx: &UdpSocket) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut batch = udp::RecvBatch::new(64, 65536);
+        let mut idle = 0;
+        while idle < 3 {
+            if !udp::wait_readable(rx, 50) {
+                idle += 1;
+                continue;
+            }
+            let n = batch.recv(rx).unwrap();
+            for i in 0..n {
+                out.push(batch.get(i).bytes.to_vec());
+            }
+        }
+        out
+    }
+
+    fn exporter(to: &[SocketAddr], balance: Balance, len: usize) -> Exporter {
+        let links = to
+            .iter()
+            .map(|&a| Link::open(a, Some(len)).unwrap())
+            .collect();
+        let iface = Interface {
+            linktype: 1,
+            snaplen: 128,
+            name: Some("veth0".into()),
+            description: Some("test".into()),
+        };
+        Exporter::new(
+            links,
+            vec![iface],
+            balance,
+            None,
+            Identity {
+                process: 7,
+                domain: 1,
+                start_time_ms: 1_700_000_000_000,
+            },
+        )
+    }
+
+    /// Every packet comes back as sent: bytes, length, time; sequence numbers count records.
+    #[test]
+    fn packets_round_trip_with_sequence_numbers() {
+        let (rx, to) = receiver();
+        let mut e = exporter(&[to], Balance::FlowHash, 1472);
+        let frames: Vec<Vec<u8>> = (0..500)
+            .map(|i| {
+                frame(
+                    [198, 18, 0, 1],
+                    [198, 18, 0, 2],
+                    1000 + i as u16,
+                    80,
+                    60 + i % 70,
+                )
+            })
+            .collect();
+        for (i, f) in frames.iter().enumerate() {
+            e.packet(&Packet {
+                ts_ns: 1_795_000_000_000_000_000 + i as u64 * 1001,
+                iface: 0,
+                orig_len: f.len() as u32 + 1000,
+                data: f,
+            });
+        }
+        e.flush();
+        let msgs = drain(&rx);
+        let mut d = Decoder::new();
+        let mut got = Vec::new();
+        let mut expected_seq = 0u32;
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        for m in &msgs {
+            assert!(m.len() <= 1472);
+            let info = d
+                .decode_each(peer, m, |r| {
+                    if let Record::Packet(p) = r {
+                        got.push((p.time_ns, p.frame_size, p.frame_section.to_vec()));
+                    }
+                })
+                .unwrap();
+            assert_eq!(info.header.sequence, expected_seq);
+            assert_eq!(info.header.domain, 1);
+            expected_seq = expected_seq.wrapping_add(info.data_records);
+        }
+        assert_eq!(got.len(), frames.len());
+        for (i, (t, size, section)) in got.iter().enumerate() {
+            assert_eq!(*t, 1_795_000_000_000_000_000 + i as u64 * 1001);
+            assert_eq!(*size, frames[i].len() as u64 + 1000);
+            assert_eq!(section, &frames[i]);
+        }
+        let c = &e.links[0].counts;
+        assert_eq!(c.packets, 500);
+        assert_eq!(c.records, u64::from(expected_seq));
+        assert_eq!(c.messages, msgs.len() as u64);
+    }
+
+    /// Both directions of a connection reach the same collector; round-robin alternates.
+    #[test]
+    fn flow_hash_keeps_connections_together() {
+        let (rx1, a1) = receiver();
+        let (rx2, a2) = receiver();
+        let mut e = exporter(&[a1, a2], Balance::FlowHash, 1472);
+        for i in 0..200u16 {
+            let (c, s) = ([198, 18, 1, (i % 7) as u8], [198, 18, 2, 1]);
+            let f = frame(c, s, 2000 + i % 13, 2049, 80);
+            let r = frame(s, c, 2049, 2000 + i % 13, 80);
+            for d in [&f, &r] {
+                e.packet(&Packet {
+                    ts_ns: 1,
+                    iface: 0,
+                    orig_len: 80,
+                    data: d,
+                });
+            }
+        }
+        e.flush();
+        let mut flows = std::collections::HashMap::new();
+        for (k, rx) in [&rx1, &rx2].into_iter().enumerate() {
+            let mut d = Decoder::new();
+            for m in drain(rx) {
+                d.decode_each("127.0.0.1:1".parse().unwrap(), &m, |r| {
+                    if let Record::Packet(p) = r {
+                        let s = p.frame_section;
+                        let mut ends = [(&s[26..30], &s[34..36]), (&s[30..34], &s[36..38])];
+                        ends.sort();
+                        assert_eq!(*flows.entry(format!("{ends:?}")).or_insert(k), k);
+                    }
+                })
+                .unwrap();
+            }
+        }
+        assert_eq!(flows.len(), 7 * 13);
+        let used: std::collections::HashSet<_> = flows.values().collect();
+        assert_eq!(used.len(), 2, "both collectors get flows");
+    }
+
+    /// Round-robin sends whole batches to each collector in turn.
+    #[test]
+    fn round_robin_alternates_batches() {
+        let (rx1, a1) = receiver();
+        let (rx2, a2) = receiver();
+        let mut e = exporter(&[a1, a2], Balance::RoundRobin, 1472);
+        let f = frame([198, 18, 0, 1], [198, 18, 0, 2], 1, 2, 60);
+        for batch in 0..6u64 {
+            for _ in 0..10 {
+                e.packet(&Packet {
+                    ts_ns: batch,
+                    iface: 0,
+                    orig_len: 60,
+                    data: &f,
+                });
+            }
+            e.flush();
+        }
+        for (k, rx) in [&rx1, &rx2].into_iter().enumerate() {
+            let mut d = Decoder::new();
+            let mut times = Vec::new();
+            for m in drain(rx) {
+                d.decode_each("127.0.0.1:1".parse().unwrap(), &m, |r| {
+                    if let Record::Packet(p) = r {
+                        times.push(p.time_ns);
+                    }
+                })
+                .unwrap();
+            }
+            let want: Vec<u64> = (0..6u64)
+                .filter(|b| *b as usize % 2 == k)
+                .flat_map(|b| [b; 10])
+                .collect();
+            assert_eq!(times, want, "collector {k}");
+        }
+    }
+
+    /// A collector that is not listening is counted, never fatal, and its sequence numbers
+    /// do not advance for messages that never left.
+    #[test]
+    fn refused_collector_is_counted() {
+        let (rx, to) = receiver();
+        drop(rx);
+        let mut e = exporter(&[to], Balance::FlowHash, 1472);
+        let f = frame([198, 18, 0, 1], [198, 18, 0, 2], 1, 2, 60);
+        for round in 0..20 {
+            for _ in 0..10 {
+                e.packet(&Packet {
+                    ts_ns: round,
+                    iface: 0,
+                    orig_len: 60,
+                    data: &f,
+                });
+            }
+            e.flush();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let c = &e.links[0].counts;
+        assert_eq!(c.packets + c.not_sent, 200);
+        assert!(c.refused > 0, "{c:?}");
+        assert!(c.not_sent > 0, "{c:?}");
+    }
+
+    #[test]
+    fn small_message_size_refused() {
+        let (_rx, to) = receiver();
+        let err = Link::open(to, Some(400)).err().unwrap();
+        assert!(err.contains("too small"), "{err}");
+    }
+}

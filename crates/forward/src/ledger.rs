@@ -1,0 +1,319 @@
+//! The collector's accounting, per exporter and observation domain: what arrived, what the
+//! sequence numbers say went missing on the way, what was refused and why, and the
+//! exporter's own counts from its statistics records. Saved in the store as
+//! `collector.json`, and read back at start so a restarted collector counts the gap it
+//! missed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tapdeck_ipfix::{ExporterStats, SequenceCounts, SequenceEvent, SequenceTracker};
+
+pub const LEDGER_FILE: &str = "collector.json";
+const LEDGER_VERSION: u32 = 1;
+
+/// The exporter's statistics record, as last received.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExporterCounts {
+    pub exporting_process: u32,
+    pub start_time_ms: u64,
+    pub messages: u64,
+    pub records: u64,
+    /// Dropped by the exporter's kernel before it read them (ring full).
+    pub ignored_packets: u64,
+    /// Read by the exporter but not sent (send failures).
+    pub not_sent_packets: u64,
+    pub observed_packets: u64,
+    pub selected_packets: u64,
+}
+
+impl From<&ExporterStats> for ExporterCounts {
+    fn from(s: &ExporterStats) -> Self {
+        ExporterCounts {
+            exporting_process: s.exporting_process,
+            start_time_ms: s.start_time_ms,
+            messages: s.messages,
+            records: s.records,
+            ignored_packets: s.ignored_packets,
+            not_sent_packets: s.not_sent_packets,
+            observed_packets: s.observed_packets,
+            selected_packets: s.selected_packets,
+        }
+    }
+}
+
+/// One stream: an exporter's address and observation domain.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StreamLedger {
+    pub exporter: String,
+    pub domain: u32,
+    /// The sequence number expected next (what a restarted collector resumes from).
+    pub next_sequence: Option<u32>,
+    pub start_time_ms: u64,
+    /// Messages counted by sequence number, and their data records.
+    pub messages: u64,
+    pub records: u64,
+    /// Records the sequence numbers say were sent and never arrived (forwarding loss),
+    /// including those of messages dropped here for want of a template.
+    pub lost: u64,
+    pub reordered: u64,
+    /// Messages already counted (replayed or repeated): dropped, not stored.
+    pub duplicates: u64,
+    pub restarts: u64,
+    pub resyncs: u64,
+    /// Messages dropped: a data set whose template was never seen; malformed.
+    pub no_template: u64,
+    pub malformed: u64,
+    /// Packet reports handed to the store.
+    pub packets: u64,
+    /// The exporter's own counts, from its last statistics record.
+    pub exporter_counts: Option<ExporterCounts>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LedgerFile {
+    pub version: u32,
+    pub streams: Vec<StreamLedger>,
+    /// Messages from exporters not in --allow, by address.
+    pub not_allowed: BTreeMap<String, u64>,
+    /// Messages whose header could not even be read (no domain to count them under), and
+    /// datagrams longer than the receive buffer, by exporter address.
+    pub unreadable: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Extra {
+    no_template: u64,
+    malformed: u64,
+    packets: u64,
+    exporter_counts: Option<ExporterCounts>,
+    /// Counts of a saved stream that could not be resumed (no expected number).
+    carried: SequenceCounts,
+}
+
+/// Sequence tracking and counts for every stream, shared by a collector's sockets.
+#[derive(Default)]
+pub struct Ledger {
+    tracker: SequenceTracker,
+    extra: HashMap<(IpAddr, u32), Extra>,
+    not_allowed: BTreeMap<IpAddr, u64>,
+    unreadable: BTreeMap<IpAddr, u64>,
+}
+
+/// Streams are keyed by the exporter's address without its port: a restarted exporter
+/// comes back from a new port, and must be recognized as the same stream (its new start
+/// time then says it restarted).
+fn key(ip: IpAddr) -> SocketAddr {
+    SocketAddr::new(ip, 0)
+}
+
+impl Ledger {
+    pub fn new() -> Ledger {
+        Ledger::default()
+    }
+
+    /// Continues from a saved ledger (`collector.json` of the store), if there is one.
+    pub fn resume_from(path: &Path) -> Result<Ledger, String> {
+        let mut ledger = Ledger::new();
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ledger),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let file: LedgerFile = serde_json::from_slice(&bytes).map_err(|e| {
+            format!(
+                "{} is not a collector ledger ({e}); move it away to start counting afresh",
+                path.display()
+            )
+        })?;
+        for s in file.streams {
+            let Ok(ip) = s.exporter.parse::<IpAddr>() else {
+                continue;
+            };
+            let counts = SequenceCounts {
+                messages: s.messages,
+                records: s.records,
+                lost: s.lost,
+                reordered: s.reordered,
+                duplicates: s.duplicates,
+                restarts: s.restarts,
+                resyncs: s.resyncs,
+            };
+            let mut extra = Extra {
+                no_template: s.no_template,
+                malformed: s.malformed,
+                packets: s.packets,
+                exporter_counts: s.exporter_counts,
+                carried: SequenceCounts::default(),
+            };
+            match s.next_sequence {
+                Some(next) => {
+                    ledger
+                        .tracker
+                        .resume(key(ip), s.domain, next, s.start_time_ms, counts)
+                }
+                None => extra.carried = counts,
+            }
+            ledger.extra.insert((ip, s.domain), extra);
+        }
+        for (a, n) in file.not_allowed {
+            if let Ok(ip) = a.parse() {
+                ledger.not_allowed.insert(ip, n);
+            }
+        }
+        for (a, n) in file.unreadable {
+            if let Ok(ip) = a.parse() {
+                ledger.unreadable.insert(ip, n);
+            }
+        }
+        Ok(ledger)
+    }
+
+    /// Counts a message by its sequence number; see [`SequenceTracker::observe`].
+    pub fn observe(
+        &mut self,
+        ip: IpAddr,
+        domain: u32,
+        sequence: u32,
+        records: u32,
+        start_time_ms: Option<u64>,
+    ) -> SequenceEvent {
+        self.extra.entry((ip, domain)).or_default();
+        self.tracker
+            .observe(key(ip), domain, sequence, Some(records), start_time_ms)
+    }
+
+    /// Returns true the first time this exporter is refused (to log it once).
+    pub fn not_allowed(&mut self, ip: IpAddr) -> bool {
+        let n = self.not_allowed.entry(ip).or_default();
+        *n += 1;
+        *n == 1
+    }
+
+    /// Returns true the first time for this stream (to log it once).
+    pub fn malformed(&mut self, ip: IpAddr, domain: Option<u32>) -> bool {
+        match domain {
+            Some(d) => {
+                let e = self.extra.entry((ip, d)).or_default();
+                e.malformed += 1;
+                e.malformed == 1
+            }
+            None => {
+                let n = self.unreadable.entry(ip).or_default();
+                *n += 1;
+                *n == 1
+            }
+        }
+    }
+
+    /// Returns true the first time for this stream (to log it once).
+    pub fn no_template(&mut self, ip: IpAddr, domain: u32) -> bool {
+        let e = self.extra.entry((ip, domain)).or_default();
+        e.no_template += 1;
+        e.no_template == 1
+    }
+
+    pub fn exporter_stats(&mut self, ip: IpAddr, domain: u32, s: &ExporterStats) {
+        self.extra.entry((ip, domain)).or_default().exporter_counts = Some(s.into());
+    }
+
+    pub fn stored(&mut self, ip: IpAddr, domain: u32, packets: u64) {
+        self.extra.entry((ip, domain)).or_default().packets += packets;
+    }
+
+    /// Everything, as saved in the store (streams sorted by exporter and domain).
+    pub fn snapshot(&self) -> LedgerFile {
+        let mut streams: Vec<StreamLedger> = self
+            .extra
+            .iter()
+            .map(|(&(ip, domain), x)| {
+                let s = self.tracker.stream(key(ip), domain);
+                let c = s.map(|s| s.counts).unwrap_or_default();
+                let k = x.carried;
+                StreamLedger {
+                    exporter: ip.to_string(),
+                    domain,
+                    next_sequence: s.and_then(|s| s.next),
+                    start_time_ms: s.map_or(0, |s| s.start_time_ms),
+                    messages: c.messages + k.messages,
+                    records: c.records + k.records,
+                    lost: c.lost + k.lost,
+                    reordered: c.reordered + k.reordered,
+                    duplicates: c.duplicates + k.duplicates,
+                    restarts: c.restarts + k.restarts,
+                    resyncs: c.resyncs + k.resyncs,
+                    no_template: x.no_template,
+                    malformed: x.malformed,
+                    packets: x.packets,
+                    exporter_counts: x.exporter_counts,
+                }
+            })
+            .collect();
+        streams.sort_by(|a, b| (&a.exporter, a.domain).cmp(&(&b.exporter, b.domain)));
+        LedgerFile {
+            version: LEDGER_VERSION,
+            streams,
+            not_allowed: self
+                .not_allowed
+                .iter()
+                .map(|(ip, n)| (ip.to_string(), *n))
+                .collect(),
+            unreadable: self
+                .unreadable
+                .iter()
+                .map(|(ip, n)| (ip.to_string(), *n))
+                .collect(),
+        }
+    }
+
+    /// Writes the snapshot to `path` (under a temporary name first, so a reader never sees
+    /// half of it).
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let json = serde_json::to_vec_pretty(&self.snapshot()).expect("ledger serializes");
+        let tmp = path.with_extension("json.partial");
+        std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resumed_ledger_counts_the_gap_it_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LEDGER_FILE);
+        let ip: IpAddr = "198.18.0.1".parse().unwrap();
+        let mut l = Ledger::new();
+        assert_eq!(l.observe(ip, 1, 0, 10, Some(5)), SequenceEvent::First);
+        assert_eq!(l.observe(ip, 1, 10, 10, None), SequenceEvent::InOrder);
+        l.stored(ip, 1, 20);
+        assert!(l.not_allowed("198.18.9.9".parse().unwrap()));
+        assert!(!l.not_allowed("198.18.9.9".parse().unwrap()));
+        l.save(&path).unwrap();
+
+        let mut l = Ledger::resume_from(&path).unwrap();
+        // 30 records went by while the collector was down.
+        assert_eq!(l.observe(ip, 1, 50, 10, None), SequenceEvent::Gap(30));
+        let s = &l.snapshot().streams[0];
+        assert_eq!(
+            (s.messages, s.records, s.lost, s.packets, s.next_sequence),
+            (3, 30, 30, 20, Some(60))
+        );
+        assert_eq!(l.snapshot().not_allowed["198.18.9.9"], 2);
+    }
+
+    #[test]
+    fn a_foreign_file_is_one_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LEDGER_FILE);
+        std::fs::write(&path, b"not json").unwrap();
+        let e = Ledger::resume_from(&path).err().unwrap();
+        assert!(e.contains("not a collector ledger"), "{e}");
+        assert!(Ledger::resume_from(&dir.path().join("none.json")).is_ok());
+    }
+}

@@ -1,0 +1,23 @@
+//! Header forwarding over UDP, the socket side of `tapdeck export` and `tapdeck collect`
+//! (the IPFIX format itself is `tapdeck-ipfix`).
+//!
+//! - [`export`]: an [`export::Exporter`] per capture thread turns packets into PSAMP packet
+//!   reports in IPFIX messages sized to the path MTU, balanced over collectors by the
+//!   symmetric flow hash (or round-robin per batch), sent with `sendmmsg`; templates and the
+//!   exporter's own counts go out on a timer. A collector that stops answering is counted.
+//! - [`collect`]: a [`collect::CollectorSource`] per SO_REUSEPORT socket is a
+//!   `PacketSource` for the recorder, so collected packets land in a normal store;
+//!   [`collect::Intake`] is its pure, fuzzed core.
+//! - [`ledger`]: loss, reordering, duplicates and restarts per exporter and observation
+//!   domain, saved in the store so a restarted collector counts what it missed.
+
+pub mod collect;
+pub mod export;
+pub mod ledger;
+pub mod udp;
+
+pub use collect::{
+    CollectorSource, Intake, InterfaceTable, LiveStream, MessageFile, Outcome, Outputs,
+};
+pub use export::{Balance, ExportConfig, ExportStats, LinkCounts};
+pub use ledger::{Ledger, LedgerFile, StreamLedger, LEDGER_FILE};
