@@ -4,6 +4,7 @@ mod args;
 mod convert;
 mod extract;
 mod info;
+mod merge;
 mod record;
 mod verify;
 
@@ -25,6 +26,7 @@ fn main() {
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Info(a) => info::run(a),
+        Command::Merge(a) => merge::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Decrypt(a) => convert::decrypt(a),
         Command::Keygen(a) => convert::keygen(a),

@@ -120,6 +120,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             "pin_compressors": args.pin_compressors,
             "headers": args.headers,
         }),
+        merge: None,
         ladder,
     };
 
@@ -370,7 +371,7 @@ fn decimal_bytes(n: u64) -> String {
 }
 
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
-fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
+pub fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
