@@ -505,14 +505,12 @@ def check_offset_dedup_multi_extract_and_damage(tapdeck, tmp, stores, per_monito
     assert r.returncode != 0
     assert "-f" in one_error_line(r.stderr)
 
-    # A damaged input: its file's trailer cut off. One line names the file; nothing is
-    # written (the merge stops before it starts).
-    broken = tmp / "broken"
-    shutil.copytree(stores[1], broken)
-    victim = sorted(p for p in broken.iterdir() if p.name.endswith(".zst"))[0]
+    # A damaged input (the last use of mon1's store): its file's trailer cut off. One line
+    # names the file; nothing is written (the merge stops before it starts).
+    victim = sorted(p for p in stores[1].iterdir() if p.name.endswith(".zst"))[0]
     victim.write_bytes(victim.read_bytes()[:-40])
     out = tmp / "from-broken"
-    r = tapdeck("merge", stores[0], broken, "--out", out)
+    r = tapdeck("merge", stores[0], stores[1], "--out", out)
     assert r.returncode == 1, r.describe()
     line = one_error_line(r.stderr)
     assert victim.name in line and "tapdeck verify" in line, line

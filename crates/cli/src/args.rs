@@ -32,6 +32,15 @@ pub enum Command {
     /// Write the packets of a time range (and a filter) as one standard capture file.
     Extract(ExtractArgs),
     /// Merge the stores of several monitors by time into one store (k-way, streaming).
+    ///
+    /// A streaming k-way merge (one decoded chunk per input stream in memory) whose output
+    /// is an ordinary store that verify, extract, info and convert read. Each input keeps
+    /// its own pcapng interfaces, described `LABEL stream N` (LABEL is the store
+    /// directory's name), so every packet still says which monitor saw it. The report gives
+    /// each input's time span, packets, the drops its recorder counted, its share of the
+    /// merged packets and bytes, and how the inputs' spans overlap or leave gaps. Offsets
+    /// and each input's clock state (as its recorder read it) are kept in the output's
+    /// manifest. See docs/merge.md.
     Merge(Box<MergeArgs>),
     /// List the files of a store with their time ranges, packet counts and drops.
     Info(InfoArgs),
@@ -282,16 +291,6 @@ pub struct ExtractArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(
-    long_about = "Merge the stores of several monitors into one store, by time: a streaming k-way \
-merge (one decoded chunk per input stream in memory) whose output is an ordinary store that \
-verify, extract, info and convert read. Each input keeps its own pcapng interfaces, described \
-`LABEL stream N` (LABEL is the store directory's name), so every packet still says which \
-monitor saw it. The report gives each input's time span, packets, the drops its recorder \
-counted, its share of the merged packets and bytes, and how the inputs' spans overlap or leave \
-gaps. Offsets and each input's clock state (as its recorder read it) are kept in the output's \
-manifest. See docs/merge.md."
-)]
 pub struct MergeArgs {
     /// The stores to merge (their directories). Ties in time go to the store named first.
     #[arg(value_name = "STORE", required = true)]
@@ -314,7 +313,7 @@ pub struct MergeArgs {
 
     /// With --dedup: how far apart two copies of a frame may be stamped (e.g. 1ms, 50us,
     /// 2000ns).
-    #[arg(long, value_name = "TIME", default_value = "1ms", requires = "dedup")]
+    #[arg(long, value_name = "TIME", default_value = "1ms")]
     pub dedup_window: String,
 
     /// Only packets at or after this (corrected) time; same forms as `extract --start`.

@@ -46,7 +46,7 @@ pub fn offsets(stores: &[PathBuf], given: &[String]) -> anyhow::Result<Vec<i64>>
                     .zip(std::fs::canonicalize(&store).ok())
                     .is_some_and(|(a, b)| a == b)
         };
-        let at = stores.iter().position(|s| same(s)).ok_or_else(|| {
+        let at = stores.iter().position(|s| same(s.as_path())).ok_or_else(|| {
             anyhow::anyhow!(
                 "--offset {g}: {} is not one of the stores given",
                 store.display()

@@ -808,4 +808,126 @@ mod tests {
         let err = open_inputs(&missing).unwrap_err();
         assert!(err.contains("not a store directory"), "{err}");
     }
+
+    fn recorder_cfg(out: &Path) -> RecorderConfig {
+        RecorderConfig {
+            store: out.to_path_buf(),
+            dirs: Vec::new(),
+            format: Format::Pcapng,
+            ladder: crate::ladder::CodecLadder::parse("zstd:1").unwrap(),
+            chunk_size: 1 << 20,
+            staging_bytes: 4 << 20,
+            rotation: Default::default(),
+            retention: Default::default(),
+            compressors: 1,
+            pinning: Default::default(),
+            direct: false,
+            discard: false,
+            flush_interval: std::time::Duration::from_secs(1),
+            stats_interval: std::time::Duration::from_secs(60),
+            duration: None,
+            headers: None,
+            options: serde_json::Value::Null,
+            merge: None,
+        }
+    }
+
+    fn read_back(store: &Path) -> Vec<(u64, u8)> {
+        let store = Store::open(store).unwrap();
+        let mut m = extract::plan(&store, TimeWindow::default()).unwrap().merger();
+        let mut out = Vec::new();
+        while let Some(p) = m.next().unwrap() {
+            out.push((p.packet.ts_ns, p.packet.data[40]));
+        }
+        out
+    }
+
+    #[test]
+    fn merge_writes_a_store_that_reads_back_with_its_provenance() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inputs = monitors(dir.path());
+        inputs[1].offset_ns = 1;
+        let out = dir.path().join("out");
+        let opts = MergeOptions {
+            window: TimeWindow::default(),
+            dedup_window_ns: None,
+        };
+        let report = merge(&inputs, &opts, recorder_cfg(&out), Arc::new(Control::default()), |_, _| {})
+            .unwrap();
+        assert_eq!(report.packets_written, 7);
+        assert_eq!(
+            (report.inputs[0].merged.packets, report.inputs[1].merged.packets),
+            (4, 3)
+        );
+        assert_eq!(
+            report.inputs[0].merged.wire_bytes + report.inputs[1].merged.wire_bytes,
+            7 * 200
+        );
+        let want: Vec<(u64, u8)> = merged(&inputs, None).iter().map(|p| (p.0, p.2)).collect();
+        assert_eq!(read_back(&out), want);
+        assert_eq!(want[1], (21, 102));
+        let store = Store::open(&out).unwrap();
+        let manifest = store.manifest.as_ref().unwrap();
+        assert!(manifest.clock.is_none());
+        let m = manifest.merge.as_ref().unwrap();
+        assert!(m.complete);
+        let labels: Vec<_> = m.inputs.iter().map(|i| (i.label.as_str(), i.offset_ns, i.packets)).collect();
+        assert_eq!(labels, [("mon0", 0, 4), ("mon1", 1, 3)]);
+        assert_eq!((m.inputs[0].interfaces.clone(), m.inputs[1].interfaces.clone()), (vec![0], vec![1]));
+        let descriptions: Vec<_> = extract::plan(&store, TimeWindow::default())
+            .unwrap()
+            .output_interfaces()
+            .into_iter()
+            .map(|i| i.description.unwrap())
+            .collect();
+        assert_eq!(descriptions, ["mon0 stream 0", "mon1 stream 0"]);
+        // The output is not merged into again.
+        let err = merge(&inputs, &opts, recorder_cfg(&out), Arc::new(Control::default()), |_, _| {})
+            .err()
+            .unwrap();
+        assert!(err.contains("already holds a store"), "{err}");
+    }
+
+    #[test]
+    fn a_chunk_damaged_behind_an_intact_index_stops_the_merge_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = |n: &str| dir.path().join(n);
+        std::fs::create_dir_all(root("a")).unwrap();
+        std::fs::create_dir_all(root("b")).unwrap();
+        let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
+        s.chunks = vec![
+            (Codec::Zstd(1), vec![pkt(10, 1), pkt(20, 2)]),
+            (Codec::Zstd(1), vec![pkt(30, 3), pkt(40, 4)]),
+        ];
+        let victim = write_file(&root("a"), &s);
+        let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
+        s.chunks = vec![(Codec::Raw, vec![pkt(15, 9), pkt(25, 8)])];
+        write_file(&root("b"), &s);
+        // Wreck the second chunk's frame; the index still points at it.
+        let f = StoredFile::open(&victim).unwrap();
+        let e = f.packet_chunks().nth(1).copied().unwrap();
+        let mut bytes = std::fs::read(&victim).unwrap();
+        bytes[e.frame_offset as usize..(e.frame_offset + u64::from(e.frame_len)) as usize].fill(0xEE);
+        std::fs::write(&victim, bytes).unwrap();
+        let inputs = [
+            InputSpec { root: root("a"), offset_ns: 0 },
+            InputSpec { root: root("b"), offset_ns: 0 },
+        ];
+        let out = root("out");
+        let opts = MergeOptions {
+            window: TimeWindow::default(),
+            dedup_window_ns: None,
+        };
+        let err = merge(&inputs, &opts, recorder_cfg(&out), Arc::new(Control::default()), |_, _| {})
+            .err()
+            .unwrap();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.starts_with("merge stopped: "), "{err}");
+        assert!(err.contains(&victim.display().to_string()), "{err}");
+        // What was merged before the damage is stored, in complete files.
+        assert_eq!(read_back(&out), [(10, 1), (15, 9), (20, 2)]);
+        let store = Store::open(&out).unwrap();
+        assert!(store.partials.is_empty());
+        assert!(!store.manifest.unwrap().merge.unwrap().complete);
+    }
 }
