@@ -11,7 +11,7 @@ close) and UDP exchanges between addresses of 198.18.0.0/15; nothing in the name
 address or IPv6, so the only frames on the links are the replayed ones. tcpreplay is pinned
 to one CPU: every veth hop then goes through that CPU's backlog in order, so the monitors
 stamp frames in the order the switch saw them. Each monitor records with its own store and
-an explicit staging size (monitor 0 with two fanout threads and small rotated files, so
+an explicit staging size (monitor 0 with n + 1 fanout threads and small rotated files, so
 stores of several streams and files are merged too).
 
 Asserted, with two and with three monitors: the reference holds exactly the generated frames;
@@ -308,7 +308,10 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
             wait_file_text(ref_log, "listening on", tcpdump, "tcpdump")
             recorders = []
             for i, store in enumerate(stores):
-                extra = ["--threads", "2", "--rotate-size", "48KiB"] if i == 0 else []
+                # The kernel's fanout hash is nft's symhash too, each scaled to a range:
+                # monitor 0 gets the lowest 1/n of it, which a fanout splits only with more
+                # than n threads. With n + 1 its store gets two streams.
+                extra = ["--threads", str(n + 1), "--rotate-size", "48KiB"] if i == 0 else []
                 log = tmp / f"mon{i}.log"
                 p = start(["ip", "netns", "exec", MON.format(i), tapdeck.bin, "record", "-i",
                            f"cap{i}", "--store", store, "-q", "--staging", "16MiB",
@@ -374,6 +377,11 @@ def test_split_over_monitors_merges_back_to_the_reference(tapdeck, tmp_path, n):
     # The reference is exactly what was replayed: nothing else was on the link.
     ref = read_packets(ref_path)
     assert [p.data for p in ref] == frames
+
+    # Monitor 0's store holds several streams and files: the merge merges those too.
+    names = [p.name for p in stores[0].iterdir() if ".pcapng" in p.name]
+    assert {n_.split("-")[1] for n_ in names} >= {"s00", "s01"}, names
+    assert len(names) >= 3, names
 
     # Each monitor's store, and which monitor holds which flow.
     per_monitor = [extract(tapdeck, tmp_path, f"mon{i}", s) for i, s in enumerate(stores)]
