@@ -40,16 +40,15 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import (
     QUICK,
+    Pkt,
     _csum,
     capinfos_count,
     one_error_line,
     read_packets,
     run,
     write_pcap,
-    Pkt,
 )
 
 GEN, SW = "tdsplit-gen", "tdsplit-sw"
@@ -331,7 +330,7 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
                 stop(p, log, f"tapdeck record on monitor {i}")
             stop(tcpdump, ref_log, "tcpdump")
             text = ref_log.read_text()
-            assert re.search(r"^0 packets dropped by kernel", text, re.M), text
+            assert re.search(r"^0 packets dropped by kernel", text, re.MULTILINE), text
     finally:
         for p in procs:
             if p.poll() is None:
@@ -515,7 +514,7 @@ def check_offset_dedup_multi_extract_and_damage(tapdeck, tmp, stores, per_monito
 
     # A damaged input (the last use of mon1's store): its file's trailer cut off. One line
     # names the file; nothing is written (the merge stops before it starts).
-    victim = sorted(p for p in stores[1].iterdir() if p.name.endswith(".zst"))[0]
+    victim = min(p for p in stores[1].iterdir() if p.name.endswith(".zst"))
     victim.write_bytes(victim.read_bytes()[:-40])
     out = tmp / "from-broken"
     r = tapdeck("merge", stores[0], stores[1], "--out", out)

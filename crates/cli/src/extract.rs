@@ -46,12 +46,15 @@ pub fn offsets(stores: &[PathBuf], given: &[String]) -> anyhow::Result<Vec<i64>>
                     .zip(std::fs::canonicalize(&store).ok())
                     .is_some_and(|(a, b)| a == b)
         };
-        let at = stores.iter().position(|s| same(s.as_path())).ok_or_else(|| {
-            anyhow::anyhow!(
-                "--offset {g}: {} is not one of the stores given",
-                store.display()
-            )
-        })?;
+        let at = stores
+            .iter()
+            .position(|s| same(s.as_path()))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--offset {g}: {} is not one of the stores given",
+                    store.display()
+                )
+            })?;
         out[at] = ns;
     }
     Ok(out)

@@ -46,7 +46,10 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
     let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
     let staging_bytes = parse_size("--staging", &args.staging)? as usize;
     if staging_bytes < 2 * CHUNK_SIZE {
-        bail!("--staging must hold at least two chunks ({} bytes)", 2 * CHUNK_SIZE);
+        bail!(
+            "--staging must hold at least two chunks ({} bytes)",
+            2 * CHUNK_SIZE
+        );
     }
     let rotate_size = args
         .rotate_size
@@ -182,7 +185,12 @@ fn print_report(r: &MergeReport) {
     }
     for rel in &r.spans {
         match (rel.overlap_ns, rel.gap_ns) {
-            (Some(o), _) => println!("  spans: {} and {} overlap for {}", rel.a, rel.b, seconds(o)),
+            (Some(o), _) => println!(
+                "  spans: {} and {} overlap for {}",
+                rel.a,
+                rel.b,
+                seconds(o)
+            ),
             (_, Some(g)) => println!(
                 "  spans: {} and {} leave a gap of {} between them",
                 rel.a,

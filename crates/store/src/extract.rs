@@ -296,7 +296,10 @@ impl Plan {
             .iter()
             .map(|o| {
                 let description = if several {
-                    Some(format!("{} stream {}", self.labels[o.input as usize], o.stream))
+                    Some(format!(
+                        "{} stream {}",
+                        self.labels[o.input as usize], o.stream
+                    ))
                 } else {
                     o.interface
                         .description

@@ -108,20 +108,24 @@ pub fn survey(store: &Store, spec: &InputSpec, label: &str) -> Result<StoreSurve
         s.files += 1;
         s.packets += m.packets;
         if m.packets > 0 {
-            s.first_ts_ns = Some(s.first_ts_ns.map_or(m.first_ts_ns, |t| t.min(m.first_ts_ns)));
+            s.first_ts_ns = Some(
+                s.first_ts_ns
+                    .map_or(m.first_ts_ns, |t| t.min(m.first_ts_ns)),
+            );
             s.last_ts_ns = Some(s.last_ts_ns.map_or(m.last_ts_ns, |t| t.max(m.last_ts_ns)));
         }
         if m.counts.is_empty() {
             continue;
         }
-        let now = m.counts.iter().fold(InterfaceCounts::default(), |a, c| {
-            InterfaceCounts {
+        let now = m
+            .counts
+            .iter()
+            .fold(InterfaceCounts::default(), |a, c| InterfaceCounts {
                 dropped_kernel: a.dropped_kernel + c.dropped_kernel,
                 dropped_staging_full: a.dropped_staging_full + c.dropped_staging_full,
                 dropped_write_error: a.dropped_write_error + c.dropped_write_error,
                 ..a
-            }
-        });
+            });
         let before = previous.insert(m.stream, now).unwrap_or_default();
         let step = |n: u64, b: u64| if n >= b { n - b } else { n };
         s.dropped_kernel += step(now.dropped_kernel, before.dropped_kernel);
@@ -159,8 +163,7 @@ pub fn span_relations(surveys: &[StoreSurvey]) -> Vec<SpanRelation> {
     let mut out = Vec::new();
     for (i, a) in surveys.iter().enumerate() {
         for b in &surveys[i + 1..] {
-            let (Some((a0, a1)), Some((b0, b1))) = (a.corrected_span(), b.corrected_span())
-            else {
+            let (Some((a0, a1)), Some((b0, b1))) = (a.corrected_span(), b.corrected_span()) else {
                 continue;
             };
             let (start, end) = (a0.max(b0), a1.min(b1));
@@ -508,7 +511,9 @@ fn check_output(out: &Path, inputs: &[InputSpec]) -> Result<(), String> {
             }
         }
         let existing = Store::open(out).map_err(|e| e.to_string())?;
-        if !existing.files.is_empty() || !existing.partials.is_empty() || existing.manifest.is_some()
+        if !existing.files.is_empty()
+            || !existing.partials.is_empty()
+            || existing.manifest.is_some()
         {
             return Err(format!(
                 "--out {} already holds a store; name a new or empty directory",
@@ -574,7 +579,10 @@ pub fn parse_offset(s: &str) -> Result<(PathBuf, i64), String> {
     if store.is_empty() {
         return Err(bad("no store before '='"));
     }
-    Ok((PathBuf::from(store), parse_nanos(value).map_err(|e| bad(&e))?))
+    Ok((
+        PathBuf::from(store),
+        parse_nanos(value).map_err(|e| bad(&e))?,
+    ))
 }
 
 /// A signed time in nanoseconds: a whole number, or a number with a unit (`s`, `ms`, `us`,
@@ -610,7 +618,10 @@ mod tests {
     fn offsets_parse_with_and_without_units() {
         assert_eq!(parse_offset("a=1500"), Ok(("a".into(), 1500)));
         assert_eq!(parse_offset("a=+1500"), Ok(("a".into(), 1500)));
-        assert_eq!(parse_offset("/x/mon1=-1.5ms"), Ok(("/x/mon1".into(), -1_500_000)));
+        assert_eq!(
+            parse_offset("/x/mon1=-1.5ms"),
+            Ok(("/x/mon1".into(), -1_500_000))
+        );
         assert_eq!(parse_offset("b=2s"), Ok(("b".into(), 2_000_000_000)));
         assert_eq!(parse_offset("b=-3us"), Ok(("b".into(), -3000)));
         assert_eq!(parse_offset("b=7ns"), Ok(("b".into(), 7)));
@@ -662,14 +673,14 @@ mod tests {
             let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Zstd);
             s.chunks = vec![(
                 Codec::Zstd(1),
-                times.iter().map(|&t| pkt(t, base + (t / 10) as u8)).collect(),
+                times
+                    .iter()
+                    .map(|&t| pkt(t, base + (t / 10) as u8))
+                    .collect(),
             )];
             s.stats = true;
             write_file(&root, &s);
-            InputSpec {
-                root,
-                offset_ns: 0,
-            }
+            InputSpec { root, offset_ns: 0 }
         };
         vec![
             mk("mon0", 10, &[10, 30, 30, 50]),
@@ -678,7 +689,10 @@ mod tests {
     }
 
     fn merged(inputs: &[InputSpec], dedup: Option<u64>) -> Vec<(u64, u32, u8)> {
-        let stores: Vec<Store> = inputs.iter().map(|i| Store::open(&i.root).unwrap()).collect();
+        let stores: Vec<Store> = inputs
+            .iter()
+            .map(|i| Store::open(&i.root).unwrap())
+            .collect();
         let si: Vec<StoreInput<'_>> = stores
             .iter()
             .zip(inputs)
@@ -751,7 +765,10 @@ mod tests {
         let mut specs = Vec::new();
         // Both monitors saw frames 1 and 2 (mon1's clock 3 ns later); mon0 alone saw frame
         // 3 twice (a genuine repeat on its link).
-        for (name, times) in [("a", [(100, 1), (200, 2), (300, 3), (301, 3)]), ("b", [(103, 1), (203, 2), (500, 9), (501, 8)])] {
+        for (name, times) in [
+            ("a", [(100, 1), (200, 2), (300, 3), (301, 3)]),
+            ("b", [(103, 1), (203, 2), (500, 9), (501, 8)]),
+        ] {
             std::fs::create_dir_all(root(name)).unwrap();
             let mut s = FileSpec::new(0, 0, Format::Pcapng, Container::Lz4);
             s.chunks = vec![(Codec::Lz4, times.iter().map(|&(t, f)| pkt(t, f)).collect())];
@@ -762,7 +779,10 @@ mod tests {
             });
         }
         let got: Vec<(u64, u8)> = merged(&specs, Some(5)).iter().map(|p| (p.0, p.2)).collect();
-        assert_eq!(got, [(100, 1), (200, 2), (300, 3), (301, 3), (500, 9), (501, 8)]);
+        assert_eq!(
+            got,
+            [(100, 1), (200, 2), (300, 3), (301, 3), (500, 9), (501, 8)]
+        );
         // A window too narrow for the clocks' difference keeps both copies.
         assert_eq!(merged(&specs, Some(2)).len(), 8);
     }
@@ -773,12 +793,19 @@ mod tests {
         let inputs = monitors(dir.path());
         let (_, surveys) = open_inputs(&inputs).unwrap();
         assert_eq!(
-            (surveys[0].packets, surveys[0].first_ts_ns, surveys[0].last_ts_ns),
+            (
+                surveys[0].packets,
+                surveys[0].first_ts_ns,
+                surveys[0].last_ts_ns
+            ),
             (4, Some(10), Some(50))
         );
         // testutil files count 2 kernel drops per interface.
         assert_eq!(surveys[1].dropped_kernel, 2);
-        assert_eq!((surveys[0].label.as_str(), surveys[1].label.as_str()), ("mon0", "mon1"));
+        assert_eq!(
+            (surveys[0].label.as_str(), surveys[1].label.as_str()),
+            ("mon0", "mon1")
+        );
         let rel = span_relations(&surveys);
         assert_eq!(rel[0].overlap_ns, Some(20));
         let mut far = surveys.clone();
@@ -834,7 +861,9 @@ mod tests {
 
     fn read_back(store: &Path) -> Vec<(u64, u8)> {
         let store = Store::open(store).unwrap();
-        let mut m = extract::plan(&store, TimeWindow::default()).unwrap().merger();
+        let mut m = extract::plan(&store, TimeWindow::default())
+            .unwrap()
+            .merger();
         let mut out = Vec::new();
         while let Some(p) = m.next().unwrap() {
             out.push((p.packet.ts_ns, p.packet.data[40]));
@@ -852,11 +881,20 @@ mod tests {
             window: TimeWindow::default(),
             dedup_window_ns: None,
         };
-        let report = merge(&inputs, &opts, recorder_cfg(&out), Arc::new(Control::default()), |_, _| {})
-            .unwrap();
+        let report = merge(
+            &inputs,
+            &opts,
+            recorder_cfg(&out),
+            Arc::new(Control::default()),
+            |_, _| {},
+        )
+        .unwrap();
         assert_eq!(report.packets_written, 7);
         assert_eq!(
-            (report.inputs[0].merged.packets, report.inputs[1].merged.packets),
+            (
+                report.inputs[0].merged.packets,
+                report.inputs[1].merged.packets
+            ),
             (4, 3)
         );
         assert_eq!(
@@ -871,9 +909,19 @@ mod tests {
         assert!(manifest.clock.is_none());
         let m = manifest.merge.as_ref().unwrap();
         assert!(m.complete);
-        let labels: Vec<_> = m.inputs.iter().map(|i| (i.label.as_str(), i.offset_ns, i.packets)).collect();
+        let labels: Vec<_> = m
+            .inputs
+            .iter()
+            .map(|i| (i.label.as_str(), i.offset_ns, i.packets))
+            .collect();
         assert_eq!(labels, [("mon0", 0, 4), ("mon1", 1, 3)]);
-        assert_eq!((m.inputs[0].interfaces.clone(), m.inputs[1].interfaces.clone()), (vec![0], vec![1]));
+        assert_eq!(
+            (
+                m.inputs[0].interfaces.clone(),
+                m.inputs[1].interfaces.clone()
+            ),
+            (vec![0], vec![1])
+        );
         let descriptions: Vec<_> = extract::plan(&store, TimeWindow::default())
             .unwrap()
             .output_interfaces()
@@ -882,9 +930,15 @@ mod tests {
             .collect();
         assert_eq!(descriptions, ["mon0 stream 0", "mon1 stream 0"]);
         // The output is not merged into again.
-        let err = merge(&inputs, &opts, recorder_cfg(&out), Arc::new(Control::default()), |_, _| {})
-            .err()
-            .unwrap();
+        let err = merge(
+            &inputs,
+            &opts,
+            recorder_cfg(&out),
+            Arc::new(Control::default()),
+            |_, _| {},
+        )
+        .err()
+        .unwrap();
         assert!(err.contains("already holds a store"), "{err}");
     }
 
@@ -907,20 +961,33 @@ mod tests {
         let f = StoredFile::open(&victim).unwrap();
         let e = f.packet_chunks().nth(1).copied().unwrap();
         let mut bytes = std::fs::read(&victim).unwrap();
-        bytes[e.frame_offset as usize..(e.frame_offset + u64::from(e.frame_len)) as usize].fill(0xEE);
+        bytes[e.frame_offset as usize..(e.frame_offset + u64::from(e.frame_len)) as usize]
+            .fill(0xEE);
         std::fs::write(&victim, bytes).unwrap();
         let inputs = [
-            InputSpec { root: root("a"), offset_ns: 0 },
-            InputSpec { root: root("b"), offset_ns: 0 },
+            InputSpec {
+                root: root("a"),
+                offset_ns: 0,
+            },
+            InputSpec {
+                root: root("b"),
+                offset_ns: 0,
+            },
         ];
         let out = root("out");
         let opts = MergeOptions {
             window: TimeWindow::default(),
             dedup_window_ns: None,
         };
-        let err = merge(&inputs, &opts, recorder_cfg(&out), Arc::new(Control::default()), |_, _| {})
-            .err()
-            .unwrap();
+        let err = merge(
+            &inputs,
+            &opts,
+            recorder_cfg(&out),
+            Arc::new(Control::default()),
+            |_, _| {},
+        )
+        .err()
+        .unwrap();
         assert!(!err.contains('\n'), "{err}");
         assert!(err.starts_with("merge stopped: "), "{err}");
         assert!(err.contains(&victim.display().to_string()), "{err}");

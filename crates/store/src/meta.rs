@@ -173,16 +173,18 @@ pub fn write_manifest(store: &std::path::Path, manifest: &Manifest) -> Result<()
 }
 
 /// The kernel's view of its clock, or `None` where adjtimex is refused.
+// c_long is i64 only on 64-bit targets: the conversion is needed elsewhere.
+#[allow(clippy::useless_conversion)]
 pub fn read_clock_sync(now_ns: u64) -> Option<ClockSync> {
     // SAFETY: with modes = 0 adjtimex only fills the struct we pass.
     let (state, tx) = unsafe {
         let mut tx: libc::timex = std::mem::zeroed();
         (libc::adjtimex(&mut tx), tx)
     };
-    (state >= 0).then(|| ClockSync {
+    (state >= 0).then_some(ClockSync {
         synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
-        max_error_us: tx.maxerror as i64,
-        est_error_us: tx.esterror as i64,
+        max_error_us: i64::from(tx.maxerror),
+        est_error_us: i64::from(tx.esterror),
         read_ns: now_ns,
     })
 }
