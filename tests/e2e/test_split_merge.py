@@ -22,7 +22,8 @@ monitor's store; the merge report's counts add up (per monitor: stored = merged,
 1, bytes equal the frames' lengths, no drops), and the manifest keeps each input, offset and
 clock state. With two monitors also: `--offset` shifts one store by exactly the offset,
 `--dedup` of the merge with one of its inputs drops exactly that input's frames, extract of
-several stores with -f, and a truncated input store gives one error line.
+several stores with -f, `convert --merge` (one packet row per reference frame; a rerun
+reuses the merge), and a truncated input store gives one error line.
 """
 
 from __future__ import annotations
@@ -511,6 +512,20 @@ def check_offset_dedup_multi_extract_and_damage(tapdeck, tmp, stores, per_monito
     r = tapdeck("extract", stores[0], stores[1], "-w", tmp / "x.pcapng")
     assert r.returncode != 0
     assert "-f" in one_error_line(r.stderr)
+
+    # convert --merge: the monitors merged inside the dataset, then converted; every
+    # reference frame becomes one packet row; a rerun reuses the merge and converts nothing.
+    ds = tmp / "dataset"
+    r = tapdeck("convert", *stores, "--merge", "--out", ds, "--json", "-q", timeout=120)
+    assert r.returncode == 0, r.describe()
+    first = json.loads(r.stdout)
+    assert first["counts"]["packets"] == len(ref)
+    inside = extract(tapdeck, tmp, "dataset-merge", ds / "_merged" / "store")
+    assert [p.data for p in inside] == [p.data for p in ref]
+    r = tapdeck("convert", *stores, "--merge", "--out", ds, "--json", "-q", timeout=120)
+    assert r.returncode == 0, r.describe()
+    again = json.loads(r.stdout)
+    assert (again["converted"], again["skipped"]) == (0, first["sources"])
 
     # A damaged input (the last use of mon1's store): its file's trailer cut off. One line
     # names the file; nothing is written (the merge stops before it starts).

@@ -390,6 +390,17 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub no_packets: bool,
 
+    /// The inputs are stores of several monitors: merge them by time first (as `tapdeck
+    /// merge`, into DATASET/_merged/store, redone only when an input changed), then convert
+    /// the merged store. Needed when the two directions of a link were recorded apart (two
+    /// taps): connections are only whole after the merge.
+    #[arg(long)]
+    pub merge: bool,
+
+    /// With --merge: a store's clock offset, as `tapdeck merge --offset STORE=±NS`.
+    #[arg(long = "offset", value_name = "STORE=NS", requires = "merge")]
+    pub offsets: Vec<String>,
+
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
