@@ -280,6 +280,8 @@ pub struct MergeSource {
     dedup: Option<Dedup>,
     delivered: Vec<u64>,
     tally: Arc<Mutex<Vec<InputTally>>>,
+    /// Every input was read to its end (not stopped by a signal or an error).
+    ended: bool,
 }
 
 impl PacketSource for MergeSource {
@@ -292,7 +294,10 @@ impl PacketSource for MergeSource {
         for _ in 0..BATCH {
             let m = match self.merger.next() {
                 Ok(Some(m)) => m,
-                Ok(None) => return Ok(Poll::End),
+                Ok(None) => {
+                    self.ended = true;
+                    return Ok(Poll::End);
+                }
                 Err(e) => return Err(SourceError::Other(e.to_string())),
             };
             let t = &mut tally[m.input as usize];
@@ -443,7 +448,7 @@ pub fn merge(
     };
     cfg.merge = Some(manifest.clone());
     let tally = Arc::new(Mutex::new(vec![InputTally::default(); inputs.len()]));
-    let decoded = Arc::new(Mutex::new((0u64, 0u64, 0u64)));
+    let end = Arc::new(Mutex::new(SourceEnd::default()));
     let source = MergeSource {
         delivered: vec![0; interfaces.len()],
         interfaces,
@@ -452,10 +457,11 @@ pub fn merge(
         dedup: opts.dedup_window_ns.map(Dedup::new),
         merger: plan.merger(),
         tally: Arc::clone(&tally),
+        ended: false,
     };
     let source = Reporting {
         inner: source,
-        decoded: Arc::clone(&decoded),
+        end: Arc::clone(&end),
     };
     let store_dir = cfg.store.clone();
     let summary = recorder::record(cfg, vec![source], control, report).map_err(|e| {
@@ -466,13 +472,20 @@ pub fn merge(
         )
     })?;
     let tally = tally.lock().unwrap().clone();
-    let (files_decoded, chunks_decoded, forgotten) = *decoded.lock().unwrap();
+    let end = *end.lock().unwrap();
     for (m, t) in manifest.inputs.iter_mut().zip(&tally) {
         m.packets = t.packets;
         m.duplicates = t.duplicates;
     }
-    manifest.complete = summary.fatal.is_none();
+    manifest.complete = end.ended && summary.fatal.is_none();
     update_manifest(&store_dir, manifest)?;
+    if !end.ended && summary.fatal.is_none() {
+        return Err(format!(
+            "merge interrupted: {} holds the packets merged so far, in complete files (its \
+             manifest says \"complete\": false); merge again into a new directory",
+            store_dir.display()
+        ));
+    }
     let packets: u64 = tally.iter().map(|t| t.packets).sum();
     let bytes: u64 = tally.iter().map(|t| t.wire_bytes).sum();
     let share = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
@@ -492,9 +505,9 @@ pub fn merge(
         packets_written: packets,
         duplicates: tally.iter().map(|t| t.duplicates).sum(),
         dedup_window_ns: opts.dedup_window_ns,
-        dedup_forgotten_early: forgotten,
-        files_decoded,
-        chunks_decoded,
+        dedup_forgotten_early: end.forgotten_early,
+        files_decoded: end.files_decoded,
+        chunks_decoded: end.chunks_decoded,
         summary: Some(summary),
     })
 }
@@ -534,20 +547,30 @@ fn update_manifest(store: &Path, merge: MergeManifest) -> Result<(), String> {
     meta::write_manifest(store, &manifest)
 }
 
+/// What only the merge source knows when the recorder is done with it.
+#[derive(Debug, Clone, Copy, Default)]
+struct SourceEnd {
+    files_decoded: u64,
+    chunks_decoded: u64,
+    forgotten_early: u64,
+    ended: bool,
+}
+
 /// Passes the merge source through and, when the recorder drops it at the end, hands
-/// back what only the source knows (decoding and dedup counts).
+/// back its [`SourceEnd`].
 struct Reporting {
     inner: MergeSource,
-    decoded: Arc<Mutex<(u64, u64, u64)>>,
+    end: Arc<Mutex<SourceEnd>>,
 }
 
 impl Drop for Reporting {
     fn drop(&mut self) {
-        *self.decoded.lock().unwrap() = (
-            self.inner.merger.report.files_decoded,
-            self.inner.merger.report.chunks_decoded,
-            self.inner.dedup.as_ref().map_or(0, |d| d.forgotten_early),
-        );
+        *self.end.lock().unwrap() = SourceEnd {
+            files_decoded: self.inner.merger.report.files_decoded,
+            chunks_decoded: self.inner.merger.report.chunks_decoded,
+            forgotten_early: self.inner.dedup.as_ref().map_or(0, |d| d.forgotten_early),
+            ended: self.inner.ended,
+        };
     }
 }
 
@@ -940,6 +963,29 @@ mod tests {
         .err()
         .unwrap();
         assert!(err.contains("already holds a store"), "{err}");
+    }
+
+    #[test]
+    fn a_merge_stopped_early_says_so_and_is_not_marked_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let inputs = monitors(dir.path());
+        let out = dir.path().join("out");
+        let opts = MergeOptions {
+            window: TimeWindow::default(),
+            dedup_window_ns: None,
+        };
+        // As SIGINT does: the recorder stops before the source has delivered anything.
+        let control = Arc::new(Control::default());
+        control
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = merge(&inputs, &opts, recorder_cfg(&out), control, |_, _| {})
+            .err()
+            .unwrap();
+        assert!(err.starts_with("merge interrupted: "), "{err}");
+        let store = Store::open(&out).unwrap();
+        assert!(store.partials.is_empty());
+        assert!(!store.manifest.unwrap().merge.unwrap().complete);
     }
 
     #[test]
