@@ -181,3 +181,33 @@ def test_extract_of_two_stores_wants_the_filter_with_f(tapdeck, stores, tmp_path
     assert r.returncode != 0
     assert "give the filter with -f" in one_error_line(r.stderr)
     assert not (tmp_path / "x.pcapng").exists()
+
+
+def test_convert_merge_converts_the_merge_and_follows_its_inputs(tapdeck, stores, tmp_path):
+    from convtools import table
+
+    _, s = stores
+    ds = tmp_path / "ds"
+
+    def convert(*names) -> dict:
+        r = tapdeck("convert", *[s[n][0] for n in names], "--merge", "--out", ds, "--json",
+                    "-q", timeout=120)
+        assert r.returncode == 0, r.describe()
+        return json.loads(r.stdout)
+
+    def rows_by_time():
+        return sorted((r["time_ns"], r["interface"], r["wire_len"])
+                      for r in table(ds, "packets"))
+
+    def want(*names):
+        # One interface per input in the merged store: its position among the inputs.
+        return sorted((p.ts_ns, i, p.orig_len) for i, n in enumerate(names) for p in s[n][2])
+
+    first = convert("a", "b")
+    assert first["counts"]["packets"] == 5000
+    assert rows_by_time() == want("a", "b")
+    again = convert("a", "b")
+    assert (again["converted"], again["skipped"]) == (0, first["sources"])
+    # Another set of inputs: merged again, and the dataset holds the new merge only.
+    convert("a", "c")
+    assert rows_by_time() == want("a", "c")
