@@ -96,6 +96,14 @@ def test_merge_equals_mergecap_and_the_report_adds_up(tapdeck, stores, tmp_path)
     assert spans[("a", "c")]["gap_ns"] == c[0].ts_ns - a[-1].ts_ns
     assert spans[("b", "c")]["gap_ns"] == c[0].ts_ns - b[-1].ts_ns
 
+    # info names where a merged store's packets came from.
+    info = tapdeck.info(out)
+    assert [(i["label"], i["packets"]) for i in info["merge"]["inputs"]] == [
+        ("a", 3000), ("b", 2000), ("c", 500)]
+    assert info["totals"]["packets"] == 5500
+    r = tapdeck("info", out)
+    assert "merged from 3 stores:" in r.out and "  b " in r.out
+
     # The text report says the same in lines a person reads.
     r = tapdeck("merge", s["a"][0], s["c"][0], "--out", tmp_path / "ac", timeout=120)
     assert r.returncode == 0, r.describe()
