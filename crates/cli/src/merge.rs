@@ -95,6 +95,7 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
     install_signals(&control)?;
     // Refuse bad inputs before anything is created.
     merge::open_inputs(&inputs).map_err(anyhow::Error::msg)?;
+    merge::check_output(&args.out, &inputs).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let stats_path = args.out.join("stats.jsonl");

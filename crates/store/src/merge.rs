@@ -513,7 +513,7 @@ pub fn merge(
 }
 
 /// The output must be a new (or empty) store, and none of the inputs.
-fn check_output(out: &Path, inputs: &[InputSpec]) -> Result<(), String> {
+pub fn check_output(out: &Path, inputs: &[InputSpec]) -> Result<(), String> {
     if let Ok(out_abs) = std::fs::canonicalize(out) {
         for spec in inputs {
             if std::fs::canonicalize(&spec.root).is_ok_and(|r| r == out_abs) {
