@@ -10,6 +10,7 @@ packages=(
   wireshark-common # capinfos, editcap, mergecap
   zstd lz4         # the stock tools our files must decompress with
   iproute2         # network namespaces and veth pairs for tests and the demo
+  nftables         # the symmetric-hash split over monitors (tests/e2e/test_split_merge.py)
   iputils-ping
   ethtool          # GRO/GSO off on capture interfaces
   procps

@@ -36,6 +36,17 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Write the packets of a time range (and a filter) as one standard capture file.
     Extract(ExtractArgs),
+    /// Merge the stores of several monitors by time into one store (k-way, streaming).
+    ///
+    /// A streaming k-way merge (one decoded chunk per input stream in memory) whose output
+    /// is an ordinary store that verify, extract, info and convert read. Each input keeps
+    /// its own pcapng interfaces, described `LABEL stream N` (LABEL is the store
+    /// directory's name), so every packet still says which monitor saw it. The report gives
+    /// each input's time span, packets, the drops its recorder counted, its share of the
+    /// merged packets and bytes, and how the inputs' spans overlap or leave gaps. Offsets
+    /// and each input's clock state (as its recorder read it) are kept in the output's
+    /// manifest. See docs/merge.md.
+    Merge(Box<MergeArgs>),
     /// List the files of a store with their time ranges, packet counts and drops.
     Info(InfoArgs),
     /// Convert traces into a Parquet dataset: packets, RPC and NFS tables, catalog.
@@ -251,14 +262,20 @@ pub struct VerifyArgs {
 
 #[derive(Args, Debug)]
 pub struct ExtractArgs {
-    /// The store to read (its directory).
-    #[arg(value_name = "STORE")]
-    pub store: PathBuf,
+    /// The store to read (its directory), then the filter's words; with -f, every
+    /// argument is a store, and the stores' packets are merged by time.
+    #[arg(value_name = "STORE", required = true)]
+    pub args: Vec<String>,
 
-    /// Capture filter in tcpdump syntax (compiled by libpcap), e.g. `udp and port 53`; the
-    /// words may come before or after the options.
-    #[arg(value_name = "FILTER")]
-    pub filter: Vec<String>,
+    /// Capture filter in tcpdump syntax (compiled by libpcap), e.g. `udp and port 53`.
+    /// Without -f the words after the store are the filter (`extract STORE udp port 53`).
+    #[arg(short = 'f', long = "filter", value_name = "EXPR")]
+    pub filter: Option<String>,
+
+    /// With several stores: add this much to one store's timestamps before merging
+    /// (`STORE=±NS`, or with a unit: `mon1=-1.5ms`); repeat per store.
+    #[arg(long = "offset", value_name = "STORE=NS")]
+    pub offsets: Vec<String>,
 
     /// First packet time to include: RFC 3339 (`2026-11-23T05:57:34.5Z`) or seconds since
     /// the epoch (`1795413454.5`).
@@ -276,6 +293,61 @@ pub struct ExtractArgs {
     /// Output format (default: the store's).
     #[arg(long, value_parser = ["pcapng", "pcap"])]
     pub format: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The stores to merge (their directories). Ties in time go to the store named first.
+    #[arg(value_name = "STORE", required = true)]
+    pub stores: Vec<PathBuf>,
+
+    /// The new store to write (a new or empty directory).
+    #[arg(long, short = 'o', value_name = "STORE")]
+    pub out: PathBuf,
+
+    /// Add this much to one store's timestamps (its clock ran behind by that much):
+    /// `STORE=±NS`, or with a unit: `mon1=-1.5ms`, `s`, `ms`, `us`, `ns`. Repeat per store.
+    #[arg(long = "offset", value_name = "STORE=NS")]
+    pub offsets: Vec<String>,
+
+    /// Drop a frame that another store already holds: same link type, same original
+    /// length, identical captured bytes, timestamps (after offsets) at most
+    /// --dedup-window apart. Copies within one store are always kept. Counted per store.
+    #[arg(long)]
+    pub dedup: bool,
+
+    /// With --dedup: how far apart two copies of a frame may be stamped (e.g. 1ms, 50us,
+    /// 2000ns).
+    #[arg(long, value_name = "TIME", default_value = "1ms")]
+    pub dedup_window: String,
+
+    /// Only packets at or after this (corrected) time; same forms as `extract --start`.
+    #[arg(long, value_name = "TIME")]
+    pub start: Option<String>,
+
+    /// Only packets before this (corrected) time.
+    #[arg(long, value_name = "TIME")]
+    pub end: Option<String>,
+
+    /// Codec ladder of the output (as `record --codec`); the strongest rung is used.
+    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
+    pub codec: String,
+
+    /// Start a new output file once this much capture data is in it.
+    #[arg(long, value_name = "SIZE")]
+    pub rotate_size: Option<String>,
+
+    /// Staging pool of the output's recorder.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB")]
+    pub staging: String,
+
+    /// Use buffered writes instead of O_DIRECT.
+    #[arg(long)]
+    pub no_direct: bool,
+
+    /// Print the report as JSON on standard output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -322,6 +394,17 @@ pub struct ConvertArgs {
     /// Leave out the packets table (RPC and NFS tables only).
     #[arg(long)]
     pub no_packets: bool,
+
+    /// The inputs are stores of several monitors: merge them by time first (as `tapdeck
+    /// merge`, into DATASET/_merged/store, redone only when an input changed), then convert
+    /// the merged store. Needed when the two directions of a link were recorded apart (two
+    /// taps): connections are only whole after the merge.
+    #[arg(long)]
+    pub merge: bool,
+
+    /// With --merge: a store's clock offset, as `tapdeck merge --offset STORE=±NS`.
+    #[arg(long = "offset", value_name = "STORE=NS", requires = "merge")]
+    pub offsets: Vec<String>,
 
     /// Print the report as JSON.
     #[arg(long)]

@@ -118,6 +118,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             .map(|d| seconds("--duration", d))
             .transpose()?,
         headers: None,
+        merge: None,
         options: serde_json::json!({
             "source": format!("ipfix udp {bound}"),
             "allow": args.allow,

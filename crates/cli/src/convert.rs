@@ -1,12 +1,18 @@
 //! `tapdeck convert`, `decrypt` and `keygen`: flags to options, a progress bar, the report.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use tapdeck_anon::KeyFile;
 use tapdeck_dataset::{convert as conv, Anonymization, ConvertOptions};
+use tapdeck_store::ladder::CodecLadder;
+use tapdeck_store::merge::{self, InputSpec, MergeOptions};
+use tapdeck_store::meta;
+use tapdeck_store::pipeline::Control;
+use tapdeck_store::recorder::RecorderConfig;
 
 use crate::args::{AnalyzeArgs, ConvertArgs, DecryptArgs, KeygenArgs};
 
@@ -47,7 +53,12 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
             }) as tapdeck_dataset::convert::Progress
         }),
     };
-    let report = conv::convert(&args.inputs, &opts, &mut |w| tracing::warn!("{w}"))
+    let inputs = if args.merge {
+        vec![merged_inputs(args)?]
+    } else {
+        args.inputs.clone()
+    };
+    let report = conv::convert(&inputs, &opts, &mut |w| tracing::warn!("{w}"))
         .map_err(anyhow::Error::msg)?;
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -108,6 +119,87 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// `convert --merge`: the inputs merged into DATASET/_merged/store, which is reused while
+/// its manifest still describes the inputs (same stores, offsets and packet counts), so a
+/// rerun converts nothing new.
+fn merged_inputs(args: &ConvertArgs) -> anyhow::Result<PathBuf> {
+    let offsets = crate::extract::offsets(&args.inputs, &args.offsets)?;
+    let specs: Vec<InputSpec> = args
+        .inputs
+        .iter()
+        .zip(offsets)
+        .map(|(root, offset_ns)| InputSpec {
+            root: root.clone(),
+            offset_ns,
+        })
+        .collect();
+    let (_, surveys) = merge::open_inputs(&specs).map_err(anyhow::Error::msg)?;
+    let out = args.out.join("_merged").join("store");
+    let wanted: Vec<(String, i64, u64)> = surveys
+        .iter()
+        .map(|s| {
+            let abs = std::fs::canonicalize(&s.store)
+                .map_or_else(|_| s.store.clone(), |p| p.display().to_string());
+            (abs, s.offset_ns, s.packets)
+        })
+        .collect();
+    let existing = std::fs::read(out.join(meta::MANIFEST))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<meta::Manifest>(&b).ok())
+        .and_then(|m| m.merge);
+    if let Some(m) = existing {
+        let had: Vec<(String, i64, u64)> = m
+            .inputs
+            .iter()
+            .map(|i| (i.store.clone(), i.offset_ns, i.packets + i.duplicates))
+            .collect();
+        if m.complete && had == wanted {
+            tracing::info!(
+                "the inputs are unchanged: converting the merge in {}",
+                out.display()
+            );
+            return Ok(out);
+        }
+    }
+    if out.exists() {
+        std::fs::remove_dir_all(&out)
+            .with_context(|| format!("cannot remove the old merge {}", out.display()))?;
+    }
+    let cfg = RecorderConfig {
+        store: out.clone(),
+        dirs: Vec::new(),
+        format: tapdeck_pcap::Format::Pcapng,
+        ladder: CodecLadder::parse("zstd:1").map_err(anyhow::Error::msg)?,
+        chunk_size: 4 << 20,
+        staging_bytes: 64 << 20,
+        rotation: Default::default(),
+        retention: Default::default(),
+        compressors: 1,
+        pinning: Default::default(),
+        direct: false,
+        discard: false,
+        flush_interval: std::time::Duration::from_secs(2),
+        stats_interval: std::time::Duration::from_secs(3600),
+        duration: None,
+        headers: None,
+        options: serde_json::json!({ "source": "convert --merge" }),
+        merge: None,
+    };
+    let opts = MergeOptions {
+        window: Default::default(),
+        dedup_window_ns: None,
+    };
+    let report = merge::merge(&specs, &opts, cfg, Arc::new(Control::default()), |_, _| {})
+        .map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        "merged {} packets of {} stores into {}",
+        report.packets_written,
+        specs.len(),
+        out.display()
+    );
+    Ok(out)
 }
 
 fn parse_shard(s: &str) -> anyhow::Result<(usize, usize)> {

@@ -2,15 +2,19 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tapdeck_pcap::{Format, Packet};
-use tapdeck_store::extract::{self, ExtractError, TimeWindow};
+use tapdeck_store::extract::{self, ExtractError, StoreInput, TimeWindow};
+use tapdeck_store::merge::parse_offset;
+use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
 use crate::args::ExtractArgs;
 
-pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
+/// `--start`/`--end` as a window; an empty range is refused.
+pub fn window(start: &Option<String>, end: &Option<String>) -> anyhow::Result<TimeWindow> {
     let time = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
         v.as_deref()
             .map(extract::parse_time)
@@ -18,8 +22,8 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
             .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
     };
     let window = TimeWindow {
-        start_ns: time("start", &args.start)?,
-        end_ns: time("end", &args.end)?,
+        start_ns: time("start", start)?,
+        end_ns: time("end", end)?,
     };
     if let (Some(s), Some(e)) = (window.start_ns, window.end_ns) {
         anyhow::ensure!(
@@ -27,15 +31,67 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
             "--start must be before --end: the range [start, end) is empty"
         );
     }
-    let store = Store::open(&args.store)?;
-    let plan = extract::plan(&store, window)?;
+    Ok(window)
+}
+
+/// Each store's `--offset STORE=NS` (0 if none); an offset naming no given store is refused.
+pub fn offsets(stores: &[PathBuf], given: &[String]) -> anyhow::Result<Vec<i64>> {
+    let mut out = vec![0i64; stores.len()];
+    for g in given {
+        let (store, ns) = parse_offset(g).map_err(anyhow::Error::msg)?;
+        let same = |a: &Path| {
+            a == store
+                || std::fs::canonicalize(a)
+                    .ok()
+                    .zip(std::fs::canonicalize(&store).ok())
+                    .is_some_and(|(a, b)| a == b)
+        };
+        let at = stores
+            .iter()
+            .position(|s| same(s.as_path()))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--offset {g}: {} is not one of the stores given",
+                    store.display()
+                )
+            })?;
+        out[at] = ns;
+    }
+    Ok(out)
+}
+
+pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
+    let window = window(&args.start, &args.end)?;
+    // Without -f the words after the store are the filter, as tcpdump takes it.
+    let (stores, expr): (Vec<PathBuf>, String) = match &args.filter {
+        Some(f) => (args.args.iter().map(PathBuf::from).collect(), f.clone()),
+        None => {
+            let is_store = |w: &&String| Path::new(w).join(meta::MANIFEST).is_file();
+            if let Some(dir) = args.args[1..].iter().find(is_store) {
+                anyhow::bail!(
+                    "'{dir}' is a store, not a filter word: to extract from several stores give the filter with -f"
+                );
+            }
+            (vec![PathBuf::from(&args.args[0])], args.args[1..].join(" "))
+        }
+    };
+    let offsets = offsets(&stores, &args.offsets)?;
+    let opened = stores
+        .iter()
+        .map(|s| Store::open(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let inputs: Vec<StoreInput<'_>> = opened
+        .iter()
+        .zip(&offsets)
+        .map(|(store, &offset_ns)| StoreInput { store, offset_ns })
+        .collect();
+    let plan = extract::plan_many(&inputs, window)?;
     let format = match args.format.as_deref() {
         Some("pcap") => Format::Pcap,
         Some(_) => Format::Pcapng,
         None => plan.store_format.unwrap_or(Format::Pcapng),
     };
 
-    let expr = args.filter.join(" ");
     let mut programs = HashMap::new();
     if !expr.trim().is_empty() {
         // Compile once per link type, before any output is written.

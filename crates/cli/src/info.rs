@@ -77,7 +77,8 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<i32> {
         json!({ "files": rows.len(), "packets": packets, "stored_bytes": bytes, "drops": drops });
 
     if args.json {
-        let doc = json!({ "store": store.root, "files": rows, "totals": totals, "incomplete": incomplete, "errors": errors });
+        let merge = store.manifest.as_ref().and_then(|m| m.merge.as_ref());
+        let doc = json!({ "store": store.root, "files": rows, "totals": totals, "incomplete": incomplete, "errors": errors, "merge": merge });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!(
@@ -110,6 +111,34 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<i32> {
             "total: {} files, {packets} packets, {bytes} bytes stored, {drops} dropped",
             rows.len()
         );
+        if let Some(m) = store.manifest.as_ref().and_then(|m| m.merge.as_ref()) {
+            // Where a merged store's packets came from (interfaces are described `LABEL stream N`).
+            println!(
+                "merged from {} stores{}:",
+                m.inputs.len(),
+                if m.complete {
+                    ""
+                } else {
+                    " (incomplete: the merge stopped early)"
+                }
+            );
+            for i in &m.inputs {
+                println!(
+                    "  {} {} ({} packets, {} duplicates dropped, offset {} ns, clock {})",
+                    i.label,
+                    i.store,
+                    i.packets,
+                    i.duplicates,
+                    i.offset_ns,
+                    i.clock
+                        .map_or("unknown".to_string(), |c| if c.synchronized {
+                            format!("synced, max error {} us", c.max_error_us)
+                        } else {
+                            "not synced".to_string()
+                        })
+                );
+            }
+        }
         for p in &store.partials {
             println!(
                 "incomplete: {} (run `tapdeck verify --repair` to finalize it)",

@@ -6,6 +6,7 @@ mod convert;
 mod export;
 mod extract;
 mod info;
+mod merge;
 mod record;
 mod verify;
 
@@ -29,6 +30,7 @@ fn main() {
         Command::Verify(a) => verify::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Info(a) => info::run(a),
+        Command::Merge(a) => merge::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Decrypt(a) => convert::decrypt(a),
         Command::Keygen(a) => convert::keygen(a),

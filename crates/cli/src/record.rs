@@ -120,6 +120,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             "pin_compressors": args.pin_compressors,
             "headers": args.headers,
         }),
+        merge: None,
         ladder,
     };
 

@@ -62,9 +62,25 @@ pub enum ExtractError {
     Unsupported(String),
 }
 
-/// An interface of the output file: one per distinct (stream, interface) of the input.
+/// One store to read, with the correction for its clock.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreInput<'a> {
+    pub store: &'a Store,
+    /// Added to every timestamp of the store (a monitor whose clock ran behind gets a
+    /// positive offset). The window and the merge see corrected times.
+    pub offset_ns: i64,
+}
+
+/// `ts` corrected by a clock offset, kept within what u64 nanoseconds hold.
+pub fn corrected(ts: u64, offset_ns: i64) -> u64 {
+    (i128::from(ts) + i128::from(offset_ns)).clamp(0, i128::from(u64::MAX)) as u64
+}
+
+/// An interface of the output file: one per distinct (input store, stream, interface).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputInterface {
+    /// Which input store (in the order given) the packets come from.
+    pub input: u32,
     pub stream: u32,
     pub interface: Interface,
 }
@@ -78,14 +94,25 @@ struct PlannedFile {
     iface_map: Vec<u32>,
 }
 
+/// One stream of one input store: its files in sequence order.
+#[derive(Debug)]
+struct StreamPlan {
+    input: u32,
+    stream: u32,
+    offset_ns: i64,
+    files: Vec<PlannedFile>,
+}
+
 /// What an extraction will read, decided from the indexes alone.
 #[derive(Debug)]
 pub struct Plan {
     window: TimeWindow,
-    /// Per stream (ascending), its files in sequence order.
-    streams: Vec<(u32, Vec<PlannedFile>)>,
+    /// Ordered by (input, stream).
+    streams: Vec<StreamPlan>,
     pub interfaces: Vec<OutputInterface>,
-    /// The store's own format: the default output format.
+    /// A short name per input store (its directory's name), for interface descriptions.
+    pub labels: Vec<String>,
+    /// The (first) store's own format: the default output format.
     pub store_format: Option<Format>,
     /// Described in the output when no packet is selected, so that it is still a file
     /// readers accept (tcpdump refuses a pcapng without interfaces).
@@ -110,73 +137,129 @@ pub struct ExtractReport {
 
 /// Reads every file's index and picks the files and chunks that meet `window`.
 pub fn plan(store: &Store, window: TimeWindow) -> Result<Plan, ExtractError> {
-    let mut streams: Vec<(u32, Vec<PlannedFile>)> = Vec::new();
-    let mut interfaces: Vec<OutputInterface> = Vec::new();
-    let mut store_format = store
-        .manifest
-        .as_ref()
-        .and_then(|m| meta::parse_format(&m.format));
-    let mut fallback_interface = store
-        .manifest
-        .as_ref()
-        .and_then(|m| m.interfaces.first())
-        .map(Interface::from);
-    let (mut files_total, mut chunks_total, mut chunks_selected) = (0, 0, 0);
-    for path in &store.files {
-        let file = StoredFile::open(path)?;
-        store_format.get_or_insert(file.format);
-        if let Some(i) = file.meta.interfaces.first() {
-            fallback_interface.get_or_insert_with(|| i.into());
-        }
-        files_total += 1;
-        chunks_total += file.packet_chunks().count() as u64;
-        let chunks: Vec<ChunkEntry> = file
-            .packet_chunks()
-            .filter(|e| e.packets > 0 && window.meets(e.first_ts_ns, e.last_ts_ns))
-            .copied()
-            .collect();
-        if chunks.is_empty() {
-            continue;
-        }
-        chunks_selected += chunks.len() as u64;
-        let stream = file.meta.stream;
-        let iface_map = file
-            .interfaces()
-            .into_iter()
-            .map(|interface| {
-                let out = OutputInterface { stream, interface };
-                let at = interfaces
-                    .iter()
-                    .position(|i| *i == out)
-                    .unwrap_or_else(|| {
-                        interfaces.push(out);
-                        interfaces.len() - 1
-                    });
-                at as u32
-            })
-            .collect();
-        let at = match streams.iter().position(|(s, _)| *s == stream) {
-            Some(at) => at,
-            None => {
-                streams.push((stream, Vec::new()));
-                streams.len() - 1
+    plan_many(
+        &[StoreInput {
+            store,
+            offset_ns: 0,
+        }],
+        window,
+    )
+}
+
+/// The name a store goes by in interface descriptions and reports: its directory's name,
+/// made unique with `#N` (its position) when two inputs share one.
+pub fn store_labels(roots: &[&std::path::Path]) -> Vec<String> {
+    let names: Vec<String> = roots
+        .iter()
+        .map(|r| {
+            r.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| r.display().to_string())
+        })
+        .collect();
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if names.iter().filter(|m| *m == n).count() > 1 {
+                format!("{n}#{i}")
+            } else {
+                n.clone()
             }
-        };
-        streams[at].1.push(PlannedFile {
-            file,
-            chunks,
-            iface_map,
-        });
+        })
+        .collect()
+}
+
+/// Like [`plan`], over several stores whose packets are merged by corrected time.
+pub fn plan_many(inputs: &[StoreInput<'_>], window: TimeWindow) -> Result<Plan, ExtractError> {
+    let mut streams: Vec<StreamPlan> = Vec::new();
+    let mut interfaces: Vec<OutputInterface> = Vec::new();
+    let mut store_format = None;
+    let mut fallback_interface = None;
+    for input in inputs {
+        if let Some(m) = &input.store.manifest {
+            store_format = store_format.or_else(|| meta::parse_format(&m.format));
+            fallback_interface =
+                fallback_interface.or_else(|| m.interfaces.first().map(Interface::from));
+        }
     }
-    streams.sort_by_key(|(s, _)| *s);
-    for (_, files) in &mut streams {
-        files.sort_by_key(|f| f.file.meta.seq);
+    let (mut files_total, mut chunks_total, mut chunks_selected) = (0, 0, 0);
+    for (n, input) in inputs.iter().enumerate() {
+        let n = n as u32;
+        let off = input.offset_ns;
+        for path in &input.store.files {
+            let file = StoredFile::open(path)?;
+            store_format.get_or_insert(file.format);
+            if let Some(i) = file.meta.interfaces.first() {
+                fallback_interface.get_or_insert_with(|| i.into());
+            }
+            files_total += 1;
+            chunks_total += file.packet_chunks().count() as u64;
+            let chunks: Vec<ChunkEntry> = file
+                .packet_chunks()
+                .filter(|e| {
+                    e.packets > 0
+                        && window.meets(corrected(e.first_ts_ns, off), corrected(e.last_ts_ns, off))
+                })
+                .copied()
+                .collect();
+            if chunks.is_empty() {
+                continue;
+            }
+            chunks_selected += chunks.len() as u64;
+            let stream = file.meta.stream;
+            let iface_map = file
+                .interfaces()
+                .into_iter()
+                .map(|interface| {
+                    let out = OutputInterface {
+                        input: n,
+                        stream,
+                        interface,
+                    };
+                    let at = interfaces
+                        .iter()
+                        .position(|i| *i == out)
+                        .unwrap_or_else(|| {
+                            interfaces.push(out);
+                            interfaces.len() - 1
+                        });
+                    at as u32
+                })
+                .collect();
+            let at = match streams
+                .iter()
+                .position(|s| s.input == n && s.stream == stream)
+            {
+                Some(at) => at,
+                None => {
+                    streams.push(StreamPlan {
+                        input: n,
+                        stream,
+                        offset_ns: off,
+                        files: Vec::new(),
+                    });
+                    streams.len() - 1
+                }
+            };
+            streams[at].files.push(PlannedFile {
+                file,
+                chunks,
+                iface_map,
+            });
+        }
     }
-    let files_selected = streams.iter().map(|(_, f)| f.len() as u64).sum();
+    streams.sort_by_key(|s| (s.input, s.stream));
+    for s in &mut streams {
+        s.files.sort_by_key(|f| f.file.meta.seq);
+    }
+    let files_selected = streams.iter().map(|s| s.files.len() as u64).sum();
+    let roots: Vec<&std::path::Path> = inputs.iter().map(|i| i.store.root.as_path()).collect();
     Ok(Plan {
         window,
         streams,
         interfaces,
+        labels: store_labels(&roots),
         store_format,
         fallback_interface: fallback_interface.unwrap_or(Interface {
             linktype: 1,
@@ -204,26 +287,42 @@ impl Plan {
         l
     }
 
-    /// The output file's header: pcapng keeps every (stream, interface) apart, classic pcap
-    /// needs them all to share one link type.
+    /// The interfaces as a pcapng output declares them. Each keeps its name; its
+    /// description says where its packets come from: `mon0 stream 1` when several stores
+    /// are merged, else the interface's own description or `tapdeck stream 1`.
+    pub fn output_interfaces(&self) -> Vec<Interface> {
+        let several = self.labels.len() > 1;
+        self.interfaces
+            .iter()
+            .map(|o| {
+                let description = if several {
+                    Some(format!(
+                        "{} stream {}",
+                        self.labels[o.input as usize], o.stream
+                    ))
+                } else {
+                    o.interface
+                        .description
+                        .clone()
+                        .or_else(|| Some(format!("tapdeck stream {}", o.stream)))
+                };
+                Interface {
+                    description,
+                    ..o.interface.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// The output file's header: pcapng keeps every (store, stream, interface) apart,
+    /// classic pcap needs them all to share one link type.
     fn output_header(&self, format: Format) -> Result<Vec<u8>, ExtractError> {
         let section = SectionInfo {
             application: Some(format!("tapdeck {} extract", env!("CARGO_PKG_VERSION"))),
             ..Default::default()
         };
         let mut interfaces: Vec<Interface> = match format {
-            Format::Pcapng => self
-                .interfaces
-                .iter()
-                .map(|o| Interface {
-                    description: o
-                        .interface
-                        .description
-                        .clone()
-                        .or_else(|| Some(format!("tapdeck stream {}", o.stream))),
-                    ..o.interface.clone()
-                })
-                .collect(),
+            Format::Pcapng => self.output_interfaces(),
             Format::Pcap => Vec::new(),
         };
         if interfaces.is_empty() {
@@ -258,6 +357,36 @@ impl Plan {
             .map_err(ExtractError::Unsupported)
     }
 
+    /// The planned packets, merged by corrected time.
+    pub fn merger(self) -> Merger {
+        let cursors = self
+            .streams
+            .into_iter()
+            .map(|s| StreamCursor {
+                input: s.input,
+                stream: s.stream,
+                offset_ns: s.offset_ns,
+                files: s.files.into(),
+                header: None,
+                chunk: ChunkPackets::default(),
+                pos: 0,
+            })
+            .collect();
+        Merger {
+            window: self.window,
+            cursors,
+            heap: BinaryHeap::new(),
+            scratch: Vec::new(),
+            current: None,
+            started: false,
+            report: ExtractReport {
+                files_total: self.files_total,
+                chunks_total: self.chunks_total,
+                ..Default::default()
+            },
+        }
+    }
+
     /// Decodes the chosen chunks, merges the streams by time and writes the packets in the
     /// window that pass `filter` to `out` as one `format` file.
     pub fn write(
@@ -268,78 +397,115 @@ impl Plan {
     ) -> Result<ExtractReport, ExtractError> {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
         out.write_all(&self.output_header(format)?)?;
-        let mut report = ExtractReport {
-            files_total: self.files_total,
-            chunks_total: self.chunks_total,
-            ..Default::default()
-        };
         let linktypes: Vec<u16> = self
             .interfaces
             .iter()
             .map(|o| o.interface.linktype)
             .collect();
-        let window = self.window;
-        let mut cursors: Vec<StreamCursor> = self
-            .streams
-            .into_iter()
-            .map(|(stream, files)| StreamCursor {
-                stream,
-                files: files.into(),
-                header: None,
-                chunk: ChunkPackets::default(),
-                pos: 0,
-            })
-            .collect();
-        // Min-heap of each stream's next packet: (time, stream, cursor).
-        let mut heap = BinaryHeap::new();
-        let mut scratch = Vec::new();
-        for (i, c) in cursors.iter_mut().enumerate() {
-            if let Some(ts) = c.seek(&window, &mut scratch, &mut report)? {
-                heap.push(Reverse((ts, c.stream, i)));
-            }
-        }
+        let mut merger = self.merger();
+        let (mut written, mut filtered) = (0, 0);
         let mut record = Vec::new();
-        while let Some(Reverse((_, stream, i))) = heap.pop() {
-            let c = &mut cursors[i];
-            let file = c.files.front().expect("a cursor with a packet has a file");
-            let p = c.chunk.packet(c.pos);
-            let Some(&out_iface) = file.iface_map.get(p.iface as usize) else {
-                return Err(FileError::whole(
-                    &file.file.path,
-                    format!(
-                        "a packet names interface {} but the metadata lists {}",
-                        p.iface,
-                        file.iface_map.len()
-                    ),
-                )
-                .into());
-            };
-            if filter.matches(linktypes[out_iface as usize], &p) {
-                let p = Packet {
-                    iface: out_iface,
-                    ..p
-                };
+        while let Some(m) = merger.next()? {
+            let p = m.packet;
+            if filter.matches(linktypes[p.iface as usize], &p) {
                 record.resize(format.record_len(p.data.len()), 0);
                 let n = format.write_record(&p, &mut record);
                 out.write_all(&record[..n])?;
-                report.packets_written += 1;
+                written += 1;
             } else {
-                report.packets_filtered += 1;
-            }
-            c.pos += 1;
-            if let Some(ts) = c.seek(&window, &mut scratch, &mut report)? {
-                heap.push(Reverse((ts, stream, i)));
+                filtered += 1;
             }
         }
         out.flush()?;
-        Ok(report)
+        Ok(ExtractReport {
+            packets_written: written,
+            packets_filtered: filtered,
+            ..merger.report
+        })
+    }
+}
+
+/// One packet out of a [`Merger`].
+#[derive(Debug)]
+pub struct MergedPacket<'a> {
+    /// The input store it came from (position in the plan's inputs).
+    pub input: u32,
+    pub stream: u32,
+    /// `ts_ns` is corrected by the store's offset; `iface` is the output interface.
+    pub packet: Packet<'a>,
+}
+
+/// A streaming k-way merge of every planned stream by corrected timestamp. Ties go to the
+/// earlier input store, then the lower stream; within a stream, packets keep their stored
+/// order. Memory: one decoded chunk per stream.
+pub struct Merger {
+    window: TimeWindow,
+    cursors: Vec<StreamCursor>,
+    /// Min-heap of each stream's next packet: (time, input, stream, cursor).
+    heap: BinaryHeap<Reverse<(u64, u32, u32, usize)>>,
+    scratch: Vec<u8>,
+    /// The cursor whose packet `next` returned last; it moves on at the next call.
+    current: Option<usize>,
+    started: bool,
+    /// Files and chunks decoded so far (packet counts are the caller's to keep).
+    pub report: ExtractReport,
+}
+
+impl Merger {
+    /// The next packet in time order, or `None` when every stream is done. A defect in a
+    /// chunk is an error naming the file and place; the packets before it were returned.
+    #[allow(clippy::should_implement_trait)] // a lending iterator: packets borrow the merger
+    pub fn next(&mut self) -> Result<Option<MergedPacket<'_>>, FileError> {
+        if !self.started {
+            self.started = true;
+            for (i, c) in self.cursors.iter_mut().enumerate() {
+                if let Some(ts) = c.seek(&self.window, &mut self.scratch, &mut self.report)? {
+                    self.heap.push(Reverse((ts, c.input, c.stream, i)));
+                }
+            }
+        }
+        if let Some(i) = self.current.take() {
+            let c = &mut self.cursors[i];
+            c.pos += 1;
+            if let Some(ts) = c.seek(&self.window, &mut self.scratch, &mut self.report)? {
+                self.heap.push(Reverse((ts, c.input, c.stream, i)));
+            }
+        }
+        let Some(Reverse((ts, input, stream, i))) = self.heap.pop() else {
+            return Ok(None);
+        };
+        self.current = Some(i);
+        let c = &self.cursors[i];
+        let file = c.files.front().expect("a cursor with a packet has a file");
+        let p = c.chunk.packet(c.pos);
+        let Some(&iface) = file.iface_map.get(p.iface as usize) else {
+            return Err(FileError::whole(
+                &file.file.path,
+                format!(
+                    "a packet names interface {} but the metadata lists {}",
+                    p.iface,
+                    file.iface_map.len()
+                ),
+            ));
+        };
+        Ok(Some(MergedPacket {
+            input,
+            stream,
+            packet: Packet {
+                ts_ns: ts,
+                iface,
+                ..p
+            },
+        }))
     }
 }
 
 /// Where one stream's merge input stands: its remaining files, the current file's header
 /// and the current decoded chunk.
 struct StreamCursor {
+    input: u32,
     stream: u32,
+    offset_ns: i64,
     files: VecDeque<PlannedFile>,
     header: Option<Header>,
     chunk: ChunkPackets,
@@ -348,7 +514,8 @@ struct StreamCursor {
 
 impl StreamCursor {
     /// Moves to the next packet inside the window (the current one if it is), decoding
-    /// further chunks as needed; returns its timestamp, or `None` when the stream is done.
+    /// further chunks as needed; returns its corrected timestamp, or `None` when the
+    /// stream is done.
     fn seek(
         &mut self,
         window: &TimeWindow,
@@ -357,8 +524,9 @@ impl StreamCursor {
     ) -> Result<Option<u64>, FileError> {
         loop {
             if let Some(r) = self.chunk.records.get(self.pos) {
-                if window.contains(r.ts_ns) {
-                    return Ok(Some(r.ts_ns));
+                let ts = corrected(r.ts_ns, self.offset_ns);
+                if window.contains(ts) {
+                    return Ok(Some(ts));
                 }
                 self.pos += 1;
                 continue;

@@ -10,6 +10,7 @@ pub mod affinity;
 pub mod direct;
 pub mod extract;
 pub mod ladder;
+pub mod merge;
 pub mod meta;
 pub mod pipeline;
 pub mod read;

@@ -100,6 +100,93 @@ pub struct Manifest {
     pub started_ns: u64,
     #[serde(default)]
     pub finished_ns: Option<u64>,
+    /// The recording host's clock discipline when the recording started (absent in stores
+    /// written before it was kept, and in merged stores: see `merge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockSync>,
+    /// Set when the store was made by `tapdeck merge`: where its packets came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeManifest>,
+}
+
+/// What the kernel said about its clock (adjtimex, read only).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClockSync {
+    /// The clock is disciplined (NTP or PTP via the kernel): STA_UNSYNC clear and the
+    /// state not TIME_ERROR.
+    pub synchronized: bool,
+    /// The kernel's maximum and estimated error, microseconds.
+    pub max_error_us: i64,
+    pub est_error_us: i64,
+    /// When it was read, nanoseconds since the epoch.
+    pub read_ns: u64,
+}
+
+/// Provenance of a merged store: its inputs, in the order they were given.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MergeManifest {
+    pub inputs: Vec<MergedInput>,
+    /// With `--dedup`: frames of different inputs were dropped as duplicates within this
+    /// many nanoseconds (see docs/merge.md).
+    #[serde(default)]
+    pub dedup_window_ns: Option<u64>,
+    /// False until the merge finished; the per-input counts are filled in then.
+    #[serde(default)]
+    pub complete: bool,
+}
+
+/// One input store of a merge.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MergedInput {
+    /// The store's directory, absolute.
+    pub store: String,
+    /// The short name its interfaces' descriptions use (`mon0 stream 1`).
+    pub label: String,
+    /// The recording host (from its manifest).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Added to each of its timestamps (`--offset STORE=±NS`).
+    pub offset_ns: i64,
+    /// Its recorder's clock state, if its manifest kept one.
+    #[serde(default)]
+    pub clock: Option<ClockSync>,
+    /// Output interfaces that hold its packets.
+    pub interfaces: Vec<u32>,
+    /// Packets taken from it, and frames of it dropped as duplicates (once complete).
+    #[serde(default)]
+    pub packets: u64,
+    #[serde(default)]
+    pub duplicates: u64,
+}
+
+/// Writes `STORE/manifest.json` atomically (a hidden file, then a rename).
+pub fn write_manifest(store: &std::path::Path, manifest: &Manifest) -> Result<(), String> {
+    let path = store.join(MANIFEST);
+    let tmp = store.join(format!(".{MANIFEST}.partial"));
+    let json = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
+    std::fs::write(&tmp, json)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write {}: {e}", path.display())
+        })
+}
+
+/// The kernel's view of its clock, or `None` where adjtimex is refused.
+// c_long is i64 only on 64-bit targets: the conversion is needed elsewhere.
+#[allow(clippy::useless_conversion)]
+pub fn read_clock_sync(now_ns: u64) -> Option<ClockSync> {
+    // SAFETY: with modes = 0 adjtimex only fills the struct we pass.
+    let (state, tx) = unsafe {
+        let mut tx: libc::timex = std::mem::zeroed();
+        (libc::adjtimex(&mut tx), tx)
+    };
+    (state >= 0).then_some(ClockSync {
+        synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
+        max_error_us: i64::from(tx.maxerror),
+        est_error_us: i64::from(tx.esterror),
+        read_ns: now_ns,
+    })
 }
 
 pub fn format_name(f: Format) -> &'static str {

@@ -17,7 +17,7 @@ use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::affinity::{cpu_for, pin_current_thread, Pinning};
 use crate::ladder::CodecLadder;
-use crate::meta::{self, InterfaceMeta, Manifest};
+use crate::meta::{self, InterfaceMeta, Manifest, MergeManifest};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
@@ -78,6 +78,8 @@ pub struct RecorderConfig {
     pub headers: Option<HeaderDepth>,
     /// The options as the user gave them, kept in the manifest.
     pub options: serde_json::Value,
+    /// Set by `merge`: the inputs, kept in the manifest.
+    pub merge: Option<MergeManifest>,
 }
 
 /// What a finished recording reports.
@@ -168,6 +170,13 @@ pub fn record<S: PacketSource + 'static>(
         options: cfg.options.clone(),
         started_ns,
         finished_ns: None,
+        // A merge's times come from its inputs' clocks (kept per input), not this host's.
+        clock: cfg
+            .merge
+            .is_none()
+            .then(|| meta::read_clock_sync(started_ns))
+            .flatten(),
+        merge: cfg.merge.clone(),
     };
     write_manifest(&cfg, &manifest)?;
 
@@ -368,15 +377,7 @@ fn merge_interfaces(manifest: &mut Manifest, ifaces: &[Interface]) {
 }
 
 fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), String> {
-    let path = cfg.store.join(meta::MANIFEST);
-    let tmp = cfg.store.join(format!(".{}.partial", meta::MANIFEST));
-    let json = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
-    std::fs::write(&tmp, json)
-        .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("cannot write {}: {e}", path.display())
-        })
+    meta::write_manifest(&cfg.store, manifest)
 }
 
 fn compress_loop(
