@@ -38,8 +38,8 @@ FIELDS = ["frame.time_epoch", "frame.len", "frame.cap_len", "frame.protocols", "
           "tcp.flags", "udp.srcport", "udp.dstport", "_ws.expert.message",
           "_ws.malformed"]
 # Link types crates/decode dissects (the others give rows with null IP and transport fields).
-DECODED_LINKS = {0, 1, 9, 12, 14, 50, 100, 101, 104, 107, 108, 113, 123, 129, 226, 228, 229, 239,
-                 242, 258, 276}
+DECODED_LINKS = {0, 1, 9, 12, 14, 50, 100, 101, 104, 107, 108, 113, 123, 129, 178, 226, 228, 229,
+                 239, 242, 258, 276}
 # Dissected too, but tshark 4.0 has no dissector for them: compared with tcpdump instead.
 TCPDUMP_ONLY_LINKS = {8: "SLIP", 281: "Broadcom tag", 282: "Broadcom tag, prepended"}
 # Deliberately malformed files (fuzzer and bug-report cases): tshark judges their damaged
@@ -297,10 +297,6 @@ def test_packet_fields_equal_tshark(field_comparison):
     assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:40])
 
 
-@pytest.mark.xfail(strict=True, reason="crates/decode dissects only link types 0, 1, 12, 14, "
-                   "101, 108, 113, 228, 229, 276: packets of PPP (9), C-HDLC (104), Frame Relay "
-                   "(107), Juniper (178), ipnet (226), NFLOG (239), IPoIB (242), ARCNET and "
-                   "others get null ip_version/addresses/ports where tshark decodes IP")
 def test_ip_fields_for_every_link_type_tshark_reads(field_comparison):
     missing = field_comparison["undecoded_links"]
     assert not missing, (f"{sum(missing.values())} IP packets in {len(missing)} files without "

@@ -41,6 +41,8 @@ pub const LINKTYPE_FRELAY: u32 = 107;
 pub const LINKTYPE_SUNATM: u32 = 123;
 /// LINKTYPE_ARCNET_LINUX.
 pub const LINKTYPE_ARCNET_LINUX: u32 = 129;
+/// LINKTYPE_JUNIPER_ETHER: Juniper's header, then an Ethernet frame.
+pub const LINKTYPE_JUNIPER_ETHER: u32 = 178;
 /// LINKTYPE_IPNET: Solaris ipnet.
 pub const LINKTYPE_IPNET: u32 = 226;
 /// LINKTYPE_NFLOG: Linux netfilter log messages.
@@ -352,6 +354,7 @@ fn link_layer(linktype: u32, frame: &[u8], depth: u8) -> Link {
             None => Link::Truncated,
         },
         LINKTYPE_NFLOG => nflog(frame),
+        LINKTYPE_JUNIPER_ETHER => juniper_ether(frame),
         LINKTYPE_ARCNET_LINUX => arcnet(frame),
         // 4-byte ATM pseudo-header, then LLC/SNAP.
         LINKTYPE_SUNATM => llc_snap(frame, 4),
@@ -441,6 +444,31 @@ fn frame_relay(frame: &[u8]) -> Link {
             None => Link::Truncated,
         },
         Some(_) => Link::Other,
+        None => Link::Truncated,
+    }
+}
+
+/// Juniper: magic "MGC", a flags byte, extensions when flag 0x80 is set (a 2-byte length,
+/// then TLVs), then the Ethernet frame; flag 0x02 ("no layer 2") is not followed.
+fn juniper_ether(frame: &[u8]) -> Link {
+    const EXTENSIONS: u8 = 0x80;
+    const NO_L2: u8 = 0x02;
+    let Some(head) = frame.get(..4) else {
+        return Link::Truncated;
+    };
+    if &head[..3] != b"MGC" || head[3] & NO_L2 != 0 {
+        return Link::Other;
+    }
+    let eth = if head[3] & EXTENSIONS != 0 {
+        match be16(frame, 4) {
+            Some(n) => 6 + usize::from(n),
+            None => return Link::Truncated,
+        }
+    } else {
+        4
+    };
+    match be16(frame, eth + 12) {
+        Some(t) => Link::Next(t, eth + 14),
         None => Link::Truncated,
     }
 }
@@ -862,6 +890,12 @@ mod tests {
             ),
             (LINKTYPE_PKTAP, with(&pktap, &eth), 122),
             (LINKTYPE_DSA_TAG_BRCM, with(&brcm, ip), 18),
+            (
+                LINKTYPE_JUNIPER_ETHER,
+                with(&[b"MGC".as_slice(), &[0x80, 0, 2, 9, 9]].concat(), &eth),
+                22,
+            ),
+            (LINKTYPE_JUNIPER_ETHER, with(b"MGC\x00", &eth), 18),
             (
                 LINKTYPE_DSA_TAG_BRCM_PREPEND,
                 with(&[0x20, 0, 0, 0], &eth),

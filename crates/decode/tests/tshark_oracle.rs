@@ -40,7 +40,8 @@ type File = (PathBuf, Vec<Frame>);
 /// Link types we dissect and tshark 4.0 does too. SLIP (8) and the Broadcom switch tags
 /// (281, 282) it does not: tests/e2e/test_convert_packets.py checks those against tcpdump.
 const SUPPORTED: &[u32] = &[
-    0, 1, 9, 12, 14, 50, 100, 101, 104, 107, 108, 113, 123, 129, 226, 228, 229, 239, 242, 258, 276,
+    0, 1, 9, 12, 14, 50, 100, 101, 104, 107, 108, 113, 123, 129, 178, 226, 228, 229, 239, 242, 258,
+    276,
 ];
 
 fn corpus() -> Option<PathBuf> {
