@@ -17,7 +17,7 @@ use tapdeck_store::recorder::{self, RecorderConfig, Rotation, StatsWriter};
 use tapdeck_store::retention::RetentionPolicy;
 
 use crate::args::CollectArgs;
-use crate::record::{install_signals, parse_size, print_summary};
+use crate::record::{chunk_and_staging, install_signals, parse_size, print_summary};
 
 pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     let listen: SocketAddr = args
@@ -43,18 +43,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-    let chunk_size = parse_size("--chunk-size", &args.chunk_size)? as usize;
-    let staging_bytes = match &args.staging {
-        Some(s) => parse_size("--staging", s)? as usize,
-        None => recorder::default_staging_bytes(),
-    };
-    if staging_bytes < 2 * chunk_size {
-        bail!(
-            "--staging must hold at least two chunks ({} bytes with --chunk-size {})",
-            2 * chunk_size,
-            args.chunk_size
-        );
-    }
+    let (chunk_size, staging_bytes) = chunk_and_staging(&args.chunk_size, args.staging.as_deref())?;
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
             .ok()

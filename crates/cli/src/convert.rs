@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tapdeck_anon::KeyFile;
 use tapdeck_dataset::{convert as conv, Anonymization, ConvertOptions};
 use tapdeck_store::ladder::CodecLadder;
-use tapdeck_store::merge::{self, InputSpec, MergeOptions};
+use tapdeck_store::merge::{self, MergeOptions};
 use tapdeck_store::meta;
 use tapdeck_store::pipeline::Control;
 use tapdeck_store::recorder::RecorderConfig;
@@ -125,16 +125,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
 /// its manifest still describes the inputs (same stores, offsets and packet counts), so a
 /// rerun converts nothing new.
 fn merged_inputs(args: &ConvertArgs) -> anyhow::Result<PathBuf> {
-    let offsets = crate::extract::offsets(&args.inputs, &args.offsets)?;
-    let specs: Vec<InputSpec> = args
-        .inputs
-        .iter()
-        .zip(offsets)
-        .map(|(root, offset_ns)| InputSpec {
-            root: root.clone(),
-            offset_ns,
-        })
-        .collect();
+    let specs = crate::extract::input_specs(&args.inputs, &args.offsets)?;
     let (_, surveys) = merge::open_inputs(&specs).map_err(anyhow::Error::msg)?;
     let out = args.out.join("_merged").join("store");
     let wanted: Vec<(String, i64, u64)> = surveys

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_store::extract::{self, ExtractError, StoreInput, TimeWindow};
-use tapdeck_store::merge::parse_offset;
+use tapdeck_store::merge::{parse_offset, InputSpec};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
@@ -32,6 +32,18 @@ pub fn window(start: &Option<String>, end: &Option<String>) -> anyhow::Result<Ti
         );
     }
     Ok(window)
+}
+
+/// The stores to merge, each with its `--offset` (see [`offsets`]).
+pub fn input_specs(stores: &[PathBuf], given: &[String]) -> anyhow::Result<Vec<InputSpec>> {
+    Ok(stores
+        .iter()
+        .zip(offsets(stores, given)?)
+        .map(|(root, offset_ns)| InputSpec {
+            root: root.clone(),
+            offset_ns,
+        })
+        .collect())
 }
 
 /// Each store's `--offset STORE=NS` (0 if none); an offset naming no given store is refused.

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use tapdeck_pcap::Format;
 use tapdeck_store::affinity::Pinning;
 use tapdeck_store::ladder::CodecLadder;
-use tapdeck_store::merge::{self, InputSpec, MergeOptions, MergeReport};
+use tapdeck_store::merge::{self, MergeOptions, MergeReport};
 use tapdeck_store::meta::ClockSync;
 use tapdeck_store::pipeline::Control;
 use tapdeck_store::read::format_time;
@@ -15,7 +15,7 @@ use tapdeck_store::recorder::{RecorderConfig, Rotation, StatsWriter};
 use tapdeck_store::retention::RetentionPolicy;
 
 use crate::args::MergeArgs;
-use crate::extract::{offsets, window};
+use crate::extract::{input_specs, window};
 use crate::record::{install_signals, parse_size};
 
 /// Chunk size of the output: the recorder's default.
@@ -23,16 +23,7 @@ const CHUNK_SIZE: usize = 4 << 20;
 
 pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
     let window = window(&args.start, &args.end)?;
-    let offsets = offsets(&args.stores, &args.offsets)?;
-    let inputs: Vec<InputSpec> = args
-        .stores
-        .iter()
-        .zip(offsets)
-        .map(|(root, offset_ns)| InputSpec {
-            root: root.clone(),
-            offset_ns,
-        })
-        .collect();
+    let inputs = input_specs(&args.stores, &args.offsets)?;
     let dedup_window_ns = if args.dedup {
         let ns = merge::parse_nanos(&args.dedup_window)
             .map_err(|e| anyhow::anyhow!("--dedup-window {}: {e}", args.dedup_window))?;

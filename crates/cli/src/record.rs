@@ -29,18 +29,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         "pcap" => Format::Pcap,
         _ => Format::Pcapng,
     };
-    let chunk_size = parse_size("--chunk-size", &args.chunk_size)? as usize;
-    let staging_bytes = match &args.staging {
-        Some(s) => parse_size("--staging", s)? as usize,
-        None => recorder::default_staging_bytes(),
-    };
-    if staging_bytes < 2 * chunk_size {
-        bail!(
-            "--staging must hold at least two chunks ({} bytes with --chunk-size {})",
-            2 * chunk_size,
-            args.chunk_size
-        );
-    }
+    let (chunk_size, staging_bytes) = chunk_and_staging(&args.chunk_size, args.staging.as_deref())?;
     let rotation = Rotation {
         max_bytes: args
             .rotate_size
@@ -368,6 +357,25 @@ fn decimal_bytes(n: u64) -> String {
         0
     };
     format!("{v:.digits$} {}", UNITS[unit])
+}
+
+/// `--chunk-size` and `--staging` (default: the recorder's), checked to hold two chunks.
+pub(crate) fn chunk_and_staging(
+    chunk: &str,
+    staging: Option<&str>,
+) -> anyhow::Result<(usize, usize)> {
+    let chunk_size = parse_size("--chunk-size", chunk)? as usize;
+    let staging_bytes = match staging {
+        Some(s) => parse_size("--staging", s)? as usize,
+        None => recorder::default_staging_bytes(),
+    };
+    if staging_bytes < 2 * chunk_size {
+        bail!(
+            "--staging must hold at least two chunks ({} bytes with --chunk-size {chunk})",
+            2 * chunk_size
+        );
+    }
+    Ok((chunk_size, staging_bytes))
 }
 
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
