@@ -113,18 +113,23 @@ def test_kill_9_then_repair(tapdeck, procs, tmp_path):
     assert partials[0].name in v.stderr and "incomplete" in v.stderr, v.describe()
     complete_before = data_files(store)
 
+    # The kill can land after a rotation created the next file but before any byte of it
+    # reached the disk (1 run in ~10 on a loaded 2-core machine): repair then removes it.
+    never_written = partials[0].stat().st_size == 0 or set(partials[0].read_bytes()) == {0}
     r = tapdeck.verify(store, repair=True)
     assert r.returncode == 0, r.describe()
-    assert "repaired as" in r.stderr
+    assert ("removed: its writer stopped before writing any byte" if never_written
+            else "repaired as") in r.stderr, r.describe()
     assert partial_files(store) == []
     files = data_files(store)
-    assert len(files) == len(complete_before) + 1
+    assert len(files) == len(complete_before) + (0 if never_written else 1)
 
     v = tapdeck.verify(store)
     assert v.returncode == 0, v.describe()
     info = tapdeck.info(store)
     assert info["incomplete"] == [] and info["errors"] == []
-    assert [f["repaired"] for f in info["files"]] == [False] * len(complete_before) + [True]
+    assert [f["repaired"] for f in info["files"]] == (
+        [False] * len(complete_before) + ([] if never_written else [True]))
     held = info["totals"]["packets"]
     assert held >= last_before["totals"]["stored"], (held, last_before["totals"])
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use tapdeck_store::read::{format_time, FileError, Store};
-use tapdeck_store::verify::{self, FileSummary};
+use tapdeck_store::verify::{self, FileSummary, Repaired};
 
 use crate::args::VerifyArgs;
 
@@ -42,10 +42,20 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<i32> {
 /// Verifies (or repairs, then verifies) one file, printing one line either way.
 fn check(path: &Path, repair: bool, totals: &mut Totals) {
     let result = if repair && verify::is_partial(path) {
-        verify::repair(path).and_then(|done| {
-            eprintln!("{}: repaired as {}", path.display(), done.display());
-            verify::verify_file(&done)
-        })
+        match verify::repair(path) {
+            Ok(Repaired::As(done)) => {
+                eprintln!("{}: repaired as {}", path.display(), done.display());
+                verify::verify_file(&done)
+            }
+            Ok(Repaired::RemovedEmpty) => {
+                eprintln!(
+                    "{}: removed: its writer stopped before writing any byte of it, so it held no packets",
+                    path.display()
+                );
+                return;
+            }
+            Err(e) => Err(e),
+        }
     } else {
         verify::verify_file(path)
     };

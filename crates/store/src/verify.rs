@@ -455,10 +455,22 @@ fn check_chunk_against_index(
     Ok(())
 }
 
+/// What [`repair`] did with an incomplete file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Repaired {
+    /// Finalized under this name, holding every complete frame or record.
+    As(PathBuf),
+    /// Removed: its writer was killed before any byte of it reached the disk (the file is
+    /// empty or all zeros, as a preallocated or padded O_DIRECT file is), so it held no
+    /// packet.
+    RemovedEmpty,
+}
+
 /// Finalizes a file its writer left incomplete (`.NAME.partial`): keeps every complete
 /// frame (for a plain file, every complete record), truncates after them, writes a new
-/// index and renames the file to its final name. Returns the final path.
-pub fn repair(partial: &Path) -> Result<PathBuf, FileError> {
+/// index and renames the file to its final name. A partial with no byte written is
+/// removed; one with bytes but no complete header is refused and left untouched.
+pub fn repair(partial: &Path) -> Result<Repaired, FileError> {
     let name = partial
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -500,9 +512,15 @@ pub fn repair(partial: &Path) -> Result<PathBuf, FileError> {
         entries,
         end,
         out_of_order,
-    } = match container {
-        Container::Plain => rebuild_plain(partial, &file)?,
-        _ => rebuild_frames(partial, &file, container)?,
+    } = match rebuild(partial, &file, container) {
+        Ok(r) => r,
+        // Nothing reached the disk: there is nothing to keep, and nothing is lost.
+        Err(_) if all_zero(&file).unwrap_or(false) => {
+            std::fs::remove_file(partial)
+                .map_err(|e| FileError::whole(partial, format!("cannot remove it: {e}")))?;
+            return Ok(Repaired::RemovedEmpty);
+        }
+        Err(e) => return Err(e),
     };
     if header.format != format {
         return Err(FileError::at(
@@ -552,7 +570,30 @@ pub fn repair(partial: &Path) -> Result<PathBuf, FileError> {
         // Make the rename itself durable; failing here loses nothing already written.
         let _ = File::open(dir).and_then(|d| d.sync_all());
     }
-    Ok(final_path)
+    Ok(Repaired::As(final_path))
+}
+
+fn rebuild(path: &Path, file: &File, container: Container) -> Result<Rebuilt, FileError> {
+    match container {
+        Container::Plain => rebuild_plain(path, file),
+        _ => rebuild_frames(path, file, container),
+    }
+}
+
+/// True if the file is empty or holds only zero bytes.
+fn all_zero(file: &File) -> std::io::Result<bool> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, at)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
 }
 
 /// What survives of a partial file: its header, the entries of its complete frames, and
@@ -1047,8 +1088,9 @@ mod tests {
                     4096
                 };
                 let partial = write_partial(dir.path(), &spec, cut, padding);
-                let repaired =
-                    repair(&partial).unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}"));
+                let repaired = repaired_path(
+                    repair(&partial).unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}")),
+                );
                 assert!(!partial.exists());
                 let s = verify_file(&repaired)
                     .unwrap_or_else(|e| panic!("{container:?} {format:?}: {e}"));
@@ -1089,7 +1131,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spec = two_chunk_spec(Format::Pcapng, Container::Zstd);
         let partial = write_partial(dir.path(), &spec, |b, _| b.len(), 512);
-        let repaired = repair(&partial).unwrap();
+        let repaired = repaired_path(repair(&partial).unwrap());
         let f = StoredFile::open(&repaired).unwrap();
         assert_eq!(f.index.entries.last().unwrap().kind, FrameKind::Stats);
         assert_eq!(verify_file(&repaired).unwrap().packets, 5);
@@ -1105,5 +1147,38 @@ mod tests {
             .to_string()
             .contains("nothing can be kept"));
         assert!(partial.exists());
+    }
+
+    #[test]
+    fn repair_removes_a_partial_its_writer_never_wrote_to() {
+        for (len, bytes) in [(0, 0u8), (1 << 21, 0)] {
+            let dir = tempfile::tempdir().unwrap();
+            let name = meta::file_name(1_000, 0, 3, Format::Pcapng, Container::Zstd);
+            let partial = dir.path().join(meta::partial_name(&name));
+            std::fs::write(&partial, vec![bytes; len]).unwrap();
+            assert_eq!(
+                repair(&partial).unwrap(),
+                Repaired::RemovedEmpty,
+                "{len} bytes"
+            );
+            assert!(!partial.exists());
+            assert!(!dir.path().join(&name).exists());
+        }
+        // One byte that is not zero is something written: refused, kept for a person to see.
+        let dir = tempfile::tempdir().unwrap();
+        let name = meta::file_name(1_000, 0, 3, Format::Pcapng, Container::Zstd);
+        let partial = dir.path().join(meta::partial_name(&name));
+        let mut bytes = vec![0u8; 8192];
+        bytes[5000] = 1;
+        std::fs::write(&partial, bytes).unwrap();
+        assert!(repair(&partial).is_err());
+        assert!(partial.exists());
+    }
+
+    fn repaired_path(r: Repaired) -> PathBuf {
+        match r {
+            Repaired::As(p) => p,
+            Repaired::RemovedEmpty => panic!("removed instead of repaired"),
+        }
     }
 }
