@@ -1,6 +1,7 @@
 //! Reads every packet of an arbitrary byte string as a capture file and runs the semantic
-//! validator over them. Seed with real captures (see README.md); any panic, hang or
-//! oversized allocation is a bug.
+//! validator over them; reading the same bytes from memory (as a mapped file is read) must
+//! give the same packets and the same error. Seed with real captures (see README.md); any
+//! panic, hang or oversized allocation is a bug.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -8,13 +9,31 @@ use tapdeck_pcap::validate::Validator;
 use tapdeck_pcap::TraceReader;
 
 fuzz_target!(|data: &[u8]| {
+    let mut in_memory = TraceReader::<&[u8]>::from_bytes(Box::new(data.to_vec()));
     let Ok(mut reader) = TraceReader::new(data) else {
+        assert!(in_memory.is_err(), "only the in-memory reader accepted the header");
         return;
+    };
+    let Ok(in_memory) = in_memory.as_mut() else {
+        panic!("only the stream reader accepted the header");
     };
     let mut validator = Validator::new();
     let mut packets = 0usize;
     loop {
-        match reader.next_packet_with_context() {
+        let twin = in_memory
+            .next_packet()
+            .map(|p| p.map(|p| (p.ts_ns, p.iface, p.orig_len, p.data.to_vec())));
+        let this = reader.next_packet_with_context();
+        assert_eq!(
+            format!("{twin:?}"),
+            format!(
+                "{:?}",
+                this.as_ref()
+                    .map(|c| c.map(|c| (c.packet.ts_ns, c.packet.iface, c.packet.orig_len, c.packet.data.to_vec())))
+            ),
+            "stream and in-memory readers disagree"
+        );
+        match this {
             Ok(Some(c)) => {
                 assert!(
                     c.packet.data.len() <= data.len(),

@@ -37,11 +37,7 @@ struct HeldPacket {
 impl FileSource {
     /// Opens `path` (`-` for standard input), compressed or not: see `open_trace_bytes`.
     pub fn open(path: &str) -> Result<FileSource, SourceError> {
-        let input = open_trace_bytes(path)?;
-        let reader = TraceReader::new(input).map_err(|source| SourceError::Format {
-            path: path.to_string(),
-            source,
-        })?;
+        let reader = open_trace(path)?;
         Ok(FileSource {
             reader,
             path: path.to_string(),
@@ -58,6 +54,36 @@ impl FileSource {
         self
     }
 }
+
+/// A reader of a trace's packets, whatever its compression or container. A plain file is
+/// mapped and read in place; everything else goes through [`open_trace_bytes`].
+pub fn open_trace(path: &str) -> Result<TraceReader<Box<dyn Read + Send>>, SourceError> {
+    let format_error = |source| SourceError::Format {
+        path: path.to_string(),
+        source,
+    };
+    if path != "-" {
+        let file =
+            File::open(path).map_err(|e| SourceError::Other(format!("cannot open {path}: {e}")))?;
+        if ChunkIndex::read_trailer(&file).is_err() {
+            if let Some(m) = Mapped::new(&file) {
+                let compressed = matches!(
+                    m.as_ref()
+                        .get(..4)
+                        .map(|b| u32::from_le_bytes(b.try_into().expect("4"))),
+                    Some(ZSTD_MAGIC | LZ4_MAGIC)
+                );
+                if !compressed {
+                    return TraceReader::from_bytes(Box::new(m)).map_err(format_error);
+                }
+            }
+        }
+    }
+    TraceReader::new(open_trace_bytes(path)?).map_err(format_error)
+}
+
+const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+const LZ4_MAGIC: u32 = 0x184D_2204;
 
 /// The uncompressed capture bytes of a trace: `-` is standard input; a stored tapdeck file
 /// is decoded frame by frame from its index (its frames may mix zstd and LZ4, which no
@@ -81,6 +107,58 @@ pub fn open_trace_bytes(path: &str) -> Result<Box<dyn Read + Send>, SourceError>
         }
     };
     sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))
+}
+
+/// A plain file read through a read-only mapping, so packets are read in place: copying
+/// every byte into a buffer first was half of the converter's decode thread. A file
+/// truncated by another process while mapped would fault; trace files only grow.
+struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// The mapping is private to this reader and read-only.
+unsafe impl Send for Mapped {}
+
+impl Mapped {
+    fn new(file: &File) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a fresh read-only private mapping of an open file; checked for failure.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: advice on the mapping made above; failure only loses read-ahead.
+        unsafe { libc::madvise(ptr, len, libc::MADV_SEQUENTIAL) };
+        Some(Mapped { ptr, len })
+    }
+}
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made; borrows of it end with `self`.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
 }
 
 /// The capture bytes of a stored file, one frame at a time.
@@ -133,8 +211,8 @@ fn sniff_compression(mut input: Box<dyn Read + Send>) -> io::Result<Box<dyn Read
     let head = io::Cursor::new(magic[..got].to_vec());
     let whole: Box<dyn Read + Send> = Box::new(head.chain(input));
     match (got == 4).then(|| u32::from_le_bytes(magic)) {
-        Some(0xFD2F_B528) => Ok(Box::new(zstd::stream::read::Decoder::new(whole)?)),
-        Some(0x184D_2204) => Ok(Box::new(lz4_flex::frame::FrameDecoder::new(whole))),
+        Some(ZSTD_MAGIC) => Ok(Box::new(zstd::stream::read::Decoder::new(whole)?)),
+        Some(LZ4_MAGIC) => Ok(Box::new(lz4_flex::frame::FrameDecoder::new(whole))),
         _ => Ok(whole),
     }
 }

@@ -9,7 +9,7 @@ mod file;
 mod synthetic;
 
 pub use afpacket::{drop_privileges, AfPacketConfig, AfPacketSource, KernelStats, DEFAULT_SNAPLEN};
-pub use file::{open_trace_bytes, FileSource};
+pub use file::{open_trace, open_trace_bytes, FileSource};
 pub use synthetic::{SyntheticProfile, SyntheticSource};
 pub use tapdeck_pcap::{Interface, Packet};
 

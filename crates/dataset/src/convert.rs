@@ -394,9 +394,14 @@ fn pass_two(
     let mut engine = RpcEngine::new(file_id, Some(input));
     chains.warm_up(&s.path, &mut engine);
     let mut anonymizer: Anonymizer = anon.worker();
-    let mut per_iface: BTreeMap<u32, (u64, i64, i64)> = BTreeMap::new();
+    // Packets, first and last time per interface (indexed by interface).
+    let mut per_iface: Vec<(u64, i64, i64)> = Vec::new();
     let scan = scan(s, &mut reader, |h, p, t, record| {
-        let e = per_iface.entry(p.iface).or_insert((0, t, t));
+        let i = p.iface as usize;
+        if per_iface.len() <= i {
+            per_iface.resize(i + 1, (0, i64::MAX, i64::MIN));
+        }
+        let e = &mut per_iface[i];
         e.0 += 1;
         e.1 = e.1.min(t);
         e.2 = e.2.max(t);
@@ -425,8 +430,9 @@ fn pass_two(
     let stats = reader.stats().to_vec();
     for (i, iface) in reader.interfaces().iter().enumerate() {
         let (n, first, last) = per_iface
-            .get(&(i as u32))
+            .get(i)
             .copied()
+            .filter(|e| e.0 > 0)
             .map_or((0, None, None), |(n, a, b)| (n, Some(a), Some(b)));
         let isb = stats
             .iter()

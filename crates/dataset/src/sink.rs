@@ -7,21 +7,23 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{KeyValue, SortingColumn};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use crate::tables::{RowGroupRow, Table, SCHEMA_VERSION};
+use arrow_array::{Array, Int64Array, RecordBatch, UInt32Array};
+
+use crate::tables::{Columns, RowGroupRow, Table, SCHEMA_VERSION};
 
 /// Rows buffered before they are sorted and written as a row group.
 pub const ROW_GROUP_ROWS: usize = 512 * 1024;
 
-/// One table's rows for one source file. Rows are gathered here; full batches go to a
-/// thread of their own that sorts, partitions and encodes them, so decoding and Parquet
-/// encoding run on two cores even when there is one source file.
+/// One table's rows for one source file. Rows are gathered here, column by column; full
+/// batches go to a thread of their own that sorts, partitions and encodes them, so decoding
+/// and Parquet encoding run on two cores even when there is one source file.
 pub struct TableSink<T: Table> {
-    rows: Vec<T>,
+    cols: T::Columns,
     written: u64,
     encoder: Option<Encoder<T>>,
     /// Until the first full batch, so that a small table costs no thread.
@@ -29,7 +31,9 @@ pub struct TableSink<T: Table> {
 }
 
 struct Encoder<T: Table> {
-    tx: std::sync::mpsc::SyncSender<Vec<T>>,
+    tx: std::sync::mpsc::SyncSender<T::Columns>,
+    /// Emptied batches come back, so their memory is faulted in once, not per batch.
+    spare: std::sync::mpsc::Receiver<T::Columns>,
     thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>, String>>,
 }
 
@@ -54,7 +58,7 @@ struct Partition {
 impl<T: Table> TableSink<T> {
     pub fn new(root: &Path, file_id: i32, source: &str) -> TableSink<T> {
         TableSink {
-            rows: Vec::new(),
+            cols: T::Columns::default(),
             written: 0,
             encoder: None,
             pending: Some(TableFiles {
@@ -68,36 +72,45 @@ impl<T: Table> TableSink<T> {
     }
 
     pub fn push(&mut self, row: T) -> Result<(), String> {
-        self.rows.push(row);
-        if self.rows.len() >= ROW_GROUP_ROWS {
-            let batch = std::mem::replace(&mut self.rows, Vec::with_capacity(ROW_GROUP_ROWS));
-            self.written += batch.len() as u64;
-            self.send(batch)?;
+        self.cols.push(row);
+        if self.cols.len() >= ROW_GROUP_ROWS {
+            self.written += self.cols.len() as u64;
+            self.send()?;
         }
         Ok(())
     }
 
-    fn send(&mut self, batch: Vec<T>) -> Result<(), String> {
+    /// Hands the full batch to the encoder and takes an empty one in its place.
+    fn send(&mut self) -> Result<(), String> {
         if self.encoder.is_none() {
             let mut files = self
                 .pending
                 .take()
                 .expect("files before the encoder starts");
             // One batch in flight: decoding stays at most one batch ahead of encoding.
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<T>>(1);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<T::Columns>(1);
+            let (spare_tx, spare) = std::sync::mpsc::sync_channel::<T::Columns>(2);
             let thread = std::thread::Builder::new()
                 .name(format!("encode-{}", T::NAME))
                 .spawn(move || {
-                    for rows in rx {
-                        files.write_batch(rows)?;
+                    for mut cols in rx {
+                        files.write_batch::<T>(&cols)?;
+                        cols.clear();
+                        let _ = spare_tx.try_send(cols);
                     }
                     files.finish()
                 })
                 .map_err(|e| format!("cannot start an encoder thread: {e}"))?;
-            self.encoder = Some(Encoder { tx, thread });
+            self.encoder = Some(Encoder { tx, spare, thread });
         }
         let enc = self.encoder.as_ref().expect("started above");
-        if enc.tx.send(batch).is_err() {
+        let mut next = enc.spare.try_recv().unwrap_or_else(|_| {
+            let mut c = T::Columns::default();
+            c.reserve(ROW_GROUP_ROWS);
+            c
+        });
+        std::mem::swap(&mut next, &mut self.cols);
+        if enc.tx.send(next).is_err() {
             // The encoder stopped on an error; finish() reports it.
             return self.fail();
         }
@@ -120,16 +133,16 @@ impl<T: Table> TableSink<T> {
 
     /// Rows pushed so far.
     pub fn rows(&self) -> u64 {
-        self.written + self.rows.len() as u64
+        self.written + self.cols.len() as u64
     }
 
     /// Writes what is buffered, completes every file, and returns the row groups written.
     pub fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
-        let rest = std::mem::take(&mut self.rows);
+        let rest = std::mem::take(&mut self.cols);
         match self.encoder.take() {
             None => {
                 let mut files = self.pending.take().expect("no encoder, so files are here");
-                files.write_batch(rest)?;
+                files.write_batch::<T>(&rest)?;
                 files.finish()
             }
             Some(e) => {
@@ -149,41 +162,64 @@ impl<T: Table> TableSink<T> {
 }
 
 impl TableFiles {
-    fn write_batch<T: Table>(&mut self, mut rows: Vec<T>) -> Result<(), String> {
-        if rows.is_empty() {
+    /// Sorts a batch by time (stably; a single capture file is almost always in order
+    /// already, and then nothing moves) and writes one row group per hour it spans.
+    fn write_batch<T: Table>(&mut self, cols: &T::Columns) -> Result<(), String> {
+        if cols.is_empty() {
             return Ok(());
         }
-        rows.sort_by_key(|r| r.time_ns());
+        let mut batch = cols.batch();
+        let mut times = std::borrow::Cow::Borrowed(cols.time_ns());
+        if !times.windows(2).all(|w| w[0] <= w[1]) {
+            let mut order: Vec<u32> = (0..times.len() as u32).collect();
+            order.sort_by_key(|&i| times[i as usize]);
+            times = order.iter().map(|&i| times[i as usize]).collect();
+            batch = arrow_select::take::take_record_batch(&batch, &UInt32Array::from(order))
+                .map_err(|e| format!("cannot sort the {} rows by time: {e}", T::NAME))?;
+        }
         let mut start = 0;
-        while start < rows.len() {
-            let hour = hour_of(rows[start].time_ns());
-            let end = start + rows[start..].partition_point(|r| hour_of(r.time_ns()) == hour);
-            self.write_group(&hour, &rows[start..end])?;
+        while start < times.len() {
+            let hour = hour_of(times[start]);
+            let end = start + times[start..].partition_point(|&t| hour_of(t) == hour);
+            let slice = batch.slice(start, end - start);
+            self.write_group::<T>(&hour, &slice, (times[start], times[end - 1]))?;
             start = end;
         }
         Ok(())
     }
 
-    fn write_group<T: Table>(&mut self, hour: &str, rows: &[T]) -> Result<(), String> {
+    fn write_group<T: Table>(
+        &mut self,
+        hour: &str,
+        batch: &RecordBatch,
+        (min_time_ns, max_time_ns): (i64, i64),
+    ) -> Result<(), String> {
         if !self.writers.contains_key(hour) {
             let p = self.open_partition::<T>(hour)?;
             self.writers.insert(hour.to_string(), p);
         }
         let part = self.writers.get_mut(hour).expect("inserted above");
-        let batch = T::batch(rows);
         let err = |e: parquet::errors::ParquetError| format!("{}: {e}", part.tmp.display());
-        part.writer.write(&batch).map_err(err)?;
+        part.writer.write(batch).map_err(err)?;
         part.writer.flush().map_err(err)?;
-        let tids = rows.iter().filter_map(|r| r.transaction_id());
+        let tids = batch
+            .column_by_name("transaction_id")
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+            .map(|a| {
+                a.iter()
+                    .flatten()
+                    .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)))
+            })
+            .filter(|(lo, hi)| lo <= hi);
         self.catalog.push(RowGroupRow {
             table: T::NAME.to_string(),
             path: part.rel.clone(),
             row_group: part.row_groups,
-            rows: rows.len() as i64,
-            min_time_ns: rows[0].time_ns(),
-            max_time_ns: rows[rows.len() - 1].time_ns(),
-            min_transaction_id: tids.clone().min(),
-            max_transaction_id: tids.max(),
+            rows: batch.num_rows() as i64,
+            min_time_ns,
+            max_time_ns,
+            min_transaction_id: tids.map(|t| t.0),
+            max_transaction_id: tids.map(|t| t.1),
         });
         part.row_groups += 1;
         Ok(())
@@ -252,6 +288,22 @@ fn writer_properties<T: Table>(source: &str) -> WriterProperties {
         ]));
     for col in T::BLOOM {
         b = b.set_column_bloom_filter_enabled(ColumnPath::from(*col), true);
+    }
+    for field in T::schema().fields() {
+        let name = field.name().as_str();
+        let path = || ColumnPath::from(name);
+        match name {
+            // Ascending (or nearly) and all distinct: a dictionary never pays, and deltas
+            // pack to a few bits.
+            "time_ns" | "record" | "transaction_id" => {
+                b = b
+                    .set_column_dictionary_enabled(path(), false)
+                    .set_column_encoding(path(), Encoding::DELTA_BINARY_PACKED);
+            }
+            // Random 32-bit numbers: a dictionary is built, overflows and is thrown away.
+            "tcp_seq" | "tcp_ack" => b = b.set_column_dictionary_enabled(path(), false),
+            _ => {}
+        }
     }
     b.build()
 }

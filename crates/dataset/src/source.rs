@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use tapdeck_capture::open_trace_bytes;
+use tapdeck_capture::open_trace;
 use tapdeck_pcap::TraceReader;
 use tapdeck_store::read::Store;
 
@@ -109,6 +109,5 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> 
 
 /// Opens a trace for reading packets, whatever its compression or container.
 pub fn open(path: &str) -> Result<TraceReader<Box<dyn std::io::Read + Send>>, String> {
-    let input = open_trace_bytes(path).map_err(|e| e.to_string())?;
-    TraceReader::new(input).map_err(|e| format!("{path}: {e}"))
+    open_trace(path).map_err(|e| e.to_string())
 }

@@ -20,18 +20,30 @@ pub trait Table: Sized + Send + 'static {
     fn batch(rows: &[Self]) -> RecordBatch;
     /// Capture time, for sorting and partitioning by hour.
     fn time_ns(&self) -> i64;
-    /// For the catalog's id ranges.
-    fn transaction_id(&self) -> Option<i64> {
-        None
-    }
+    /// Where rows gather before they become a batch.
+    type Columns: Columns<Self>;
     /// Columns that get a bloom filter: lookups by key.
     const BLOOM: &'static [&'static str] = &[];
+}
+
+/// A table's rows held column by column (see `table!`).
+pub trait Columns<T>: Default + Send + 'static {
+    fn push(&mut self, row: T);
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Empties every column, keeping its memory.
+    fn clear(&mut self);
+    fn reserve(&mut self, n: usize);
+    fn time_ns(&self) -> &[i64];
+    fn batch(&self) -> RecordBatch;
 }
 
 macro_rules! table {
     (
         $(#[$meta:meta])*
-        $row:ident = $name:literal, bloom [$($bloom:literal),*] {
+        $row:ident / $cols:ident = $name:literal, bloom [$($bloom:literal),*] {
             $( $(#[$fmeta:meta])* $field:ident : $ty:ty ),* $(,)?
         }
     ) => {
@@ -39,6 +51,13 @@ macro_rules! table {
         #[derive(Debug, Clone, Default, PartialEq)]
         pub struct $row {
             $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        /// The same fields, one vector per column: rows pushed here are laid out the way
+        /// Arrow wants them, so building a batch reads each column once, in order.
+        #[derive(Debug, Default)]
+        pub struct $cols {
+            $( pub $field: Vec<$ty>, )*
         }
 
         impl $row {
@@ -50,22 +69,39 @@ macro_rules! table {
             }
             /// Column names, in order.
             pub const COLUMNS: &'static [&'static str] = &[ $( stringify!($field), )* ];
+            pub const BLOOM_COLUMNS: &'static [&'static str] = &[$($bloom),*];
         }
 
-        impl $row {
-            pub const BLOOM_COLUMNS: &'static [&'static str] = &[$($bloom),*];
+        // The plain tables (catalog, capture stats) are written whole, from rows.
+        #[allow(dead_code)]
+        impl $cols {
+            fn push_row(&mut self, row: $row) {
+                $( self.$field.push(row.$field); )*
+            }
+            fn arrays(&self) -> Vec<ArrayRef> {
+                vec![ $( <$ty as ColumnType>::array(self.$field.iter()), )* ]
+            }
+            fn clear_all(&mut self) {
+                $( self.$field.clear(); )*
+            }
+            fn reserve_all(&mut self, n: usize) {
+                $( self.$field.reserve(n); )*
+            }
         }
     };
 }
 
 macro_rules! timed {
-    ($row:ident = $name:literal $(, tid = $tid:ident)?) => {
+    ($row:ident / $cols:ident = $name:literal) => {
         impl Table for $row {
             const NAME: &'static str = $name;
             const BLOOM: &'static [&'static str] = $row::BLOOM_COLUMNS;
+            type Columns = $cols;
             fn schema() -> SchemaRef {
                 static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
-                SCHEMA.get_or_init(|| Arc::new($row::schema_uncached())).clone()
+                SCHEMA
+                    .get_or_init(|| Arc::new($row::schema_uncached()))
+                    .clone()
             }
             fn batch(rows: &[Self]) -> RecordBatch {
                 RecordBatch::try_new(Self::schema(), $row::columns(rows))
@@ -74,16 +110,35 @@ macro_rules! timed {
             fn time_ns(&self) -> i64 {
                 self.time_ns
             }
-            $(fn transaction_id(&self) -> Option<i64> {
-                self.$tid.into()
-            })?
+        }
+
+        impl Columns<$row> for $cols {
+            fn push(&mut self, row: $row) {
+                self.push_row(row)
+            }
+            fn len(&self) -> usize {
+                self.time_ns.len()
+            }
+            fn clear(&mut self) {
+                self.clear_all()
+            }
+            fn reserve(&mut self, n: usize) {
+                self.reserve_all(n)
+            }
+            fn time_ns(&self) -> &[i64] {
+                &self.time_ns
+            }
+            fn batch(&self) -> RecordBatch {
+                RecordBatch::try_new($row::schema(), self.arrays())
+                    .expect("columns follow the schema by construction")
+            }
         }
     };
 }
 
 table! {
     /// One row per captured packet.
-    PacketRow = "packets", bloom [] {
+    PacketRow / PacketColumns = "packets", bloom [] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -104,11 +159,11 @@ table! {
         flow_id: Option<i64>,
     }
 }
-timed!(PacketRow = "packets");
+timed!(PacketRow / PacketColumns = "packets");
 
 table! {
     /// One row per ONC RPC call or reply.
-    RpcRow = "rpc", bloom ["transaction_id", "xid"] {
+    RpcRow / RpcColumns = "rpc", bloom ["transaction_id", "xid"] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -140,11 +195,11 @@ table! {
         retransmit: bool,
     }
 }
-timed!(RpcRow = "rpc", tid = transaction_id);
+timed!(RpcRow / RpcColumns = "rpc");
 
 table! {
     /// One row per NFS operation (NFSv4: per operation inside a COMPOUND).
-    NfsOpRow = "nfs_ops", bloom ["transaction_id", "fh"] {
+    NfsOpRow / NfsOpColumns = "nfs_ops", bloom ["transaction_id", "fh"] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -161,11 +216,11 @@ table! {
         fh: Option<Hex>,
     }
 }
-timed!(NfsOpRow = "nfs_ops", tid = transaction_id);
+timed!(NfsOpRow / NfsOpColumns = "nfs_ops");
 
 table! {
     /// Reads and writes.
-    NfsRwRow = "nfs_rw", bloom ["transaction_id", "fh"] {
+    NfsRwRow / NfsRwColumns = "nfs_rw", bloom ["transaction_id", "fh"] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -182,11 +237,11 @@ table! {
         stable: Option<i8>,
     }
 }
-timed!(NfsRwRow = "nfs_rw", tid = transaction_id);
+timed!(NfsRwRow / NfsRwColumns = "nfs_rw");
 
 table! {
     /// Attributes carried in replies.
-    NfsAttrRow = "nfs_attrs", bloom ["transaction_id", "fh"] {
+    NfsAttrRow / NfsAttrColumns = "nfs_attrs", bloom ["transaction_id", "fh"] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -209,11 +264,11 @@ table! {
         ctime_ns: Option<i64>,
     }
 }
-timed!(NfsAttrRow = "nfs_attrs", tid = transaction_id);
+timed!(NfsAttrRow / NfsAttrColumns = "nfs_attrs");
 
 table! {
     /// Names seen in directory operations and listings.
-    NfsNameRow = "nfs_names", bloom ["transaction_id", "dir_fh", "fh"] {
+    NfsNameRow / NfsNameColumns = "nfs_names", bloom ["transaction_id", "dir_fh", "fh"] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -229,11 +284,11 @@ table! {
         to_name: Option<String>,
     }
 }
-timed!(NfsNameRow = "nfs_names", tid = transaction_id);
+timed!(NfsNameRow / NfsNameColumns = "nfs_names");
 
 table! {
     /// MOUNT protocol calls and replies.
-    MountRow = "mount", bloom ["transaction_id"] {
+    MountRow / MountColumns = "mount", bloom ["transaction_id"] {
         time_ns: i64,
         file_id: i32,
         record: i64,
@@ -247,11 +302,11 @@ table! {
         fh: Option<Hex>,
     }
 }
-timed!(MountRow = "mount", tid = transaction_id);
+timed!(MountRow / MountColumns = "mount");
 
 table! {
     /// What the capture says about its own loss: one row per source file and interface.
-    CaptureStatsRow = "capture_stats", bloom [] {
+    CaptureStatsRow / CaptureStatsColumns = "capture_stats", bloom [] {
         file_id: i32,
         interface: i32,
         interface_name: Option<String>,
@@ -271,7 +326,7 @@ table! {
 
 table! {
     /// The catalog of source trace files.
-    SourceRow = "sources", bloom [] {
+    SourceRow / SourceColumns = "sources", bloom [] {
         file_id: i32,
         path: String,
         size: i64,
@@ -287,7 +342,7 @@ table! {
 
 table! {
     /// The catalog of row groups: where each time and id range lives.
-    RowGroupRow = "row_groups", bloom [] {
+    RowGroupRow / RowGroupColumns = "row_groups", bloom [] {
         table: String,
         path: String,
         row_group: i32,
@@ -366,5 +421,25 @@ mod tests {
         assert_eq!(b.num_rows(), 2);
         let r = RpcRow::batch(&[RpcRow::default()]);
         assert_eq!(r.num_columns(), RpcRow::COLUMNS.len());
+    }
+
+    #[test]
+    fn columns_hold_the_same_batch_as_rows() {
+        let rows: Vec<PacketRow> = (0..5)
+            .map(|i| PacketRow {
+                time_ns: 10 - i,
+                record: i,
+                src_addr: (i % 2 == 0).then(|| Addr("198.18.0.1".parse().unwrap())),
+                tcp_seq: Some(i * 7),
+                ..Default::default()
+            })
+            .collect();
+        let mut cols = PacketColumns::default();
+        rows.iter().cloned().for_each(|r| cols.push(r));
+        assert_eq!(cols.len(), 5);
+        assert_eq!(cols.time_ns(), &[10, 9, 8, 7, 6]);
+        assert_eq!(Columns::batch(&cols), PacketRow::batch(&rows));
+        cols.clear();
+        assert!(cols.is_empty());
     }
 }

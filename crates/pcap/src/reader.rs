@@ -14,7 +14,7 @@
 //! the caller has already checked against the structure's minimum, and return its meaning
 //! or a message saying what is wrong.
 
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::ops::Range;
 
 use crate::pcapng::{self, pad4};
@@ -239,7 +239,7 @@ pub struct PacketContext<'a> {
 /// of the same interface (0 if there was none), so that time never runs backwards within
 /// an interface and merges by time keep them near their neighbours.
 pub struct TraceReader<R: Read> {
-    input: BufReader<R>,
+    input: Input<R>,
     /// Bytes consumed from `input` so far.
     offset: u64,
     /// Start of the record or block that held the last packet returned.
@@ -249,8 +249,13 @@ pub struct TraceReader<R: Read> {
     ifaces: Vec<Interface>,
     clocks: Vec<Clock>,
     stats: Vec<InterfaceStats>,
-    /// Reused for every record and block body; packets borrow from it.
+    /// Reused for every record and block body that is not whole in `input`'s buffer.
     buf: Vec<u8>,
+    /// The last body lies in `input`'s buffer (see [`Self::read_body`]), not in `buf`.
+    body_in_input: bool,
+    /// Bytes of `input`'s buffer the last body borrowed, consumed when the next record
+    /// or block is read.
+    borrowed: usize,
     /// Set after the first error: the stream position is then meaningless, so every later
     /// call fails too instead of decoding garbage.
     failed: Option<u64>,
@@ -259,7 +264,16 @@ pub struct TraceReader<R: Read> {
 impl<R: Read> TraceReader<R> {
     /// Reads the file header (pcap header, or the first pcapng section header).
     pub fn new(inner: R) -> Result<Self, FormatError> {
-        let mut input = BufReader::with_capacity(READ_BUFFER, inner);
+        Self::start(Input::Stream(BufReader::with_capacity(READ_BUFFER, inner)))
+    }
+
+    /// Reads a trace held whole in memory (a mapped file): packets are read in place,
+    /// never copied.
+    pub fn from_bytes(bytes: Box<dyn AsRef<[u8]> + Send>) -> Result<Self, FormatError> {
+        Self::start(Input::Bytes { bytes, pos: 0 })
+    }
+
+    fn start(mut input: Input<R>) -> Result<Self, FormatError> {
         let mut head = [0u8; 4];
         let n = read_full(&mut input, &mut head).map_err(|e| FormatError::new(0, e.into()))?;
         if n < head.len() {
@@ -278,6 +292,8 @@ impl<R: Read> TraceReader<R> {
             clocks: Vec::new(),
             stats: Vec::new(),
             buf: Vec::new(),
+            body_in_input: false,
+            borrowed: 0,
             failed: None,
         };
         if u32::from_le_bytes(head) == pcapng::SHB {
@@ -354,7 +370,7 @@ impl<R: Read> TraceReader<R> {
                     ts_ns,
                     iface,
                     orig_len,
-                    data: &self.buf[data],
+                    data: &body_of(&self.input, &self.buf, self.body_in_input)[data],
                 },
                 interfaces: &self.ifaces,
                 offset: self.packet_offset,
@@ -420,6 +436,7 @@ impl<R: Read> TraceReader<R> {
         nanos: bool,
         record_len: usize,
     ) -> Result<Step, FormatError> {
+        self.release();
         let start = self.offset;
         let mut h = [0u8; pcap_field::MODIFIED_RECORD_LEN];
         let h = &mut h[..record_len];
@@ -459,6 +476,7 @@ impl<R: Read> TraceReader<R> {
     /// Reads one pcapng block. `head` holds the block type when the caller has already
     /// consumed it (the first section header, whose type doubles as the file magic).
     fn next_block(&mut self, head: Option<[u8; 4]>) -> Result<Step, FormatError> {
+        self.release();
         let start = self.offset - if head.is_some() { 4 } else { 0 };
         let io_err = |e: io::Error| FormatError::new(start, e.into());
         let mut h = [0u8; ng_field::BLOCK_HEADER_LEN + 4];
@@ -531,7 +549,8 @@ impl<R: Read> TraceReader<R> {
             return Err(truncated(start, name));
         }
         let body_len = want - 4;
-        let trailer = endian.u32(&self.buf, body_len..want) as usize;
+        let body = body_of(&self.input, &self.buf, self.body_in_input);
+        let trailer = endian.u32(body, body_len..want) as usize;
         if trailer != len {
             return Err(invalid(
                 start,
@@ -550,7 +569,7 @@ impl<R: Read> TraceReader<R> {
         body_len: usize,
         start: u64,
     ) -> Result<Step, String> {
-        let body = &self.buf[..body_len];
+        let body = &body_of(&self.input, &self.buf, self.body_in_input)[..body_len];
         let Layout::Pcapng { first_iface, .. } = self.layout else {
             unreachable!("handle_block is only called on pcapng input");
         };
@@ -611,6 +630,12 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
+    /// Consumes the body the last packet borrowed from `input`'s buffer.
+    fn release(&mut self) {
+        self.input.consume(std::mem::take(&mut self.borrowed));
+        self.body_in_input = false;
+    }
+
     /// Maps a section-local interface id to the global index.
     fn global_iface(&self, first: usize, local: u32, block_type: u32) -> Result<usize, String> {
         let in_section = self.ifaces.len() - first;
@@ -627,7 +652,25 @@ impl<R: Read> TraceReader<R> {
     /// Reads `n - from` bytes into `buf[from..n]`, returning how many of `n` are there.
     /// The buffer grows at most [`GROW_STEP`] or by doubling what has arrived, so a
     /// forged length on a short input cannot trigger a large allocation.
+    ///
+    /// A body that starts at 0 and lies whole in `input`'s buffer is not copied: it is
+    /// read in place (see [`body_of`]) and consumed with the next record. That is nearly
+    /// every packet, and saves copying every byte of a trace once more.
     fn read_body(&mut self, from: usize, n: usize, start: u64) -> Result<usize, FormatError> {
+        self.body_in_input = false;
+        if from == 0 {
+            let there = self
+                .input
+                .fill_buf()
+                .map_err(|e| FormatError::new(start, e.into()))?
+                .len();
+            if there >= n {
+                self.body_in_input = true;
+                self.borrowed = n;
+                self.offset += n as u64;
+                return Ok(n);
+            }
+        }
         let mut got = from;
         while got < n {
             let end = n.min(got + got.max(GROW_STEP));
@@ -643,6 +686,63 @@ impl<R: Read> TraceReader<R> {
             }
         }
         Ok(got)
+    }
+}
+
+/// Where the bytes come from: a stream, through our buffer, or memory that holds them all.
+enum Input<R: Read> {
+    Stream(BufReader<R>),
+    Bytes {
+        bytes: Box<dyn AsRef<[u8]> + Send>,
+        pos: usize,
+    },
+}
+
+impl<R: Read> Input<R> {
+    /// The unread bytes at hand (for a stream, its buffer).
+    fn buffer(&self) -> &[u8] {
+        match self {
+            Input::Stream(b) => b.buffer(),
+            Input::Bytes { bytes, pos } => &(**bytes).as_ref()[*pos..],
+        }
+    }
+
+    /// Refills an empty stream buffer; returns the unread bytes at hand.
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        match self {
+            Input::Stream(b) => b.fill_buf(),
+            Input::Bytes { .. } => Ok(self.buffer()),
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        match self {
+            Input::Stream(b) => b.consume(n),
+            Input::Bytes { pos, .. } => *pos += n,
+        }
+    }
+}
+
+impl<R: Read> Read for Input<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Input::Stream(b) => b.read(out),
+            Input::Bytes { .. } => {
+                let n = out.len().min(self.buffer().len());
+                out[..n].copy_from_slice(&self.buffer()[..n]);
+                self.consume(n);
+                Ok(n)
+            }
+        }
+    }
+}
+
+/// Where the last body is: in the input's buffer or in our own (`read_body` decides).
+fn body_of<'a, R: Read>(input: &'a Input<R>, buf: &'a [u8], in_input: bool) -> &'a [u8] {
+    if in_input {
+        input.buffer()
+    } else {
+        buf
     }
 }
 
@@ -977,14 +1077,48 @@ mod tests {
     /// (ts_ns, iface, orig_len, data) of one packet.
     type Pkt = (u64, u32, u32, Vec<u8>);
 
+    /// Reads `bytes` three ways, which must agree: as a stream (bodies read in place from
+    /// the stream buffer), one byte per read (every body copied), and from memory.
     fn read_all(bytes: &[u8]) -> Result<(Vec<Pkt>, Vec<Interface>), FormatError> {
-        let mut r = TraceReader::new(bytes)?;
+        let stream = read_with(TraceReader::new(bytes), bytes.len());
+        let trickle = read_with(TraceReader::new(Trickle(bytes)), bytes.len());
+        let memory = read_with(
+            TraceReader::<&[u8]>::from_bytes(Box::new(bytes.to_vec())),
+            bytes.len(),
+        );
+        let show = |r: &Result<_, FormatError>| format!("{r:?}");
+        assert_eq!(show(&stream), show(&trickle), "stream vs one byte per read");
+        assert_eq!(show(&stream), show(&memory), "stream vs memory");
+        stream
+    }
+
+    fn read_with<R: Read>(
+        r: Result<TraceReader<R>, FormatError>,
+        len: usize,
+    ) -> Result<(Vec<Pkt>, Vec<Interface>), FormatError> {
+        let mut r = r?;
         let mut out = Vec::new();
         while let Some(p) = r.next_packet()? {
             out.push((p.ts_ns, p.iface, p.orig_len, p.data.to_vec()));
         }
-        assert_eq!(r.offset(), bytes.len() as u64);
+        assert_eq!(r.offset(), len as u64);
         Ok((out, r.interfaces().to_vec()))
+    }
+
+    /// A stream that hands out one byte per read.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            match (self.0.split_first(), out.first_mut()) {
+                (Some((b, rest)), Some(o)) => {
+                    *o = *b;
+                    self.0 = rest;
+                    Ok(1)
+                }
+                _ => Ok(0),
+            }
+        }
     }
 
     fn err(bytes: &[u8]) -> FormatError {
