@@ -148,108 +148,37 @@ class Proc:
 
 
 def record(ns, iface, out: Path, snaplen=None, bpf=None, name="tapdeck record"):
-    cmd = [
-        BIN,
-        "record",
-        "-i",
-        iface,
-        "--store",
-        out,
-        "--codec",
-        "none",
-        "--staging",
-        STAGING,
-        "--stats",
-        out.with_suffix(".stats"),
-        "--stats-interval",
-        "1",
-        "-q",
-        "--log",
-        "warn",
-        *(["--snaplen", snaplen] if snaplen else []),
-        *(["--filter", bpf] if bpf else []),
-    ]
-    return Proc(
-        name,
-        "record",
-        "capture",
-        ns,
-        CAP_CPU,
-        cmd,
-        out,
-        ready_file=out.with_suffix(".stats"),
-    )
+    stats = out.with_suffix(".stats")
+    cmd = [BIN, "record", "-i", iface, "--store", out, "--stats", stats]
+    cmd += f"--codec none --staging {STAGING} --stats-interval 1 -q --log warn".split()
+    cmd += ["--snaplen", snaplen] if snaplen else []
+    cmd += ["--filter", bpf] if bpf else []
+    return Proc(name, "record", "capture", ns, CAP_CPU, cmd, out, ready_file=stats)
 
 
 def tcpdump(ns, iface, out: Path, snaplen=None, bpf=None, name="tcpdump"):
     f = out.with_suffix(".pcap")
-    cmd = [
-        "tcpdump",
-        "-i",
-        iface,
-        "-n",
-        "-B",
-        capture.BUFFER_MIB * 1024,
-        "-Z",
-        "root",
-        *(["-s", snaplen] if snaplen else []),
-        "-w",
-        f,
-        *([bpf] if bpf else []),
-    ]
+    cmd = ["tcpdump", "-i", iface, "-n", "-B", capture.BUFFER_MIB * 1024, "-Z", "root"]
+    cmd += (["-s", snaplen] if snaplen else []) + ["-w", f] + ([bpf] if bpf else [])
     return Proc(name, "tcpdump", "capture", ns, CAP_CPU, cmd, f, marker="listening on")
 
 
 def export(ns, iface, stats: Path):
-    cmd = [
-        BIN,
-        "export",
-        "-i",
-        iface,
-        "--snaplen",
-        SNAP,
-        "--to",
-        f"{COLLECTOR_ADDR}:{PORT}",
-        "--stats",
-        stats,
-        "--stats-interval",
-        "1",
-        "--log",
-        "warn",
-    ]
-    return Proc(
-        "tapdeck export", "export", "capture", ns, CAP_CPU, cmd, ready_file=stats
-    )
+    to = f"{COLLECTOR_ADDR}:{PORT}"
+    cmd = [BIN, "export", "-i", iface, "--to", to, "--stats", stats]
+    cmd += f"--snaplen {SNAP} --stats-interval 1 --log warn".split()
+    name = "tapdeck export"
+    return Proc(name, "export", "capture", ns, CAP_CPU, cmd, ready_file=stats)
 
 
 def collect(ns, store: Path):
-    cmd = [
-        BIN,
-        "collect",
-        "--listen",
-        f"{COLLECTOR_ADDR}:{PORT}",
-        "--store",
-        store,
-        "--allow",
-        EXPORTER_ADDR,
-        "--codec",
-        "none",
-        "--staging",
-        STAGING,
-        "--log",
-        "warn",
-    ]
+    cmd = [BIN, "collect", "--listen", f"{COLLECTOR_ADDR}:{PORT}", "--store", store]
+    cmd += f"--allow {EXPORTER_ADDR} --codec none --log warn".split()
+    cmd += ["--staging", STAGING]
     # The sockets are bound before the manifest is written.
-    return Proc(
-        "tapdeck collect",
-        "collect",
-        "collector",
-        ns,
-        COL_CPU,
-        cmd,
-        store,
-        ready_file=store / "manifest.json",
-    )
+    ready = store / "manifest.json"
+    name = "tapdeck collect"
+    return Proc(name, "collect", "collector", ns, COL_CPU, cmd, store, ready_file=ready)
 
 
 def details(pr: Proc, text: str) -> dict:
