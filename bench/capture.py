@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from netlab import Lab, sh
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("TAPDECK_BIN", ROOT / "target/release/tapdeck"))
 GEN_CPU, REC_CPU = "0", "1"
@@ -59,13 +61,6 @@ def log(*a):
     print("capture:", *a, file=sys.stderr, flush=True)
 
 
-def sh(cmd, check=True, **kw):
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({p.returncode}): {p.stderr.strip()[-1500:]}")
-    return p
-
-
 # ---------------------------------------------------------------------------------------------
 # Traffic files
 
@@ -77,7 +72,7 @@ def ip_checksum(hdr: bytes) -> int:
 
 
 def frame_lengths(kind: str, n: int, rng: random.Random):
-    if kind in ("64", "1514"):
+    if kind.isdigit():  # one fixed frame size
         return [int(kind)] * n
     out = []
     for _ in range(n):
@@ -129,40 +124,26 @@ def write_pcap(path: Path, kind: str, n: int):
 # Network namespace and veth pair
 
 class Veth:
+    """A namespace tdbench-<pid> with the generator's end of a veth pair; the capture end stays
+    in the root namespace."""
+
     def __init__(self):
         pid = os.getpid()
         self.ns = f"tdbench-{pid}"
         self.cap = f"tdcap{pid}"[:15]   # root namespace, capture side
         self.gen = f"tdgen{pid}"[:15]   # inside the namespace, tcpreplay sends here
-        self.made = False
+        self.lab = Lab()
 
     def up(self):
-        sh(["ip", "netns", "add", self.ns])
-        self.made = True
-        sh(["ip", "link", "add", self.cap, "type", "veth", "peer", "name", self.gen])
-        sh(["ip", "link", "set", self.gen, "netns", self.ns])
-        for pre in ([], ["ip", "netns", "exec", self.ns]):
-            dev = self.gen if pre else self.cap
-            sh(pre + ["sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1"], check=False)
-            sh(pre + ["ip", "link", "set", dev, "mtu", "1500", "up"])
-            sh(pre + ["ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off"], check=False)
-            feats = sh(pre + ["ethtool", "-k", dev]).stdout
-            on = [f for f in ("generic-receive-offload", "large-receive-offload", "tcp-segmentation-offload",
-                              "generic-segmentation-offload") if re.search(rf"^{f}: on", feats, re.M)]
-            if on:
-                log(f"warning: {dev} still has {', '.join(on)} on")
-        sh(["ip", "netns", "exec", self.ns, "ip", "link", "set", "lo", "up"])
+        self.lab.add_ns(self.ns)
+        self.lab.pair(None, self.cap, self.ns, self.gen)
         return self
 
     def stat(self, name):
         return int(Path(f"/sys/class/net/{self.cap}/statistics/{name}").read_text())
 
     def down(self):
-        if not self.made:
-            return
-        sh(["ip", "link", "del", self.cap], check=False)
-        sh(["ip", "netns", "del", self.ns], check=False)
-        self.made = False
+        self.lab.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,8 +325,9 @@ def wait_ready(p, log_path: Path, marker, stats_file=None, limit=8.0, settle_lim
     return time.monotonic() - t0
 
 
-def tcpreplay(veth: Veth, pcap: Path, seconds: float):
-    speed = [f"--pps={PPS}"] if PPS else ["--topspeed"]
+def tcpreplay(veth: Veth, pcap: Path, seconds: float, speed=None):
+    """`speed`: tcpreplay's rate options (default: --pps from the command line, or top speed)."""
+    speed = speed or ([f"--pps={PPS}"] if PPS else ["--topspeed"])
     cmd = ["ip", "netns", "exec", veth.ns, "taskset", "-c", GEN_CPU, "tcpreplay", *speed, "--preload-pcap",
            "--loop", "0", "--duration", str(int(round(seconds))), "--no-flow-stats", "-q", "-i", veth.gen, str(pcap)]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -359,19 +341,26 @@ def tcpreplay(veth: Veth, pcap: Path, seconds: float):
             "seconds": float(a.group(3)), "failed": int(f.group(1)) if f else 0}
 
 
-TRAFGEN_64 = """{
+def trafgen_config(size: int) -> str:
+    """A trafgen packet of `size` bytes: Ethernet/IPv4/UDP, 198.18.0.1 -> 198.19.0.1, source
+    port and first payload byte counting, random bytes to half the payload, zeros after."""
+    payload = size - 42
+    rnd = payload // 2 - 1
+    return f"""{{
   eth(da=02:00:00:00:00:02, sa=02:00:00:00:00:01, type=0x0800),
   ipv4(sa=198.18.0.1, da=198.19.0.1, ttl=64),
   udp(sp=dinc(1024, 5119), dp=5001, csum=0),
-  dinc(0, 255), drnd(10), fill(0x00, 11)
-}
+  dinc(0, 255), drnd({rnd}), fill(0x00, {payload - 1 - rnd})
+}}
 """
 
 
+TRAFGEN_64 = trafgen_config(64)
+
+
 def trafgen(veth: Veth, cfg: Path, seconds: float):
-    """trafgen (netsniff-ng's generator, mmap'd TX ring) on one core for `seconds`: 64-byte
-    frames (UDP, 198.18.0.1 -> 198.19.0.1, source port and first payload byte counting, 10
-    random bytes, 11 zeros). Offered = trafgen's own "packets outgoing"."""
+    """trafgen (netsniff-ng's generator, mmap'd TX ring) on one core for `seconds`, sending the
+    frame of `cfg` (trafgen_config). Offered = trafgen's own "packets outgoing"."""
     cmd = ["ip", "netns", "exec", veth.ns, "timeout", "-s", "INT", str(seconds), "taskset", "-c", GEN_CPU,
            "trafgen", "--cpus", "1", "--notouch-irq", "--no-cpu-stats", *(["--rate", f"{PPS}pps"] if PPS else []),
            "-i", str(cfg), "-o", veth.gen]
