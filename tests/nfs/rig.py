@@ -149,8 +149,11 @@ NFS_CORE_PARAM {{
 NFS_KRB5 {{ Active_krb5 = false; }}
 NFSV4 {{
     Graceless = true;
-    Grace_Period = 1;
-    Lease_Lifetime = 1;
+    # Each libnfs command is a new NFSv4 client: a lease shorter than the time between its
+    # SETCLIENTID_CONFIRM and its OPEN on a loaded machine fails the OPEN with
+    # NFS4ERR_EXPIRED (seen with a 1 s lease).
+    Grace_Period = 15;
+    Lease_Lifetime = 15;
     RecoveryBackend = fs;
     RecoveryRoot = {workdir / "recovery"};
     Only_Numeric_Owners = true;

@@ -419,11 +419,19 @@ fn pass_two(
         counts.insert("failed.damaged_source".into(), 1);
     }
     let mut row_groups: Vec<RowGroupRow> = Vec::new();
-    if let Some(sink) = packets_sink {
-        counts.insert("rows.packets".into(), sink.rows());
-        row_groups.extend(sink.finish()?);
+    // The packets table finishes while the RPC tables do.
+    let packets_closing = match packets_sink {
+        Some(sink) => {
+            counts.insert("rows.packets".into(), sink.rows());
+            Some(sink.close()?)
+        }
+        None => None,
+    };
+    let rpc_groups = sinks.finish(&mut counts);
+    if let Some(c) = packets_closing {
+        row_groups.extend(c.join()?);
     }
-    row_groups.extend(sinks.finish(&mut counts)?);
+    row_groups.extend(rpc_groups?);
 
     // What the file says about its own capture: the last statistics block per interface.
     let mut capture_stats = Vec::new();

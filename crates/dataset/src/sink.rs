@@ -16,8 +16,10 @@ use arrow_array::{Array, Int64Array, RecordBatch, UInt32Array};
 
 use crate::tables::{Columns, RowGroupRow, Table, SCHEMA_VERSION};
 
-/// Rows buffered before they are sorted and written as a row group.
-pub const ROW_GROUP_ROWS: usize = 512 * 1024;
+/// Rows buffered before they are sorted and written as a row group. Near DuckDB's own
+/// (122 880): small enough that time-range lookups skip most of a file and that encoding
+/// keeps pace with decoding on another core, large enough to compress well.
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// One table's rows for one source file. Rows are gathered here, column by column; full
 /// batches go to a thread of their own that sorts, partitions and encodes them, so decoding
@@ -82,6 +84,22 @@ impl<T: Table> TableSink<T> {
 
     /// Hands the full batch to the encoder and takes an empty one in its place.
     fn send(&mut self) -> Result<(), String> {
+        self.start_encoder()?;
+        let enc = self.encoder.as_ref().expect("started above");
+        let mut next = enc.spare.try_recv().unwrap_or_else(|_| {
+            let mut c = T::Columns::default();
+            c.reserve(ROW_GROUP_ROWS);
+            c
+        });
+        std::mem::swap(&mut next, &mut self.cols);
+        if enc.tx.send(next).is_err() {
+            // The encoder stopped on an error; finish() reports it.
+            return self.fail();
+        }
+        Ok(())
+    }
+
+    fn start_encoder(&mut self) -> Result<(), String> {
         if self.encoder.is_none() {
             let mut files = self
                 .pending
@@ -102,17 +120,6 @@ impl<T: Table> TableSink<T> {
                 })
                 .map_err(|e| format!("cannot start an encoder thread: {e}"))?;
             self.encoder = Some(Encoder { tx, spare, thread });
-        }
-        let enc = self.encoder.as_ref().expect("started above");
-        let mut next = enc.spare.try_recv().unwrap_or_else(|_| {
-            let mut c = T::Columns::default();
-            c.reserve(ROW_GROUP_ROWS);
-            c
-        });
-        std::mem::swap(&mut next, &mut self.cols);
-        if enc.tx.send(next).is_err() {
-            // The encoder stopped on an error; finish() reports it.
-            return self.fail();
         }
         Ok(())
     }
@@ -137,23 +144,57 @@ impl<T: Table> TableSink<T> {
     }
 
     /// Writes what is buffered, completes every file, and returns the row groups written.
-    pub fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
+    pub fn finish(self) -> Result<Vec<RowGroupRow>, String> {
+        self.close()?.join()
+    }
+
+    /// Hands what is buffered to the encoder thread (started now if this table never
+    /// filled a batch) and returns without waiting, so that several tables finish their
+    /// files in parallel; [`Closing::join`] waits.
+    pub fn close(mut self) -> Result<Closing, String> {
+        if self.cols.is_empty() && self.encoder.is_none() {
+            let files = self.pending.take().expect("no encoder, so files are here");
+            return Ok(Closing::Done(files.finish()));
+        }
+        self.start_encoder()?;
         let rest = std::mem::take(&mut self.cols);
-        match self.encoder.take() {
-            None => {
-                let mut files = self.pending.take().expect("no encoder, so files are here");
-                files.write_batch::<T>(&rest)?;
-                files.finish()
-            }
-            Some(e) => {
-                let sent = rest.is_empty() || e.tx.send(rest).is_ok();
-                drop(e.tx);
-                let r = e
-                    .thread
+        let e = self.encoder.take().expect("started above");
+        let sent = rest.is_empty() || e.tx.send(rest).is_ok();
+        drop(e.tx);
+        Ok(Closing::Encoding {
+            table: T::NAME,
+            sent,
+            thread: e.thread,
+        })
+    }
+}
+
+/// A table whose last rows are being written.
+pub enum Closing {
+    Done(Result<Vec<RowGroupRow>, String>),
+    Encoding {
+        table: &'static str,
+        /// The last rows reached the encoder (it had not stopped on an error).
+        sent: bool,
+        thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>, String>>,
+    },
+}
+
+impl Closing {
+    /// Waits until every file of the table is complete; returns its row groups.
+    pub fn join(self) -> Result<Vec<RowGroupRow>, String> {
+        match self {
+            Closing::Done(r) => r,
+            Closing::Encoding {
+                table,
+                sent,
+                thread,
+            } => {
+                let r = thread
                     .join()
-                    .map_err(|_| format!("the {} encoder panicked", T::NAME))?;
+                    .map_err(|_| format!("the {table} encoder panicked"))?;
                 if !sent && r.is_ok() {
-                    return Err(format!("the {} encoder stopped early", T::NAME));
+                    return Err(format!("the {table} encoder stopped early"));
                 }
                 r
             }

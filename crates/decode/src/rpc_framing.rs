@@ -251,9 +251,11 @@ enum State<M> {
 #[derive(Debug, Clone, Copy)]
 struct InProgress<M> {
     first_meta: M,
-    /// Meta of the latest data event that carried bytes of the message: a message cut by a
-    /// hole or the end of the stream is timed by its last captured bytes, not by whatever
-    /// revealed the hole (often a packet after the reply).
+    /// Meta of the latest data event (the greatest meta: metas order by arrival) that
+    /// carried bytes of the message: a message cut by a hole or the end of the stream is
+    /// timed by its last captured bytes, not by whatever revealed the hole (often a packet
+    /// after the reply). Pieces flushed at the end come in stream order, each with its own
+    /// meta, so a retransmission that filled an early hole late still counts.
     last_data: M,
     wire_len: u64,
     /// Still appending: no byte of the message has been missing yet.
@@ -288,7 +290,7 @@ impl<M> RpcFramer<M> {
     }
 }
 
-impl<M: Copy> RpcFramer<M> {
+impl<M: Copy + Ord> RpcFramer<M> {
     /// `synced`: the stream is known to start at a message boundary (its SYN was seen).
     /// Otherwise the framer scans for one first.
     pub fn new(config: FramingConfig, synced: bool) -> Self {
@@ -447,7 +449,7 @@ impl<M: Copy> RpcFramer<M> {
                 State::Body { remaining, last } => {
                     let n = (remaining as usize).min(bytes.len());
                     if let Some(m) = &mut self.msg {
-                        m.last_data = meta;
+                        m.last_data = m.last_data.max(meta);
                         if m.collecting {
                             self.body.extend_from_slice(&bytes[..n]);
                         }
@@ -472,7 +474,7 @@ impl<M: Copy> RpcFramer<M> {
             wire_len: 0,
             collecting: true,
         });
-        msg.last_data = meta;
+        msg.last_data = msg.last_data.max(meta);
         msg.wire_len += u64::from(len);
         if len > self.config.max_record || msg.wire_len > self.config.max_message {
             self.counters.oversized_record += 1;
@@ -512,7 +514,7 @@ impl<M: Copy> RpcFramer<M> {
                 wire_len: m.wire_len,
                 truncated,
                 first_meta: m.first_meta,
-                last_meta: meta,
+                last_meta: meta.max(m.last_data),
             });
         }
         self.body.clear();
@@ -543,8 +545,8 @@ impl<M: Copy> RpcFramer<M> {
         // lost stretch cuts is timed by its last captured bytes.
         let meta = match (&mut self.msg, cause) {
             (Some(m), GapCause::NotCaptured) => {
-                m.last_data = meta;
-                meta
+                m.last_data = m.last_data.max(meta);
+                m.last_data
             }
             (Some(m), GapCause::Lost) => m.last_data,
             (None, _) => meta,
@@ -647,7 +649,7 @@ pub struct TcpRpcTracker<M> {
     counters: TrackerCounters,
 }
 
-impl<M: Copy> TcpRpcTracker<M> {
+impl<M: Copy + Ord> TcpRpcTracker<M> {
     pub fn new(config: TrackerConfig) -> Self {
         TcpRpcTracker {
             config,
@@ -733,7 +735,7 @@ impl<M: Copy> TcpRpcTracker<M> {
     }
 }
 
-fn close_connection<M: Copy>(
+fn close_connection<M: Copy + Ord>(
     canon: FlowKey,
     c: Connection<M>,
     meta: M,
@@ -746,7 +748,7 @@ fn close_connection<M: Copy>(
     }
 }
 
-impl<M: Copy> Direction<M> {
+impl<M: Copy + Ord> Direction<M> {
     fn new(cfg: &TrackerConfig) -> Self {
         Direction {
             reasm: TcpReassembler::new(cfg.reassembly),
@@ -1060,6 +1062,33 @@ mod tests {
         );
         assert_eq!(f.counters().truncated_at_gap, 1);
         assert_eq!(f.counters().gap_bytes, 100);
+    }
+
+    /// At a flush, a message's pieces come in stream order, each with the meta of the packet
+    /// that carried it. A retransmission that filled part of an early hole after the tail
+    /// had arrived is the message's last captured packet, as tshark reckons it.
+    #[test]
+    fn a_cut_message_is_timed_by_its_latest_piece_not_its_last_in_stream_order() {
+        let rec = one(&call(60, &[7u8; 300]));
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let mut v = vec![];
+        f.data(&rec[..100], 1, &mut |m| v.push(got(m)));
+        f.gap(50, GapCause::Lost, 1, &mut |m| v.push(got(m)));
+        f.data(&rec[150..200], 5, &mut |m| v.push(got(m)));
+        f.gap(50, GapCause::Lost, 5, &mut |m| v.push(got(m)));
+        f.data(&rec[250..], 2, &mut |m| v.push(got(m)));
+        assert_eq!(
+            v,
+            [Got {
+                xid: 60,
+                // The body keeps the bytes before the first hole.
+                len: 96,
+                wire: rec.len() as u64 - 4,
+                truncated: true,
+                first: 1,
+                last: 5
+            }]
+        );
     }
 
     #[test]

@@ -64,8 +64,11 @@ pub struct ReassemblyConfig {
 
 impl Default for ReassemblyConfig {
     fn default() -> Self {
+        // Above Linux's largest default receive window (tcp_rmem max, 6 MiB): a hole the
+        // sender will fill can stay open for a whole window of later data. The connection
+        // table's budget bounds the total.
         ReassemblyConfig {
-            max_buffer: 4 << 20,
+            max_buffer: 16 << 20,
         }
     }
 }
@@ -404,7 +407,8 @@ struct Slot<V> {
 /// with idle eviction and bounds on count and total memory.
 pub struct ConnectionTable<V> {
     config: TableConfig,
-    map: HashMap<FlowKey, Slot<V>>,
+    /// ahash with random keys: fast, and resists collisions crafted into a trace.
+    map: HashMap<FlowKey, Slot<V>, ahash::RandomState>,
     memory: usize,
     last_sweep: u64,
 }
@@ -413,7 +417,7 @@ impl<V: MemoryUse> ConnectionTable<V> {
     pub fn new(config: TableConfig) -> Self {
         ConnectionTable {
             config,
-            map: HashMap::new(),
+            map: HashMap::default(),
             memory: 0,
             last_sweep: 0,
         }

@@ -111,6 +111,7 @@ enum Endian {
 impl Endian {
     /// Callers pass ranges from the field modules over slices already checked to be long
     /// enough, so the conversions cannot fail.
+    #[inline]
     fn u16(self, b: &[u8], r: Range<usize>) -> u16 {
         let a: [u8; 2] = b[r].try_into().expect("2-byte field");
         match self {
@@ -118,6 +119,7 @@ impl Endian {
             Endian::Big => u16::from_be_bytes(a),
         }
     }
+    #[inline]
     fn u32(self, b: &[u8], r: Range<usize>) -> u32 {
         let a: [u8; 4] = b[r].try_into().expect("4-byte field");
         match self {
@@ -125,6 +127,7 @@ impl Endian {
             Endian::Big => u32::from_be_bytes(a),
         }
     }
+    #[inline]
     fn u64(self, b: &[u8]) -> u64 {
         let a: [u8; 8] = b[..8].try_into().expect("8-byte field");
         match self {
@@ -133,6 +136,7 @@ impl Endian {
         }
     }
     /// pcapng timestamps are two 32-bit words, high first, each in section byte order.
+    #[inline]
     fn ts(self, b: &[u8], high: Range<usize>, low: Range<usize>) -> u64 {
         (u64::from(self.u32(b, high)) << 32) | u64::from(self.u32(b, low))
     }
