@@ -7,7 +7,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 
 use tapdeck_pcap::container::{decode_frame, ChunkEntry, ChunkIndex, Container};
-use tapdeck_pcap::{Interface, Packet, TraceReader};
+use tapdeck_pcap::{Interface, Packet, TraceBytes, TraceReader};
 
 use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
 
@@ -144,6 +144,20 @@ impl Mapped {
         // SAFETY: advice on the mapping made above; failure only loses read-ahead.
         unsafe { libc::madvise(ptr, len, libc::MADV_SEQUENTIAL) };
         Some(Mapped { ptr, len })
+    }
+}
+
+impl TraceBytes for Mapped {
+    /// Drops the mapped pages the reader is done with, so reading a large file does not
+    /// leave all of it in this process's resident memory (the page cache keeps it).
+    fn release(&self, upto: usize) {
+        let page = 4096;
+        let len = upto.min(self.len) / page * page;
+        if len > 0 {
+            // SAFETY: the first `len` bytes of our own mapping, which the reader will not
+            // touch again; a later access would fault the file's pages back in.
+            unsafe { libc::madvise(self.ptr, len, libc::MADV_DONTNEED) };
+        }
     }
 }
 

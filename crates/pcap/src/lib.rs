@@ -15,5 +15,5 @@ mod write;
 
 pub use error::{FormatError, FormatErrorKind};
 pub use packet::{Interface, InterfaceStats, Packet};
-pub use reader::TraceReader;
+pub use reader::{TraceBytes, TraceReader};
 pub use write::{Format, SectionInfo};

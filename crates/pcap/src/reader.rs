@@ -273,8 +273,12 @@ impl<R: Read> TraceReader<R> {
 
     /// Reads a trace held whole in memory (a mapped file): packets are read in place,
     /// never copied.
-    pub fn from_bytes(bytes: Box<dyn AsRef<[u8]> + Send>) -> Result<Self, FormatError> {
-        Self::start(Input::Bytes { bytes, pos: 0 })
+    pub fn from_bytes(bytes: Box<dyn TraceBytes>) -> Result<Self, FormatError> {
+        Self::start(Input::Bytes {
+            bytes,
+            pos: 0,
+            released: 0,
+        })
     }
 
     fn start(mut input: Input<R>) -> Result<Self, FormatError> {
@@ -697,17 +701,31 @@ impl<R: Read> TraceReader<R> {
 enum Input<R: Read> {
     Stream(BufReader<R>),
     Bytes {
-        bytes: Box<dyn AsRef<[u8]> + Send>,
+        bytes: Box<dyn TraceBytes>,
         pos: usize,
+        /// Bytes before this were handed back with [`TraceBytes::release`].
+        released: usize,
     },
 }
+
+/// A whole trace in memory, for [`TraceReader::from_bytes`].
+pub trait TraceBytes: AsRef<[u8]> + Send {
+    /// The reader is done with the bytes before `upto` and will not look at them again
+    /// (a mapping can drop those pages, so a long read does not hold the whole file).
+    fn release(&self, _upto: usize) {}
+}
+
+impl TraceBytes for Vec<u8> {}
+
+/// How far the reader gets past the last release before it releases again.
+const RELEASE_STEP: usize = 64 << 20;
 
 impl<R: Read> Input<R> {
     /// The unread bytes at hand (for a stream, its buffer).
     fn buffer(&self) -> &[u8] {
         match self {
             Input::Stream(b) => b.buffer(),
-            Input::Bytes { bytes, pos } => &(**bytes).as_ref()[*pos..],
+            Input::Bytes { bytes, pos, .. } => &(**bytes).as_ref()[*pos..],
         }
     }
 
@@ -722,7 +740,17 @@ impl<R: Read> Input<R> {
     fn consume(&mut self, n: usize) {
         match self {
             Input::Stream(b) => b.consume(n),
-            Input::Bytes { pos, .. } => *pos += n,
+            Input::Bytes {
+                bytes,
+                pos,
+                released,
+            } => {
+                *pos += n;
+                if *pos - *released >= RELEASE_STEP {
+                    bytes.release(*pos);
+                    *released = *pos;
+                }
+            }
         }
     }
 }
