@@ -255,6 +255,7 @@ def run(args) -> dict:
     slice_packets = 100_000 if quick else 1_000_000
     reps = args.reps or 1
     need = transactions * 4.0e3 * 1.4 + 2e9
+    Path(args.work).mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(args.work).free
     if free < need:
         raise SystemExit(f"bench: {args.work} has {free / 1e9:.0f} GB free, need about {need / 1e9:.0f}")

@@ -336,6 +336,7 @@ def main():
         if not shutil.which(tool):
             raise SystemExit(f"bench: {tool} not found")
     need = 2e9 if args.quick else 16e9
+    Path(args.work).mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(args.work).free
     if free < need:
         raise SystemExit(f"bench: {args.work} has {free / 1e9:.0f} GB free, need {need / 1e9:.0f}")
