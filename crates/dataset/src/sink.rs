@@ -124,18 +124,20 @@ impl<T: Table> TableSink<T> {
         Ok(())
     }
 
+    /// The encoder refused a batch: it stopped on an error, which joining it reports.
     fn fail(&mut self) -> Result<(), String> {
-        match self.encoder.take() {
-            Some(e) => {
-                drop(e.tx);
-                match e.thread.join() {
-                    Ok(Err(msg)) => Err(msg),
-                    Ok(Ok(_)) => Err(format!("the {} encoder stopped early", T::NAME)),
-                    Err(_) => Err(format!("the {} encoder panicked", T::NAME)),
-                }
-            }
-            None => Err(format!("the {} encoder is gone", T::NAME)),
+        let e = self
+            .encoder
+            .take()
+            .ok_or(format!("the {} encoder is gone", T::NAME))?;
+        drop(e.tx);
+        Closing::Encoding {
+            table: T::NAME,
+            sent: false,
+            thread: e.thread,
         }
+        .join()
+        .map(|_| ())
     }
 
     /// Rows pushed so far.
