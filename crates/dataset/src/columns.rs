@@ -146,7 +146,9 @@ impl AsText for Hex {
 }
 
 fn text_array<'a, T: AsText + 'a>(values: impl Iterator<Item = Option<&'a T>>) -> ArrayRef {
-    let mut b = StringBuilder::new();
+    // Sized up front (about an address's length per value) rather than by doublings.
+    let n = values.size_hint().0;
+    let mut b = StringBuilder::with_capacity(n, n * 12);
     let mut s = String::new();
     for v in values {
         match v {

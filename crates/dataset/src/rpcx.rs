@@ -130,8 +130,10 @@ struct Pending {
     info: CallInfo,
     answered_at: Option<i64>,
     /// Pass two: the decoded call (for names and handles in the reply's rows) and its rpc
-    /// rows, written once it is known whether a reply came.
-    decoded: Option<Decoded>,
+    /// rows, written once it is known whether a reply came. Boxed, and both emptied once
+    /// answered: an answered call stays in the map for a minute (to spot duplicate
+    /// replies), so its entry should be small.
+    decoded: Option<Box<Decoded>>,
     rows: Vec<RpcRow>,
 }
 
@@ -468,7 +470,7 @@ impl RpcEngine {
                     self.nfs_rows(out, &row, info, &d, None, anon)?;
                     if let Some(p) = self.calls.get_mut(&k) {
                         if p.decoded.is_none() {
-                            p.decoded = Some(d);
+                            p.decoded = Some(Box::new(d));
                         }
                     }
                 }
@@ -489,7 +491,7 @@ impl RpcEngine {
                 row.reject_stat = r.reject_stat.map(|v| v as i32);
                 row.auth_stat = r.auth_stat.map(|v| v as i32);
                 let k = (conv, msg.xid);
-                let mut call: Option<(CallInfo, Option<Decoded>)> = None;
+                let mut call: Option<(CallInfo, Option<Box<Decoded>>)> = None;
                 if let Some(p) = self.calls.get_mut(&k) {
                     row.transaction_id = p.tid;
                     row.matched = true;
@@ -506,7 +508,7 @@ impl RpcEngine {
                             r.matched = true;
                         }
                         if let Some(out) = out.as_deref_mut_opt() {
-                            for r in p.rows.drain(..) {
+                            for r in std::mem::take(&mut p.rows) {
                                 out.rpc.push(r)?;
                             }
                         }
@@ -567,7 +569,7 @@ impl RpcEngine {
                     if let Some((info, call_decoded)) = call {
                         let d = decode_message(&msg, Some(info));
                         self.note_decode(&d);
-                        self.nfs_rows(out, &row, info, &d, call_decoded.as_ref(), anon)?;
+                        self.nfs_rows(out, &row, info, &d, call_decoded.as_deref(), anon)?;
                     }
                 }
             }
@@ -860,6 +862,7 @@ impl RpcEngine {
             ("failed.truncated_at_gap", f.truncated_at_gap),
             ("failed.truncated_at_end", f.truncated_at_end),
             ("tcp.evicted_connections", c.evicted_connections),
+            ("tcp.not_rpc_streams", f.not_rpc_streams),
         ] {
             if v > 0 {
                 *self.counts.entry(k.into()).or_default() += v;
@@ -879,7 +882,10 @@ impl RpcEngine {
                     procedure: p.info.proc_,
                 });
             }
-            pending.push(p);
+            // Answered calls have written their rows already.
+            if p.answered_at.is_none() || !p.rows.is_empty() {
+                pending.push(p);
+            }
         }
         open_calls.sort_by_key(|c| c.ordinal);
         let mut unmatched_calls = 0;

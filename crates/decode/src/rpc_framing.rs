@@ -200,6 +200,9 @@ pub struct FramingCounters {
     pub truncated_at_end: u64,
     /// Messages of which no byte was captured (not emitted).
     pub empty_messages: u64,
+    /// Streams that began (SYN seen) with something other than an RPC record: other TCP
+    /// traffic, not a failure. Their bytes are not looked at.
+    pub not_rpc_streams: u64,
 }
 
 impl FramingCounters {
@@ -214,6 +217,7 @@ impl FramingCounters {
         self.truncated_at_gap += o.truncated_at_gap;
         self.truncated_at_end += o.truncated_at_end;
         self.empty_messages += o.empty_messages;
+        self.not_rpc_streams += o.not_rpc_streams;
     }
 }
 
@@ -236,6 +240,11 @@ pub struct RpcMessage<'a, M> {
 
 #[derive(Debug, Clone, Copy)]
 enum State<M> {
+    /// The stream's first byte (its SYN was seen) must start a record mark + RPC header;
+    /// if it does not, the stream is not RPC.
+    First,
+    /// Not an RPC stream: bytes are dropped unseen.
+    NotRpc,
     /// Scanning for a plausible record mark + RPC header.
     Hunting,
     /// Reading a 4-byte record mark; `meta` of its first byte.
@@ -291,12 +300,13 @@ impl<M> RpcFramer<M> {
 }
 
 impl<M: Copy + Ord> RpcFramer<M> {
-    /// `synced`: the stream is known to start at a message boundary (its SYN was seen).
-    /// Otherwise the framer scans for one first.
+    /// `synced`: the stream is known to start at a message boundary (its SYN was seen), so
+    /// it is RPC only if it starts with a record (other TCP traffic is then ignored
+    /// cheaply). Otherwise the framer scans for a message boundary first.
     pub fn new(config: FramingConfig, synced: bool) -> Self {
         RpcFramer {
             config,
-            state: if synced { Self::mark() } else { State::Hunting },
+            state: if synced { State::First } else { State::Hunting },
             msg: None,
             body: Vec::new(),
             pending: Vec::new(),
@@ -329,11 +339,29 @@ impl<M: Copy + Ord> RpcFramer<M> {
         }
         // A resync tail from earlier data: judge its positions with a look at the new bytes.
         // Each round consumes at least one pending byte, so this ends.
-        while matches!(self.state, State::Hunting) && !self.pending.is_empty() {
+        while matches!(self.state, State::Hunting | State::First) && !self.pending.is_empty() {
             let old_len = self.pending.len();
             let pmeta = self.pending_meta.take().unwrap_or(meta);
             let mut buf = std::mem::take(&mut self.pending);
             buf.extend_from_slice(&bytes[..bytes.len().min(LOOKAHEAD)]);
+            if matches!(self.state, State::First) {
+                // Only position 0 counts: the stream's first bytes were held back.
+                match self.first_candidate(&buf) {
+                    Probe::Header(_) => {
+                        self.state = Self::mark();
+                        self.run(&buf[..old_len], pmeta, out);
+                    }
+                    Probe::Incomplete => {
+                        buf.truncate(old_len);
+                        buf.extend_from_slice(bytes);
+                        self.pending = buf;
+                        self.pending_meta = Some(pmeta);
+                        return;
+                    }
+                    Probe::NotRpc => self.not_rpc(),
+                }
+                continue;
+            }
             let mut found = None;
             for i in 0..old_len {
                 match self.candidate(&buf[i..]) {
@@ -377,9 +405,52 @@ impl<M: Copy + Ord> RpcFramer<M> {
         probe_rpc_header(&b[4..], Strictness::Strict)
     }
 
+    /// [`candidate`](Self::candidate) for the first bytes of a stream, where a record
+    /// must start: a first fragment too short to hold the header (legal, if odd) is taken
+    /// on trust, since the header continues past the next mark.
+    fn first_candidate(&self, b: &[u8]) -> Probe {
+        let Some(m) = b.get(..4) else {
+            return Probe::Incomplete;
+        };
+        let mark = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
+        let len = mark & 0x7fff_ffff;
+        if mark & 0x8000_0000 == 0 && (1..MIN_RECORD).contains(&len) {
+            return Probe::Header(RpcHeader {
+                xid: 0,
+                kind: RpcKind::Reply {
+                    reply_stat: 0,
+                    stat: 0,
+                },
+                header_len: 0,
+            });
+        }
+        self.candidate(b)
+    }
+
+    fn not_rpc(&mut self) {
+        self.counters.not_rpc_streams += 1;
+        self.state = State::NotRpc;
+        self.pending = Vec::new();
+        self.pending_meta = None;
+    }
+
     fn run(&mut self, mut bytes: &[u8], meta: M, out: &mut impl FnMut(RpcMessage<'_, M>)) {
         while !bytes.is_empty() {
             match self.state {
+                State::NotRpc => return,
+                State::First => match self.first_candidate(bytes) {
+                    Probe::Header(_) => self.state = Self::mark(),
+                    Probe::Incomplete => {
+                        self.pending.clear();
+                        self.pending.extend_from_slice(bytes);
+                        self.pending_meta = Some(meta);
+                        return;
+                    }
+                    Probe::NotRpc => {
+                        self.not_rpc();
+                        return;
+                    }
+                },
                 State::Hunting => {
                     let mut i = 0;
                     loop {
@@ -483,6 +554,11 @@ impl<M: Copy + Ord> RpcFramer<M> {
             self.state = State::Hunting;
             return;
         }
+        if msg.collecting {
+            // Room for the whole fragment at once, not by doublings (capped: the mark may
+            // promise bytes that never come).
+            self.body.reserve((len as usize).min(1 << 20));
+        }
         self.state = State::Body {
             remaining: len,
             last,
@@ -541,6 +617,14 @@ impl<M: Copy + Ord> RpcFramer<M> {
         if len == 0 {
             return;
         }
+        if matches!(self.state, State::First) && !self.pending.is_empty() {
+            // The first record's header is cut by the hole: it looked right as far as it
+            // went, so take it as the start of a message (cut here) rather than lose it.
+            let pmeta = self.pending_meta.take().unwrap_or(meta);
+            let buf = std::mem::take(&mut self.pending);
+            self.state = Self::mark();
+            self.run(&buf, pmeta, out);
+        }
         // Bytes cut by the snap length were on the wire in this segment; a message that a
         // lost stretch cuts is timed by its last captured bytes.
         let meta = match (&mut self.msg, cause) {
@@ -552,10 +636,13 @@ impl<M: Copy + Ord> RpcFramer<M> {
             (None, _) => meta,
         };
         match self.state {
-            State::Hunting => {
+            State::NotRpc => {}
+            State::Hunting | State::First => {
+                // A hole at the very start: where the first record began is unknown.
                 self.counters.resync_skipped_bytes += self.pending.len() as u64;
                 self.pending.clear();
                 self.pending_meta = None;
+                self.state = State::Hunting;
             }
             State::Mark { have, .. } => {
                 if self.msg.is_some() || have > 0 {
@@ -944,6 +1031,29 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_that_does_not_start_with_a_record_is_not_rpc_and_not_a_failure() {
+        // HTTP after a SYN: its first four bytes read as a 1.2 GB record mark.
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let http = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".repeat(50);
+        let mut s = http.clone();
+        s.extend(one(&call(7, b"late"))); // RPC-looking bytes later do not revive it
+        let v = feed(&mut f, &[&s[..3], &s[3..40], &s[40..]]);
+        f.end(9, &mut |_| panic!("nothing to emit"));
+        assert!(v.is_empty());
+        let c = f.counters();
+        assert_eq!((c.not_rpc_streams, c.oversized_record, c.resyncs), (1, 0, 0));
+        assert_eq!(c.resync_skipped_bytes, 0);
+        // A real first record split byte by byte is recognised once its header is whole.
+        let rec = one(&call(8, &[5u8; 40]));
+        let mut f = RpcFramer::new(FramingConfig::default(), true);
+        let chunks: Vec<&[u8]> = rec.chunks(1).collect();
+        let v = feed(&mut f, &chunks);
+        assert_eq!(v.iter().map(|g| (g.xid, g.truncated)).collect::<Vec<_>>(), [(8, false)]);
+        assert_eq!((v[0].first, v[0].last), (0, rec.len() as u32 - 1));
+        assert_eq!(f.counters().not_rpc_streams, 0);
+    }
+
+    #[test]
     fn multi_fragment_records_byte_by_byte() {
         let msg = call(4, &[1u8; 100]);
         let rec = framed(&msg, &[10, 0, 90, 60]);
@@ -1098,13 +1208,14 @@ mod tests {
             max_message: 1500,
         };
         let mut f = RpcFramer::new(cfg, true);
-        let mut s = (5000u32 | 0x8000_0000).to_be_bytes().to_vec();
+        let mut s = one(&call(49, b"ok00"));
+        s.extend((5000u32 | 0x8000_0000).to_be_bytes());
         s.extend([0u8; 64]);
         s.extend(one(&call(50, b"ok00")));
         s.extend(framed(&call(51, &[0u8; 1540]), &[800, 800]));
         s.extend(&one(&call(52, &[0u8; 100]))[..70]);
         let v = feed(&mut f, &[&s]);
-        assert_eq!(v.iter().map(|g| g.xid).collect::<Vec<_>>(), [50]);
+        assert_eq!(v.iter().map(|g| g.xid).collect::<Vec<_>>(), [49, 50]);
         assert_eq!(f.counters().oversized_record, 2);
         let mut v = vec![];
         f.end(9, &mut |m| v.push(got(m)));
