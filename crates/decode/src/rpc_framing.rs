@@ -1041,14 +1041,20 @@ mod tests {
         f.end(9, &mut |_| panic!("nothing to emit"));
         assert!(v.is_empty());
         let c = f.counters();
-        assert_eq!((c.not_rpc_streams, c.oversized_record, c.resyncs), (1, 0, 0));
+        assert_eq!(
+            (c.not_rpc_streams, c.oversized_record, c.resyncs),
+            (1, 0, 0)
+        );
         assert_eq!(c.resync_skipped_bytes, 0);
         // A real first record split byte by byte is recognised once its header is whole.
         let rec = one(&call(8, &[5u8; 40]));
         let mut f = RpcFramer::new(FramingConfig::default(), true);
         let chunks: Vec<&[u8]> = rec.chunks(1).collect();
         let v = feed(&mut f, &chunks);
-        assert_eq!(v.iter().map(|g| (g.xid, g.truncated)).collect::<Vec<_>>(), [(8, false)]);
+        assert_eq!(
+            v.iter().map(|g| (g.xid, g.truncated)).collect::<Vec<_>>(),
+            [(8, false)]
+        );
         assert_eq!((v[0].first, v[0].last), (0, rec.len() as u32 - 1));
         assert_eq!(f.counters().not_rpc_streams, 0);
     }
