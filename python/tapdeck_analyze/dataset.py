@@ -67,6 +67,11 @@ class Dataset:
 
     # -- views ---------------------------------------------------------------------------------
 
+    def range_conditions(self, time: str) -> list[str]:
+        """SQL conditions that put column `time` (ns) in the range [start, end), for analyses
+        that place a row by another time than its own (a reply by its call's)."""
+        return self._range(time)
+
     def _range(self, time: str = "time_ns") -> list[str]:
         conds = []
         if self.start_ns is not None:

@@ -47,22 +47,50 @@ transactions AS (
   LEFT JOIN repeats AS x ON x.transaction_id = c.transaction_id
 )"""
 
-# Each transaction under its own procedure (v3, and v4 COMPOUND/NULL), and each NFSv4
-# operation of its first reply under the operation's name.
-PER_OPERATION = f"""{TRANSACTIONS},
-v4_reply_ops AS (
-  SELECT t.nfs_version, o.operation, t.first_call_ns, t.latency_ns, t.retransmits,
-         t.duplicate_replies
-  FROM nfs_ops AS o
-  JOIN transactions AS t
-    ON o.transaction_id = t.transaction_id AND o.time_ns = t.first_reply_ns
-  WHERE o.direction = 'reply' AND o.nfs_version = 4
+
+def per_operation(ds) -> str:
+    """CTEs ending in `per_operation`: one row per answered transaction (its first reply, which
+    carries its first call's time in `first_time_ns`, so no join with the calls), one per
+    unanswered call, and one per transaction with repeats (retransmitted calls, duplicate
+    replies); then each NFSv4 operation of a first reply under the operation's name. A
+    transaction is in the time range by its first call."""
+    in_range = " AND ".join(ds.range_conditions("first_time_ns")) or "TRUE"
+    return f"""
+first_replies AS (
+  SELECT transaction_id, version AS nfs_version, procedure_name AS operation,
+         first_time_ns AS first_call_ns, time_ns AS first_reply_ns,
+         time_ns - first_time_ns AS latency_ns
+  FROM rpc
+  WHERE direction = 'reply' AND program = {NFS_PROGRAM} AND matched AND NOT retransmit
+    AND {in_range}
+),
+repeats AS (
+  SELECT transaction_id, version AS nfs_version, procedure_name AS operation,
+         sum(CASE WHEN direction = 'call' THEN 1 ELSE 0 END) AS retransmits,
+         sum(CASE WHEN direction = 'reply' THEN 1 ELSE 0 END) AS duplicate_replies
+  FROM rpc
+  WHERE retransmit AND program = {NFS_PROGRAM} AND {in_range}
+  GROUP BY transaction_id, version, procedure_name
 ),
 per_operation AS (
-  SELECT nfs_version, operation, first_call_ns, latency_ns, retransmits, duplicate_replies
-  FROM transactions
+  SELECT nfs_version, operation, first_call_ns, latency_ns,
+         0 AS retransmits, 0 AS duplicate_replies
+  FROM first_replies
   UNION ALL
-  SELECT * FROM v4_reply_ops
+  SELECT version, procedure_name, first_time_ns, NULL, 0, 0
+  FROM rpc
+  WHERE direction = 'call' AND program = {NFS_PROGRAM} AND NOT retransmit AND NOT matched
+  UNION ALL
+  SELECT nfs_version, operation, NULL, NULL, retransmits, duplicate_replies
+  FROM repeats
+  UNION ALL
+  SELECT 4, o.operation, f.first_call_ns, f.latency_ns,
+         coalesce(x.retransmits, 0), coalesce(x.duplicate_replies, 0)
+  FROM nfs_ops AS o
+  JOIN first_replies AS f
+    ON o.transaction_id = f.transaction_id AND o.time_ns = f.first_reply_ns
+  LEFT JOIN repeats AS x ON x.transaction_id = o.transaction_id
+  WHERE o.direction = 'reply' AND o.nfs_version = 4
 )"""
 
 
@@ -71,7 +99,7 @@ def nfs_latency(ds_or_path) -> pa.Table:
     p99_s (nearest rank), retransmits, duplicate_replies; ordered by version and operation."""
     ds = as_dataset(ds_or_path)
     return ds.query(f"""
-WITH {PER_OPERATION}
+WITH {per_operation(ds)}
 SELECT nfs_version, operation,
        count(latency_ns) AS calls,
        min(latency_ns) / 1e9 AS min_s, avg(latency_ns) / 1e9 AS mean_s,
@@ -92,7 +120,7 @@ def latency_over_time(ds_or_path, top: int = 5, interval_ns: int = MINUTE_NS) ->
     busiest operations: columns interval_start_ns, nfs_version, operation, calls, mean_s, max_s."""
     ds = as_dataset(ds_or_path)
     return ds.query(f"""
-WITH {PER_OPERATION},
+WITH {per_operation(ds)},
 busiest AS (
   SELECT nfs_version, operation
   FROM per_operation WHERE latency_ns IS NOT NULL

@@ -164,6 +164,7 @@ class DatasetBuilder:
                     payload_len=200,
                     truncated=False,
                     matched=True,
+                    first_time_ns=call_ns,  # as the converter writes it on a matched reply
                     retransmit=i > 0,
                     **common,
                 )
