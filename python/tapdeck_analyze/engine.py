@@ -105,7 +105,29 @@ def _first_line(e: Exception) -> str:
 def to_spark_sql(sql: str) -> str:
     import sqlglot
 
-    return sqlglot.transpile(sql, read="duckdb", write="spark")[0]
+    tree = sqlglot.parse_one(sql, read="duckdb").transform(_spark_percentile_disc)
+    return tree.sql(dialect="spark")
+
+
+def _spark_percentile_disc(node):
+    """DuckDB's `quantile_disc(x, p)` (p a number or a list) as Spark 4 wants it:
+    `percentile_disc(p) WITHIN GROUP (ORDER BY x)`, one per p in an array for a list. sqlglot
+    writes `percentile_disc(x, p)`, which Spark 4 refuses."""
+    from sqlglot import exp
+
+    if not isinstance(node, exp.PercentileDisc) or node.expression is None:
+        return node
+
+    def within(p):
+        order = exp.Order(expressions=[exp.Ordered(this=node.this.copy(), nulls_first=False)])
+        # An anonymous function: sqlglot would otherwise write percentile_approx.
+        func = exp.Anonymous(this="percentile_disc", expressions=[p.copy()])
+        return exp.WithinGroup(this=func, expression=order)
+
+    p = node.expression
+    if isinstance(p, exp.Array):
+        return exp.Array(expressions=[within(q) for q in p.expressions])
+    return within(p)
 
 
 class SparkEngine:

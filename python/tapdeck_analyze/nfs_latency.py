@@ -10,7 +10,7 @@ belongs to the time range by its call.
 import pyarrow as pa
 
 from .dataset import as_dataset
-from .sqlkit import MINUTE_NS, bucket, percentile_disc
+from .sqlkit import MINUTE_NS, bucket, percentiles_disc
 
 NFS_PROGRAM = 100003
 
@@ -87,7 +87,7 @@ per_operation AS (
   SELECT 4, o.operation, f.first_call_ns, f.latency_ns,
          coalesce(x.retransmits, 0), coalesce(x.duplicate_replies, 0)
   FROM nfs_ops AS o
-  JOIN first_replies AS f
+  JOIN (SELECT * FROM first_replies WHERE nfs_version = 4) AS f
     ON o.transaction_id = f.transaction_id AND o.time_ns = f.first_reply_ns
   LEFT JOIN repeats AS x ON x.transaction_id = o.transaction_id
   WHERE o.direction = 'reply' AND o.nfs_version = 4
@@ -99,18 +99,22 @@ def nfs_latency(ds_or_path) -> pa.Table:
     p99_s (nearest rank), retransmits, duplicate_replies; ordered by version and operation."""
     ds = as_dataset(ds_or_path)
     return ds.query(f"""
-WITH {per_operation(ds)}
-SELECT nfs_version, operation,
-       count(latency_ns) AS calls,
-       min(latency_ns) / 1e9 AS min_s, avg(latency_ns) / 1e9 AS mean_s,
-       max(latency_ns) / 1e9 AS max_s,
-       {percentile_disc("latency_ns", 0.5)} / 1e9 AS p50_s,
-       {percentile_disc("latency_ns", 0.9)} / 1e9 AS p90_s,
-       {percentile_disc("latency_ns", 0.99)} / 1e9 AS p99_s,
-       CAST(sum(retransmits) AS BIGINT) AS retransmits,
-       CAST(sum(duplicate_replies) AS BIGINT) AS duplicate_replies
-FROM per_operation
-GROUP BY nfs_version, operation
+WITH {per_operation(ds)},
+summary AS (
+  SELECT nfs_version, operation,
+         count(latency_ns) AS calls,
+         min(latency_ns) AS lo, avg(latency_ns) AS mean, max(latency_ns) AS hi,
+         {percentiles_disc("latency_ns", (0.5, 0.9, 0.99))} AS q,
+         sum(retransmits) AS retransmits, sum(duplicate_replies) AS duplicate_replies
+  FROM per_operation
+  GROUP BY nfs_version, operation
+)
+SELECT nfs_version, operation, calls,
+       lo / 1e9 AS min_s, mean / 1e9 AS mean_s, hi / 1e9 AS max_s,
+       q[1] / 1e9 AS p50_s, q[2] / 1e9 AS p90_s, q[3] / 1e9 AS p99_s,
+       CAST(retransmits AS BIGINT) AS retransmits,
+       CAST(duplicate_replies AS BIGINT) AS duplicate_replies
+FROM summary
 ORDER BY nfs_version, operation
 """)
 

@@ -47,6 +47,12 @@ def percentile_disc(value: str, p: float) -> str:
     return f"quantile_disc({value}, {p!r})"
 
 
+def percentiles_disc(value: str, ps) -> str:
+    """`percentile_disc` for several p at once, as a list (index it from 1): one collection
+    and sort of the group's values instead of one per percentile."""
+    return f"quantile_disc({value}, [{', '.join(repr(float(p)) for p in ps)}])"
+
+
 def bucket(time: str, width_ns: int, origin: str | int = 0) -> str:
     """Start time of the interval of `width_ns` (counted from `origin`) that holds `time`."""
     if origin == 0:
