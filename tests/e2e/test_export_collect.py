@@ -93,8 +93,11 @@ class Net:
         for dev, ns in ((a, ns_a), (b, ns_b)):
             self.ns_sh(ns, "ip", "link", "set", dev, "mtu", "9000", "up")
             if shutil.which("ethtool"):
+                # Offloads off, as on a NIC without them: the exporter's UDP GSO sends are
+                # then cut into datagrams at the sending device, and tcpdump sees the
+                # datagrams the wire carries rather than one merged buffer.
                 self.ns_sh(ns, "ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off",
-                           check=False)
+                           "tx-udp-segmentation", "off", check=False)
 
     def popen(self, ns, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw):
         return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],

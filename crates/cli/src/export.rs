@@ -46,6 +46,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
             Some(_) => Some(HeaderDepth::Transport),
             None => None,
         },
+        gso: !args.no_gso,
         duration: args
             .duration
             .map(|d| seconds("--duration", d))

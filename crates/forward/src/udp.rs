@@ -99,9 +99,43 @@ pub fn path_mtu(s: &UdpSocket, to: &SocketAddr) -> io::Result<usize> {
     Ok(mtu.max(0) as usize)
 }
 
+/// Linux's UDP_SEGMENT socket/cmsg option (UDP GSO, since 4.18; not in the libc crate for
+/// glibc targets).
+const UDP_SEGMENT: libc::c_int = 103;
+/// Most segments the kernel takes in one GSO send (UDP_MAX_SEGMENTS).
+const MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO send: one IP datagram's worth before segmentation.
+const MAX_GSO_BYTES: usize = 65_000;
+
+/// Runs of messages that can go as one GSO send: all of one length but the last, which may
+/// be shorter (the kernel cuts the buffer into segments of the first's length). Returns
+/// the length of each run.
+fn gso_runs(messages: &[&[u8]]) -> Vec<usize> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < messages.len() {
+        let seg = messages[i].len();
+        let cap = MAX_SEGMENTS.min(MAX_GSO_BYTES / seg.max(1)).max(1);
+        let mut n = 1;
+        while n < cap && i + n < messages.len() && messages[i + n].len() <= seg {
+            let last = messages[i + n].len() < seg;
+            n += 1;
+            if last {
+                break;
+            }
+        }
+        runs.push(n);
+        i += n;
+    }
+    runs
+}
+
 /// Sends `messages` as one datagram each with `sendmmsg`, as many per call as the kernel
-/// takes. Returns how many went out, and the error that stopped the rest (if any).
-pub fn send_batch(s: &UdpSocket, messages: &[&[u8]]) -> (usize, Option<io::Error>) {
+/// takes. With `gso`, runs of equal-length messages go as one buffer that the kernel cuts
+/// into datagrams (UDP GSO): one trip down the stack for up to 64 datagrams instead of one
+/// each, which is most of an exporter's CPU. The receiver sees the same datagrams either
+/// way. Returns how many messages went out, and the error that stopped the rest (if any).
+pub fn send_batch(s: &UdpSocket, messages: &[&[u8]], gso: bool) -> (usize, Option<io::Error>) {
     let mut iovs: Vec<libc::iovec> = messages
         .iter()
         .map(|m| libc::iovec {
@@ -109,24 +143,48 @@ pub fn send_batch(s: &UdpSocket, messages: &[&[u8]]) -> (usize, Option<io::Error
             iov_len: m.len(),
         })
         .collect();
-    let mut hdrs: Vec<libc::mmsghdr> = iovs
-        .iter_mut()
-        .map(|iov| {
-            // SAFETY: an all-zero mmsghdr is a valid empty header.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
-            h
-        })
-        .collect();
+    let runs = if gso {
+        gso_runs(messages)
+    } else {
+        vec![1; messages.len()]
+    };
+    // One control buffer per run: a cmsghdr and the u16 segment size, 8-aligned.
+    let mut controls: Vec<[u64; 4]> = vec![[0; 4]; runs.len()];
+    let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(runs.len());
+    let mut at = 0;
+    for (run, control) in runs.iter().zip(controls.iter_mut()) {
+        // SAFETY: an all-zero mmsghdr is a valid empty header.
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_iov = iovs[at..].as_mut_ptr();
+        h.msg_hdr.msg_iovlen = *run;
+        if *run > 1 {
+            let seg = messages[at].len() as u16;
+            // SAFETY: CMSG_SPACE(2) is 24 bytes, within the 32-byte buffer; the macros
+            // compute offsets inside it.
+            unsafe {
+                let space = libc::CMSG_SPACE(2) as usize;
+                h.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = space;
+                let c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            }
+        }
+        hdrs.push(h);
+        at += run;
+    }
+    let mut sent_hdrs = 0;
     let mut sent = 0;
-    while sent < hdrs.len() {
-        // SAFETY: the headers point at iovecs and buffers that outlive the call.
+    while sent_hdrs < hdrs.len() {
+        // SAFETY: the headers point at iovecs, control buffers and message buffers that
+        // outlive the call.
         let r = unsafe {
             libc::sendmmsg(
                 s.as_raw_fd(),
-                hdrs[sent..].as_mut_ptr(),
-                (hdrs.len() - sent) as libc::c_uint,
+                hdrs[sent_hdrs..].as_mut_ptr(),
+                (hdrs.len() - sent_hdrs) as libc::c_uint,
                 0,
             )
         };
@@ -140,9 +198,18 @@ pub fn send_batch(s: &UdpSocket, messages: &[&[u8]]) -> (usize, Option<io::Error
         if r == 0 {
             return (sent, Some(io::Error::other("sendmmsg sent nothing")));
         }
-        sent += r as usize;
+        sent += runs[sent_hdrs..sent_hdrs + r as usize]
+            .iter()
+            .sum::<usize>();
+        sent_hdrs += r as usize;
     }
     (sent, None)
+}
+
+/// Whether this kernel and route take UDP GSO sends: a zero-length probe is not possible,
+/// so it asks for the socket option, which kernels without UDP GSO refuse.
+pub fn gso_supported(s: &UdpSocket) -> bool {
+    get_int(s.as_raw_fd(), libc::SOL_UDP, UDP_SEGMENT).is_ok()
 }
 
 /// Binds a UDP socket with SO_REUSEPORT, so several sockets share `addr` and the kernel
@@ -341,6 +408,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn gso_runs_group_equal_lengths_and_end_on_a_shorter_one() {
+        let m = |n: usize| vec![0u8; n];
+        let msgs = [
+            m(100),
+            m(100),
+            m(100),
+            m(60),
+            m(100),
+            m(120),
+            m(120),
+            m(2000),
+        ];
+        let refs: Vec<&[u8]> = msgs.iter().map(|v| v.as_slice()).collect();
+        // 100,100,100 then the shorter 60 closes the run; a longer one starts a new run.
+        assert_eq!(gso_runs(&refs), [4, 1, 2, 1]);
+        let big = vec![m(1472); 100];
+        let refs: Vec<&[u8]> = big.iter().map(|v| v.as_slice()).collect();
+        // 65 000 / 1472 = 44 segments per send at most.
+        assert_eq!(gso_runs(&refs), [44, 44, 12]);
+        assert_eq!(gso_runs(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
     fn sockaddr_round_trip() {
         for a in [
             "198.18.0.1:4739".parse::<SocketAddr>().unwrap(),
@@ -357,9 +447,12 @@ mod tests {
         let to = rx.local_addr().unwrap();
         let tx = connect(to).unwrap();
         assert!(path_mtu(&tx, &to).unwrap() >= 1280);
-        let msgs: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 10 + i as usize]).collect();
+        // With GSO: a run of three 40s closed by a 25, then a 50 on its own.
+        let lens = [40, 40, 40, 25, 50];
+        let msgs: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; lens[i as usize]]).collect();
         let refs: Vec<&[u8]> = msgs.iter().map(|m| m.as_slice()).collect();
-        let (sent, err) = send_batch(&tx, &refs);
+        assert_eq!(gso_runs(&refs), [4, 1]);
+        let (sent, err) = send_batch(&tx, &refs, gso_supported(&tx));
         assert_eq!((sent, err.is_none()), (5, true));
         let mut batch = RecvBatch::new(8, 2048);
         let mut got = Vec::new();
