@@ -87,7 +87,11 @@ class Lab:
             sh(in_ns(ns) + ["ip", "link", "set", dev, "mtu", str(mtu), "up"])
             sh(
                 in_ns(ns)
-                + ["ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off"],
+                # tx-udp-segmentation off too, as on a NIC without USO: an exporter's UDP
+                # GSO buffer is cut into datagrams at its device (its own cost), not carried
+                # whole to the collector's namespace.
+                + ["ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off",
+                   "tx-udp-segmentation", "off"],
                 check=False,
             )
             feats = sh(in_ns(ns) + ["ethtool", "-k", dev]).stdout
