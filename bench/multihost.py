@@ -100,6 +100,11 @@ class Testbed:
         self.lab.pair(n["sw"], "up0", n["col"], "dn0", mtu=self.fwd_mtu)
         self.lab.address(n["sw"], "up0", f"{EXPORTER_ADDR}/24")
         self.lab.address(n["col"], "dn0", f"{COLLECTOR_ADDR}/24")
+        # The collector is another host: its receive processing (IP, UDP, socket queueing)
+        # runs on its own core. Without RPS, a veth delivers in the sender's softirq, and the
+        # collector's receive work is billed to the exporter's process.
+        mask = format(1 << int(COL_CPU), "x")
+        sh(in_ns(n["col"]) + ["sh", "-c", f"echo {mask} > /sys/class/net/dn0/queues/rx-0/rps_cpus"])
         return self
 
     def split(self, monitors: int):
