@@ -158,36 +158,6 @@ pub struct RecordArgs {
     #[arg(long = "dir", value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 
-    /// File format: pcapng (several interfaces, statistics blocks) or pcap (nanosecond magic).
-    #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
-    pub format: String,
-
-    /// Codec ladder, strongest first: `zstd:3,zstd:1,lz4,raw`. Each chunk uses the first rung
-    /// whose threshold is above the compression backlog (`zstd:6@0.2` = while less than 20 %
-    /// of the staging pool waits for a compressor); rungs without one are spread evenly below
-    /// 75 %, and a raw rung is used from 90 %. A slow disk does not step the ladder down. A
-    /// file source (-r) always gets the first rung. `none` (or `raw` alone) writes plain files.
-    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
-    pub codec: String,
-
-    /// Capture data per chunk (an independently decompressible unit), e.g. 4MiB.
-    #[arg(long, default_value = "4MiB", value_name = "SIZE")]
-    pub chunk_size: String,
-
-    /// Staging pool size; default: 1/32 of RAM, between 64 MiB and 2 GiB.
-    #[arg(long, value_name = "SIZE")]
-    pub staging: Option<String>,
-
-    /// Start a new file once this much capture data (before compression) is in it.
-    #[arg(long, value_name = "SIZE")]
-    pub rotate_size: Option<String>,
-
-    /// Start a new file at every multiple of this many seconds of packet time since the
-    /// epoch (60 cuts at :00 of each minute). With --rotate-size too, whichever comes first;
-    /// a size cut does not move the interval boundaries.
-    #[arg(long, value_name = "SECONDS")]
-    pub rotate_interval: Option<u64>,
-
     /// Keep the store under this size, deleting the oldest complete files.
     #[arg(long, value_name = "SIZE")]
     pub max_bytes: Option<String>,
@@ -196,6 +166,9 @@ pub struct RecordArgs {
     /// oldest complete files.
     #[arg(long, value_name = "SIZE")]
     pub min_free: Option<String>,
+
+    #[command(flatten)]
+    pub output: StoreWriteArgs,
 
     /// Compressor threads (default: one per core beyond the first).
     #[arg(long, value_name = "N")]
@@ -229,15 +202,6 @@ pub struct RecordArgs {
     #[arg(long, value_name = "FILE")]
     pub stats: Option<String>,
 
-    /// Hand a partly filled chunk to the writers after this many seconds, so a quiet link's
-    /// packets reach the disk promptly.
-    #[arg(long, default_value = "2", value_name = "SECONDS")]
-    pub flush_interval: f64,
-
-    /// Use buffered writes instead of O_DIRECT.
-    #[arg(long)]
-    pub no_direct: bool,
-
     /// Write nothing: run the whole pipeline but discard the chunks instead of writing
     /// them, counting them as stored. For measuring the recorder without the disk.
     #[arg(long)]
@@ -246,6 +210,50 @@ pub struct RecordArgs {
     /// No live progress line.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// How a store is written: shared by `record` and `collect`.
+#[derive(Args, Debug)]
+pub struct StoreWriteArgs {
+    /// File format: pcapng (several interfaces, statistics blocks) or pcap (nanosecond magic).
+    #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
+    pub format: String,
+
+    /// Codec ladder, strongest first: `zstd:3,zstd:1,lz4,raw`. Each chunk uses the first rung
+    /// whose threshold is above the compression backlog (`zstd:6@0.2` = while less than 20 %
+    /// of the staging pool waits for a compressor); rungs without one are spread evenly below
+    /// 75 %, and a raw rung is used from 90 %. A slow disk does not step the ladder down. A
+    /// file source (-r) always gets the first rung. `none` (or `raw` alone) writes plain files.
+    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
+    pub codec: String,
+
+    /// Capture data per chunk (an independently decompressible unit), e.g. 4MiB.
+    #[arg(long, default_value = "4MiB", value_name = "SIZE")]
+    pub chunk_size: String,
+
+    /// Staging pool size (for `collect`, per socket); default: 1/32 of RAM, between 64 MiB
+    /// and 2 GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub staging: Option<String>,
+
+    /// Start a new file once this much capture data (before compression) is in it.
+    #[arg(long, value_name = "SIZE")]
+    pub rotate_size: Option<String>,
+
+    /// Start a new file at every multiple of this many seconds of packet time since the
+    /// epoch (60 cuts at :00 of each minute). With --rotate-size too, whichever comes first;
+    /// a size cut does not move the interval boundaries.
+    #[arg(long, value_name = "SECONDS")]
+    pub rotate_interval: Option<u64>,
+
+    /// Hand a partly filled chunk to the writers after this many seconds, so a quiet link's
+    /// packets reach the disk promptly.
+    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    pub flush_interval: f64,
+
+    /// Use buffered writes instead of O_DIRECT.
+    #[arg(long)]
+    pub no_direct: bool,
 }
 
 #[derive(Args, Debug)]
@@ -567,29 +575,8 @@ pub struct CollectArgs {
     #[arg(long, value_name = "N", default_value = "1")]
     pub sockets: usize,
 
-    /// File format of the store.
-    #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
-    pub format: String,
-
-    /// Codec ladder, as for `record`.
-    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
-    pub codec: String,
-
-    /// Capture data per chunk.
-    #[arg(long, default_value = "4MiB", value_name = "SIZE")]
-    pub chunk_size: String,
-
-    /// Staging pool size per socket (default: as `record`).
-    #[arg(long, value_name = "SIZE")]
-    pub staging: Option<String>,
-
-    /// Start a new file once this much capture data is in it.
-    #[arg(long, value_name = "SIZE")]
-    pub rotate_size: Option<String>,
-
-    /// Start a new file at every multiple of this many seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub rotate_interval: Option<u64>,
+    #[command(flatten)]
+    pub output: StoreWriteArgs,
 
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS")]
@@ -598,12 +585,4 @@ pub struct CollectArgs {
     /// Seconds between JSON-lines stats records (and saves of collector.json).
     #[arg(long, default_value = "5", value_name = "SECONDS")]
     pub stats_interval: f64,
-
-    /// Hand a partly filled chunk to the writers after this many seconds.
-    #[arg(long, default_value = "2", value_name = "SECONDS")]
-    pub flush_interval: f64,
-
-    /// Use buffered writes instead of O_DIRECT.
-    #[arg(long)]
-    pub no_direct: bool,
 }

@@ -42,8 +42,10 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-    let (chunk_size, staging_bytes) = chunk_and_staging(&args.chunk_size, args.staging.as_deref())?;
+    let ladder =
+        CodecLadder::parse(&args.output.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let (chunk_size, staging_bytes) =
+        chunk_and_staging(&args.output.chunk_size, args.output.staging.as_deref())?;
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
             .ok()
@@ -78,7 +80,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     let cfg = RecorderConfig {
         store: args.store.clone(),
         dirs: Vec::new(),
-        format: match args.format.as_str() {
+        format: match args.output.format.as_str() {
             "pcap" => Format::Pcap,
             _ => Format::Pcapng,
         },
@@ -86,11 +88,12 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         staging_bytes,
         rotation: Rotation {
             max_bytes: args
+                .output
                 .rotate_size
                 .as_deref()
                 .map(|s| parse_size("--rotate-size", s))
                 .transpose()?,
-            interval_ns: match args.rotate_interval {
+            interval_ns: match args.output.rotate_interval {
                 Some(0) => bail!("--rotate-interval must be at least 1 second"),
                 s => s.map(|s| s * 1_000_000_000),
             },
@@ -98,9 +101,9 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         retention: RetentionPolicy::default(),
         compressors: 1,
         pinning: Pinning::default(),
-        direct: !args.no_direct,
+        direct: !args.output.no_direct,
         discard: false,
-        flush_interval: seconds("--flush-interval", args.flush_interval)?,
+        flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         duration: args
             .duration

@@ -24,19 +24,22 @@ pub fn parse_size(flag: &str, value: &str) -> anyhow::Result<u64> {
 }
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
-    let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-    let format = match args.format.as_str() {
+    let ladder =
+        CodecLadder::parse(&args.output.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let format = match args.output.format.as_str() {
         "pcap" => Format::Pcap,
         _ => Format::Pcapng,
     };
-    let (chunk_size, staging_bytes) = chunk_and_staging(&args.chunk_size, args.staging.as_deref())?;
+    let (chunk_size, staging_bytes) =
+        chunk_and_staging(&args.output.chunk_size, args.output.staging.as_deref())?;
     let rotation = Rotation {
         max_bytes: args
+            .output
             .rotate_size
             .as_deref()
             .map(|s| parse_size("--rotate-size", s))
             .transpose()?,
-        interval_ns: match args.rotate_interval {
+        interval_ns: match args.output.rotate_interval {
             Some(0) => bail!("--rotate-interval must be at least 1 second"),
             s => s.map(|s| s * 1_000_000_000),
         },
@@ -80,9 +83,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             writers: cpus("--pin-writers", &args.pin_writers)?,
             compressors: cpus("--pin-compressors", &args.pin_compressors)?,
         },
-        direct: !args.no_direct,
+        direct: !args.output.no_direct,
         discard: args.discard,
-        flush_interval: seconds("--flush-interval", args.flush_interval)?,
+        flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         duration: args
             .duration
@@ -95,15 +98,15 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         },
         options: serde_json::json!({
             "source": args.read.as_ref().map(|r| format!("file {r}")).or(args.synthetic.as_ref().map(|s| format!("synthetic {s}"))),
-            "format": args.format,
+            "format": args.output.format,
             "codec": ladder.describe(),
             "chunk_size": chunk_size,
             "staging_bytes": staging_bytes,
             "rotate_size": rotation.max_bytes,
-            "rotate_interval_s": args.rotate_interval,
+            "rotate_interval_s": args.output.rotate_interval,
             "max_bytes": retention.max_bytes,
             "min_free": retention.min_free,
-            "direct": !args.no_direct,
+            "direct": !args.output.no_direct,
             "pin_capture": args.pin_capture,
             "pin_writers": args.pin_writers,
             "pin_compressors": args.pin_compressors,
