@@ -38,6 +38,9 @@ mod pkt {
     /// beyond this.
     pub const HDRLEN: usize = libc::TPACKET3_HDRLEN;
     pub const HEADER: usize = size_of::<libc::tpacket3_hdr>();
+    /// `sll_pkttype` of the `sockaddr_ll`, which ends where `HDRLEN` does.
+    pub const PKTTYPE: usize =
+        HDRLEN - size_of::<libc::sockaddr_ll>() + offset_of!(libc::sockaddr_ll, sll_pkttype);
 }
 
 /// Bytes the kernel leaves free before each frame (`PACKET_RESERVE`), so a VLAN tag the
@@ -49,6 +52,8 @@ const ETH_ADDRS: usize = 12;
 pub struct Frame<'a> {
     pub ts_ns: u64,
     pub orig_len: u32,
+    /// `sll_pkttype`: PACKET_HOST, PACKET_OUTGOING and so on (linux/if_packet.h).
+    pub pkttype: u8,
     pub data: &'a [u8],
 }
 
@@ -183,6 +188,7 @@ fn frame(
     let caplen = u32_at(h, pkt::SNAPLEN)? as usize;
     let mut orig_len = u32_at(h, pkt::LEN)?;
     let status = u32_at(h, pkt::STATUS)?;
+    let pkttype = *block.get(at + pkt::PKTTYPE)?;
     let mut mac = at + usize::from(u16_at(h, pkt::MAC)?);
     let mut end = mac.checked_add(caplen)?;
     if end > block.len() {
@@ -210,6 +216,7 @@ fn frame(
     each(Frame {
         ts_ns,
         orig_len,
+        pkttype,
         data: &block[mac..end],
     });
     Some(next)
