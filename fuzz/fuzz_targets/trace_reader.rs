@@ -22,14 +22,14 @@ fuzz_target!(|data: &[u8]| {
     loop {
         let twin = in_memory
             .next_packet()
-            .map(|p| p.map(|p| (p.ts_ns, p.iface, p.orig_len, p.data.to_vec())));
+            .map(|p| p.map(|p| (p.ts_ns, p.iface, p.orig_len, p.flags, p.data.to_vec())));
         let this = reader.next_packet_with_context();
         assert_eq!(
             format!("{twin:?}"),
             format!(
                 "{:?}",
                 this.as_ref()
-                    .map(|c| c.map(|c| (c.packet.ts_ns, c.packet.iface, c.packet.orig_len, c.packet.data.to_vec())))
+                    .map(|c| c.map(|c| (c.packet.ts_ns, c.packet.iface, c.packet.orig_len, c.packet.flags, c.packet.data.to_vec())))
             ),
             "stream and in-memory readers disagree"
         );

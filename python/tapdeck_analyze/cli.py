@@ -56,7 +56,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--window", default="1h", help="rates: window over which samples summarise")
     run.add_argument("--align", choices=["epoch", "first"], default="epoch",
                      help="rates: intervals start at epoch multiples or the first packet")  # fmt: skip
-    run.add_argument("--by", choices=["interface"], help="rates: one series per interface")
+    run.add_argument("--by", choices=["interface", "direction", "interface,direction"],
+                     help="rates: one series per interface, direction (in, out, or unknown) "
+                          "or both")  # fmt: skip
 
     sq = sub.add_parser("sql", help="ad-hoc SQL over the dataset's tables (as views)")
     _common(sq)

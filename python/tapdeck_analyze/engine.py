@@ -48,6 +48,7 @@ class DuckDBEngine:
         self._check_files(all_files)
         for name, sql in raw.items():
             self.con.execute(f"CREATE VIEW raw_{name} AS {sql}")
+            self._add_missing_columns(ds, name, sql)
         self._check_columns(ds)
         for name, sql in ds.view_sql().items():
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
@@ -69,6 +70,20 @@ class DuckDBEngine:
         versions = {str(f): None for f in files}
         versions.update({f: v for f, v in rows})
         check_file_versions(versions)
+
+    def _add_missing_columns(self, ds: Dataset, name: str, sql: str) -> None:
+        """Older files lack the columns added since (union_by_name fills them where only some
+        files do); when none of a table's files has one, the view adds it as null."""
+        if not ds.tables_present.get(name):
+            return
+        have = {r[0] for r in self.con.execute(f"DESCRIBE raw_{name}").fetchall()}
+        missing = [c for c in schema.ADDED_COLUMNS.get(name, []) if c not in have]
+        if missing:
+            sch = schema.TABLES[name]
+            nulls = ", ".join(
+                f"CAST(NULL AS {schema.duckdb_type(sch.field(c).type)}) AS {c}" for c in missing
+            )
+            self.con.execute(f"CREATE OR REPLACE VIEW raw_{name} AS SELECT *, {nulls} FROM ({sql})")
 
     def _check_columns(self, ds: Dataset) -> None:
         for name, sch in {**schema.TABLES, **schema.CATALOG}.items():
@@ -130,6 +145,27 @@ def _spark_percentile_disc(node):
     return within(p)
 
 
+def _with_added_columns(df, name: str):
+    """Adds as null the columns added since that none of the table's files has."""
+    from pyspark.sql import functions as F
+
+    sch = schema.TABLES[name]
+    for c in schema.ADDED_COLUMNS.get(name, []):
+        if c not in df.columns:
+            df = df.withColumn(c, F.lit(None).cast(_SPARK_TYPES[sch.field(c).type]))
+    return df
+
+
+_SPARK_TYPES = {
+    pa.int8(): "tinyint",
+    pa.int16(): "smallint",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.string(): "string",
+    pa.bool_(): "boolean",
+}
+
+
 class SparkEngine:
     """Runs the same queries on PySpark (local mode unless `master` is given)."""
 
@@ -158,9 +194,13 @@ class SparkEngine:
             files = table_files(ds.path, name)
             ds.tables_present[name] = bool(files)
             if files:
-                df = self.spark.read.option("basePath", str(ds.path / name)).parquet(
-                    *[str(f) for f in files]
+                # mergeSchema: files converted before a column was added lack it.
+                df = (
+                    self.spark.read.option("basePath", str(ds.path / name))
+                    .option("mergeSchema", "true")
+                    .parquet(*[str(f) for f in files])
                 )
+                df = _with_added_columns(df, name)
             else:
                 df = self.spark.sql(to_spark_sql(empty_select(sch)))
             df.createOrReplaceTempView(f"raw_{name}")

@@ -24,17 +24,31 @@ COLUMNS = [
 ]
 
 
+# What `by` may name: the packets columns that split the traffic into series.
+BY_COLUMNS = ("interface", "direction")
+
+
 def _ns(value) -> int:
     return value if isinstance(value, int) else parse_duration(value)
+
+
+def _by_columns(by: str | None) -> list[str]:
+    """`interface`, `direction` or `interface,direction` as a list of columns."""
+    cols = [c.strip() for c in by.split(",")] if by else []
+    if any(c not in BY_COLUMNS for c in cols) or len(set(cols)) != len(cols):
+        raise DatasetError("--by is interface, direction or interface,direction (or nothing)")
+    return cols
 
 
 def rates(
     ds_or_path, sample="1min", window="1h", align: str = "epoch", by: str | None = None
 ) -> pa.Table:
-    """One row per window (and per `by` group: `interface`): window_start_ns, samples (sample
-    intervals between the first and last packet), packets, bytes, and min/mean/max of packets/s
-    and bits/s over the window's samples. `align` is `epoch` (intervals start at multiples of
-    their length since the epoch) or `first` (at the first packet, as tshark's io,stat)."""
+    """One row per window (and per `by` group: `interface`, `direction` or
+    `interface,direction`, which then lead the row): window_start_ns, samples (sample intervals
+    between the first and last packet), packets, bytes, and min/mean/max of packets/s and bits/s
+    over the window's samples. `align` is `epoch` (intervals start at multiples of their length
+    since the epoch) or `first` (at the first packet, as tshark's io,stat). Packets of unknown
+    direction (`direction` null) form a series of their own."""
     ds = as_dataset(ds_or_path)
     sample_ns, window_ns = _ns(sample), _ns(window)
     if sample_ns < 100_000:
@@ -43,11 +57,10 @@ def rates(
         raise DatasetError("--window must be a whole number of samples")
     if align not in ("epoch", "first"):
         raise DatasetError("--align is epoch or first")
-    if by not in (None, "interface"):
-        raise DatasetError("--by is interface (or nothing)")
+    by_cols = _by_columns(by)
     k = window_ns // sample_ns
     origin = "SELECT 0 AS o" if align == "epoch" else "SELECT min(time_ns) AS o FROM packets"
-    g = f"{by}, " if by else ""
+    g = "".join(f"{c}, " for c in by_cols)
     table = ds.query(f"""
 WITH origin AS ({origin}),
 samples AS (
@@ -85,31 +98,40 @@ SELECT {g}w * {window_ns} + origin.o AS window_start_ns,
 FROM sized CROSS JOIN origin
 ORDER BY {g}window_start_ns
 """)
-    return _fill_empty_windows(table, window_ns, sample_ns, by)
+    return _fill_empty_windows(table, window_ns, sample_ns, by_cols)
 
 
-def _fill_empty_windows(table: pa.Table, window_ns: int, sample_ns: int, by) -> pa.Table:
+def _fill_empty_windows(
+    table: pa.Table, window_ns: int, sample_ns: int, by_cols: list[str]
+) -> pa.Table:
     """Adds the windows in which no packet fell (zero rates), so that a gap shows as a gap."""
     rows = table.to_pylist()
     if not rows:
         return table
-    have = {(r.get(by), r["window_start_ns"]) for r in rows}
-    groups = sorted({r.get(by) for r in rows}, key=lambda v: (v is None, v))
-    first, last = rows[0]["window_start_ns"], max(r["window_start_ns"] for r in rows)
+
+    def group(r) -> tuple:
+        return tuple(r[c] for c in by_cols)
+
+    def order(r) -> tuple:
+        # As the query's ORDER BY: nulls after values, per column.
+        return tuple((r[c] is None, r[c]) for c in by_cols) + (r["window_start_ns"],)
+
+    have = {(group(r), r["window_start_ns"]) for r in rows}
+    groups = {group(r) for r in rows}
     first = min(r["window_start_ns"] for r in rows)
+    last = max(r["window_start_ns"] for r in rows)
     added = []
     for grp in groups:
         for start in range(first, last + 1, window_ns):
             if (grp, start) not in have:
                 row = dict.fromkeys(table.column_names, 0)
                 row.update(window_start_ns=start, samples=window_ns // sample_ns)
-                if by:
-                    row[by] = grp
+                row.update(zip(by_cols, grp, strict=True))
                 for c in COLUMNS[4:]:
                     row[c] = 0.0
                 added.append(row)
     if not added:
         return table
     rows += added
-    rows.sort(key=lambda r: ((r.get(by) is None, r.get(by)) if by else (), r["window_start_ns"]))
+    rows.sort(key=order)
     return pa.Table.from_pylist(rows, schema=table.schema)

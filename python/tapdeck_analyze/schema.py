@@ -18,6 +18,7 @@ TABLES: dict[str, pa.Schema] = {
         _ids
         + [
             ("interface", i32),
+            ("direction", s),
             ("wire_len", i32),
             ("cap_len", i32),
             ("vlan", i32),
@@ -166,6 +167,10 @@ TABLES: dict[str, pa.Schema] = {
         ]
     ),
 }
+
+# Columns added to a table without raising SCHEMA_VERSION (docs/dataset.md: adding a column does
+# not). Files converted before a column existed lack it; the engines read it there as null.
+ADDED_COLUMNS: dict[str, list[str]] = {"packets": ["direction"]}
 
 # Tables partitioned by hour=YYYY-MM-DDTHH whose rows carry a capture time.
 TIMED_TABLES = ["packets", "rpc", "nfs_ops", "nfs_rw", "nfs_attrs", "nfs_names", "mount"]

@@ -105,3 +105,88 @@ def test_sizes_protocols_talkers_flows(traffic):
     assert t[0]["addr"] in ("10.0.0.1", "10.0.0.2") and t[0]["bytes_total"] == 1800
     f = flows(traffic).to_pylist()
     assert f[0]["bytes"] == 1700 and f[0]["addr_a"] == "10.0.0.1" and f[0]["port_b"] == 2049
+
+
+@pytest.fixture(scope="module")
+def two_ways(tmp_path_factory):
+    b = DatasetBuilder()
+    # second 0: out 100 B, in 200 B, in 300 B on interface 0; second 1: nothing;
+    # second 2: out 1000 B on interface 1 and one packet of unknown direction
+    b.packet(T0, 100, direction="out")
+    b.packet(T0 + 100 * MS, 200, direction="in")
+    b.packet(T0 + 900 * MS, 300, direction="in")
+    b.packet(T0 + 2 * S, 1000, direction="out", interface=1)
+    b.packet(T0 + 2 * S + 1, 60)
+    return b.write(tmp_path_factory.mktemp("two_ways") / "ds")
+
+
+def series(rows, *cols) -> dict:
+    out = {}
+    for r in rows:
+        out.setdefault(tuple(r[c] for c in cols), []).append((r["packets"], r["bytes"]))
+    return out
+
+
+def test_rates_by_direction(two_ways):
+    rows = rates(two_ways, sample="1s", window="1s", align="first", by="direction").to_pylist()
+    assert list(rows[0])[0] == "direction"
+    assert series(rows, "direction") == {
+        ("in",): [(2, 500), (0, 0), (0, 0)],
+        ("out",): [(1, 100), (0, 0), (1, 1000)],
+        (None,): [(0, 0), (0, 0), (1, 60)],
+    }
+    # Series in order, nulls last; within each, windows in time order.
+    assert [r["direction"] for r in rows] == ["in"] * 3 + ["out"] * 3 + [None] * 3
+    assert [r["max_pps"] for r in rows[3:6]] == [1, 0, 1]
+
+
+def test_rates_by_interface_and_direction(two_ways):
+    rows = rates(two_ways, sample="1s", window="3s", align="first", by="interface,direction")
+    rows = rows.to_pylist()
+    assert series(rows, "interface", "direction") == {
+        (0, "in"): [(2, 500)],
+        (0, "out"): [(1, 100)],
+        (1, "out"): [(1, 1000)],
+        (0, None): [(1, 60)],
+    }
+    assert [(r["interface"], r["direction"]) for r in rows] == [
+        (0, "in"),
+        (0, "out"),
+        (0, None),
+        (1, "out"),
+    ]
+
+
+def test_rates_by_rejects_other_columns(two_ways):
+    from tapdeck_analyze import DatasetError
+
+    for by in ("protocol", "direction,direction", "interface;direction"):
+        with pytest.raises(DatasetError, match="--by is interface, direction"):
+            rates(two_ways, by=by)
+
+
+def test_datasets_without_the_direction_column_still_read(tmp_path):
+    """Files converted before `direction` existed: alone the column reads as null, mixed with
+    newer files it is null for their rows only."""
+    import pyarrow.parquet as pq
+
+    b = DatasetBuilder()
+    b.packet(T0, 100, direction="out")
+    b.packet(T0 + 2 * 3600 * S, 200, file_id=1, direction="in")
+    ds = b.write(tmp_path / "ds")
+    old = sorted((ds / "packets").rglob("*.parquet"))
+    assert len(old) == 2
+
+    def drop_direction(f):
+        t = pq.read_table(f)
+        pq.write_table(t.drop_columns(["direction"]).replace_schema_metadata(t.schema.metadata), f)
+
+    drop_direction(old[1])
+    rows = rates(ds, sample="1h", window="1h", by="direction").to_pylist()
+    assert series(rows, "direction") == {
+        ("out",): [(1, 100), (0, 0), (0, 0)],
+        (None,): [(0, 0), (0, 0), (1, 200)],
+    }
+    drop_direction(old[0])
+    rows = rates(ds, sample="1h", window="1h", by="direction").to_pylist()
+    assert series(rows, "direction") == {(None,): [(1, 100), (0, 0), (1, 200)]}

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tapdeck_pcap::{Interface, Packet};
+use tapdeck_pcap::{Interface, Packet, PacketFlags};
 
 pub use bpf::DEFAULT_SNAPLEN;
 use ring::Ring;
@@ -231,6 +231,7 @@ impl AfPacketSource {
                         ts_ns: f.ts_ns,
                         iface,
                         orig_len: f.orig_len,
+                        flags: PacketFlags::from_pkttype(f.pkttype),
                         data: f.data,
                     });
                     delivered += 1;

@@ -7,7 +7,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 
 use tapdeck_pcap::container::{decode_frame, ChunkEntry, ChunkIndex, Container};
-use tapdeck_pcap::{Interface, Packet, TraceBytes, TraceReader};
+use tapdeck_pcap::{Interface, Packet, PacketFlags, TraceBytes, TraceReader};
 
 use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
 
@@ -31,6 +31,7 @@ struct HeldPacket {
     ts_ns: u64,
     iface: u32,
     orig_len: u32,
+    flags: Option<PacketFlags>,
     data: Vec<u8>,
 }
 
@@ -243,6 +244,7 @@ impl PacketSource for FileSource {
                 ts_ns: h.ts_ns,
                 iface: h.iface,
                 orig_len: h.orig_len,
+                flags: h.flags,
                 data: &h.data,
             });
             self.delivered += 1;
@@ -264,6 +266,7 @@ impl PacketSource for FileSource {
                             ts_ns: p.ts_ns,
                             iface: p.iface,
                             orig_len: p.orig_len,
+                            flags: p.flags,
                             data,
                         });
                         return Ok(Poll::Delivered);

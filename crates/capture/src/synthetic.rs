@@ -215,6 +215,7 @@ impl PacketSource for SyntheticSource {
                 ts_ns: ts,
                 iface: 0,
                 orig_len: len as u32,
+                flags: None,
                 data: &self.frame[..len],
             };
             sink.packet(&packet);

@@ -136,10 +136,11 @@ fn tcpdump_passes(frames: &[Vec<u8>], filter: &str) -> Option<Vec<Vec<u8>>> {
             ts_ns: 1_000_000_000 + i as u64,
             iface: 0,
             orig_len: f.len() as u32,
+            flags: None,
             data: f,
         };
         let at = bytes.len();
-        bytes.resize(at + Format::Pcap.record_len(f.len()), 0);
+        bytes.resize(at + Format::Pcap.record_len(&p), 0);
         Format::Pcap.write_record(&p, &mut bytes[at..]);
     }
     std::fs::write(&input, bytes).unwrap();

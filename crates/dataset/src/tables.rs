@@ -143,6 +143,8 @@ table! {
         file_id: i32,
         record: i64,
         interface: i32,
+        /// `in` or `out` as the capturing interface saw the packet; null when unknown.
+        direction: Option<&'static str>,
         wire_len: i32,
         cap_len: i32,
         vlan: Option<i32>,

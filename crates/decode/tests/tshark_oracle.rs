@@ -302,10 +302,11 @@ fn merged_pcapng(files: &[File], out: &Path) {
                 ts_ns: 0,
                 iface: SUPPORTED.iter().position(|x| x == lt).unwrap() as u32,
                 orig_len: (*wire).max(frame.len() as u32),
+                flags: None,
                 data: frame,
             };
             let at = bytes.len();
-            bytes.resize(at + Format::Pcapng.record_len(frame.len()), 0);
+            bytes.resize(at + Format::Pcapng.record_len(&p), 0);
             let n = Format::Pcapng.write_record(&p, &mut bytes[at..]);
             bytes.truncate(at + n);
         }

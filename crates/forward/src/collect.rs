@@ -194,6 +194,7 @@ impl Intake {
                         ts_ns: p.time_ns,
                         iface,
                         orig_len: u32::try_from(p.frame_size).unwrap_or(u32::MAX),
+                        flags: None,
                         data: p.frame_section,
                     });
                 }
@@ -309,8 +310,7 @@ impl LiveStream {
         };
         let q = Packet { iface: id, ..*p };
         let at = self.buf.len();
-        self.buf
-            .resize(at + Format::Pcapng.record_len(q.data.len()), 0);
+        self.buf.resize(at + Format::Pcapng.record_len(&q), 0);
         Format::Pcapng.write_record(&q, &mut self.buf[at..]);
     }
 

@@ -756,6 +756,7 @@ mod tests {
                 ts_ns: 1_795_000_000_000_000_000 + i as u64 * 1001,
                 iface: 0,
                 orig_len: f.len() as u32 + 1000,
+                flags: None,
                 data: f,
             });
         }
@@ -849,6 +850,7 @@ mod tests {
                     ts_ns: 1,
                     iface: 0,
                     orig_len: 80,
+                    flags: None,
                     data: d,
                 });
             }
@@ -887,6 +889,7 @@ mod tests {
                     ts_ns: batch,
                     iface: 0,
                     orig_len: 60,
+                    flags: None,
                     data: &f,
                 });
             }
@@ -925,6 +928,7 @@ mod tests {
                     ts_ns: round,
                     iface: 0,
                     orig_len: 60,
+                    flags: None,
                     data: &f,
                 });
             }

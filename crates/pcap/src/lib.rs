@@ -14,6 +14,6 @@ pub mod validate;
 mod write;
 
 pub use error::{FormatError, FormatErrorKind};
-pub use packet::{Interface, InterfaceStats, Packet};
+pub use packet::{Direction, Interface, InterfaceStats, Packet, PacketFlags};
 pub use reader::{TraceBytes, TraceReader};
 pub use write::{Format, SectionInfo};

@@ -17,6 +17,7 @@ pub const IF_NAME: u16 = 2;
 pub const IF_DESCRIPTION: u16 = 3;
 pub const IF_TSRESOL: u16 = 9;
 pub const IF_TSOFFSET: u16 = 14;
+pub const EPB_FLAGS: u16 = 2;
 pub const ISB_STARTTIME: u16 = 2;
 pub const ISB_ENDTIME: u16 = 3;
 pub const ISB_IFRECV: u16 = 4;
@@ -26,6 +27,10 @@ pub const ISB_USRDELIV: u16 = 8;
 
 /// Bytes an enhanced packet block adds around the packet data (before padding).
 pub const EPB_OVERHEAD: usize = 32;
+
+/// Bytes an `epb_flags` option adds to an enhanced packet block: the option (header and
+/// 4-byte value) and the end-of-options marker.
+pub const EPB_FLAGS_LEN: usize = 12;
 
 /// Rounds up to the 32-bit boundary pcapng pads every field to.
 pub const fn pad4(n: usize) -> usize {

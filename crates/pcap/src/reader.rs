@@ -18,7 +18,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::ops::Range;
 
 use crate::pcapng::{self, pad4};
-use crate::{Format, FormatError, FormatErrorKind, Interface, InterfaceStats, Packet};
+use crate::{Format, FormatError, FormatErrorKind, Interface, InterfaceStats, Packet, PacketFlags};
 
 /// The largest pcapng block or pcap record we accept. Real captures stay far below it
 /// (the largest snaplen in use is 256 KiB); anything bigger is a corrupt length field.
@@ -220,6 +220,7 @@ enum Step {
         ts_ns: u64,
         iface: u32,
         orig_len: u32,
+        flags: Option<PacketFlags>,
         data: Range<usize>,
     },
     Other,
@@ -372,12 +373,14 @@ impl<R: Read> TraceReader<R> {
                 ts_ns,
                 iface,
                 orig_len,
+                flags,
                 data,
             }) => Ok(Some(PacketContext {
                 packet: Packet {
                     ts_ns,
                     iface,
                     orig_len,
+                    flags,
                     data: &body_of(&self.input, &self.buf, self.body_in_input)[data],
                 },
                 interfaces: &self.ifaces,
@@ -477,6 +480,7 @@ impl<R: Read> TraceReader<R> {
             ts_ns,
             iface: 0,
             orig_len,
+            flags: None,
             data: 0..caplen as usize,
         })
     }
@@ -610,6 +614,7 @@ impl<R: Read> TraceReader<R> {
                     ts_ns,
                     iface: iface as u32,
                     orig_len: p.orig_len,
+                    flags: p.flags,
                     data: p.data,
                 })
             }
@@ -621,6 +626,7 @@ impl<R: Read> TraceReader<R> {
                     ts_ns: self.clocks[iface].last_ns,
                     iface: iface as u32,
                     orig_len,
+                    flags: None,
                     data,
                 })
             }
@@ -915,6 +921,7 @@ struct EpbFields {
     iface: u32,
     ts: u64,
     orig_len: u32,
+    flags: Option<PacketFlags>,
     data: Range<usize>,
 }
 
@@ -939,15 +946,25 @@ fn parse_epb(endian: Endian, block_type: u32, body: &[u8]) -> Result<EpbFields, 
     }
     let data = ng_field::EPB_DATA..ng_field::EPB_DATA + caplen;
     let opts = &body[ng_field::EPB_DATA + pad4(caplen)..];
-    // Packet options (flags, hashes, comments) are not returned, but a block whose
-    // options do not fit is corrupt all the same.
+    // Of the packet options only the flags (the obsolete block's `pack_flags`, same code and
+    // meaning) are returned; hashes and comments are checked to fit and skipped.
+    let mut flags = None;
     if !opts.is_empty() {
-        for_each_option(endian, opts, |_, _| Ok(()))?;
+        for_each_option(endian, opts, |code, v| {
+            if code == pcapng::EPB_FLAGS {
+                if v.len() != 4 {
+                    return Err(format!("epb_flags option is {} bytes, not 4", v.len()));
+                }
+                flags = Some(PacketFlags(endian.u32(v, 0..4)));
+            }
+            Ok(())
+        })?;
     }
     Ok(EpbFields {
         iface,
         ts: endian.ts(body, ng_field::EPB_TS_HIGH, ng_field::EPB_TS_LOW),
         orig_len: endian.u32(body, ng_field::EPB_ORIG_LEN),
+        flags,
         data,
     })
 }
@@ -1500,5 +1517,93 @@ mod tests {
             last_ns: 0,
         };
         assert!(c.ns(1).is_err());
+    }
+
+    /// The packets of a one-interface file holding `epbs`, with their flags.
+    fn flags_of(epbs: &[Vec<u8>]) -> Result<Vec<Option<PacketFlags>>, FormatError> {
+        let mut f = PCAPNG_LE[..68].to_vec(); // SHB, IDB
+        f.extend(epbs.concat());
+        let mut r = TraceReader::new(&f[..])?;
+        let mut out = Vec::new();
+        while let Some(p) = r.next_packet()? {
+            out.push(p.flags);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn epb_flags_are_read_with_the_packet() {
+        let data = [0x11, 0x22, 0x33, 0x44, 0x55, 0, 0, 0];
+        let with = |opts: &[u8]| epb(0, 1, 5, 5, &[&data[..], opts].concat());
+        let comment = opt(pcapng::OPT_COMMENT, b"hi");
+        let got = flags_of(&[
+            with(&[]),
+            with(&[opt(pcapng::EPB_FLAGS, &[0x02, 0, 0, 0]), opt(0, &[])].concat()),
+            // Among other options, and with no end marker before the block ends.
+            with(
+                &[
+                    comment.clone(),
+                    opt(pcapng::EPB_FLAGS, &[0x05, 0, 0, 0]),
+                    comment,
+                ]
+                .concat(),
+            ),
+        ])
+        .unwrap();
+        assert_eq!(got, vec![None, Some(PacketFlags(2)), Some(PacketFlags(5))]);
+        assert_eq!(
+            got[1].unwrap().direction(),
+            Some(crate::Direction::Outbound)
+        );
+        assert_eq!(got[2].unwrap().direction(), Some(crate::Direction::Inbound));
+    }
+
+    #[test]
+    fn epb_flags_follow_the_section_byte_order() {
+        let be = Endian::Big;
+        let mut f = shb_in(be);
+        let mut idb = 1u16.to_be_bytes().to_vec();
+        idb.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        f.extend(block_in(be, pcapng::IDB, &idb));
+        let mut body: Vec<u8> = [0u32, 0, 1, 4, 4]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect();
+        body.extend_from_slice(&[1, 2, 3, 4]);
+        body.extend_from_slice(&pcapng::EPB_FLAGS.to_be_bytes());
+        body.extend_from_slice(&4u16.to_be_bytes());
+        body.extend_from_slice(&0x0001_0011u32.to_be_bytes());
+        f.extend(block_in(be, pcapng::EPB, &body));
+        let mut r = TraceReader::new(&f[..]).unwrap();
+        let p = r.next_packet().unwrap().unwrap();
+        assert_eq!(p.flags, Some(PacketFlags(0x0001_0011)));
+    }
+
+    #[test]
+    fn an_epb_flags_option_of_another_length_is_an_error() {
+        let data = [0x11, 0x22, 0x33, 0x44, 0x55, 0, 0, 0];
+        for value in [&[][..], &[1, 0][..], &[1, 0, 0, 0, 0, 0, 0, 0][..]] {
+            let bad = epb(
+                0,
+                1,
+                5,
+                5,
+                &[&data[..], &opt(pcapng::EPB_FLAGS, value)].concat(),
+            );
+            let e = flags_of(&[bad]).unwrap_err();
+            assert_eq!(e.offset, 68);
+            assert_eq!(
+                invalid_msg(&e),
+                format!("epb_flags option is {} bytes, not 4", value.len())
+            );
+        }
+        // A length running past the block is caught before the value is looked at.
+        let mut over = opt(pcapng::EPB_FLAGS, &[1, 0, 0, 0]);
+        over[2] = 0x40;
+        let e = flags_of(&[epb(0, 1, 5, 5, &[&data[..], &over].concat())]).unwrap_err();
+        assert!(
+            invalid_msg(&e).contains("option 2 says its value is 64 bytes"),
+            "{e}"
+        );
     }
 }

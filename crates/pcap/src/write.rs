@@ -81,17 +81,27 @@ impl Format {
         Ok(out)
     }
 
-    /// Bytes one packet record takes, for a packet of `caplen` captured bytes.
+    /// Bytes the record of `p` takes.
     #[inline]
-    pub fn record_len(self, caplen: usize) -> usize {
+    pub fn record_len(self, p: &Packet<'_>) -> usize {
+        let caplen = p.data.len();
         match self {
             Format::Pcap => 16 + caplen,
-            Format::Pcapng => pcapng::EPB_OVERHEAD + pad4(caplen),
+            Format::Pcapng => pcapng::EPB_OVERHEAD + pad4(caplen) + epb_options_len(p),
+        }
+    }
+
+    /// The most bytes a record of `caplen` captured bytes can take, whatever its options.
+    pub fn max_record_len(self, caplen: usize) -> usize {
+        match self {
+            Format::Pcap => 16 + caplen,
+            Format::Pcapng => pcapng::EPB_OVERHEAD + pad4(caplen) + pcapng::EPB_FLAGS_LEN,
         }
     }
 
     /// Encodes one packet record into the front of `out`, which must hold at least
-    /// `record_len(p.data.len())` bytes; returns the bytes written.
+    /// `record_len(p)` bytes; returns the bytes written. Classic pcap has nowhere to put
+    /// the packet's flags; pcapng writes them as `epb_flags` when the packet has them.
     #[inline]
     pub fn write_record(self, p: &Packet<'_>, out: &mut [u8]) -> usize {
         let caplen = p.data.len();
@@ -109,7 +119,8 @@ impl Format {
                 n
             }
             Format::Pcapng => {
-                let n = pcapng::EPB_OVERHEAD + pad4(caplen);
+                let data_end = 28 + pad4(caplen);
+                let n = data_end + epb_options_len(p) + 4;
                 let out = &mut out[..n];
                 out[0..4].copy_from_slice(&pcapng::EPB.to_le_bytes());
                 out[4..8].copy_from_slice(&(n as u32).to_le_bytes());
@@ -119,7 +130,14 @@ impl Format {
                 out[20..24].copy_from_slice(&(caplen as u32).to_le_bytes());
                 out[24..28].copy_from_slice(&p.orig_len.to_le_bytes());
                 out[28..28 + caplen].copy_from_slice(p.data);
-                out[28 + caplen..n - 4].fill(0);
+                out[28 + caplen..data_end].fill(0);
+                if let Some(flags) = p.flags {
+                    let o = &mut out[data_end..data_end + pcapng::EPB_FLAGS_LEN];
+                    o[0..2].copy_from_slice(&pcapng::EPB_FLAGS.to_le_bytes());
+                    o[2..4].copy_from_slice(&4u16.to_le_bytes());
+                    o[4..8].copy_from_slice(&flags.0.to_le_bytes());
+                    o[8..12].fill(0); // opt_endofopt
+                }
                 out[n - 4..].copy_from_slice(&(n as u32).to_le_bytes());
                 n
             }
@@ -152,6 +170,17 @@ impl Format {
         opts.finish_into(&mut body);
         block(&mut out, pcapng::ISB, &body);
         out
+    }
+}
+
+/// Option bytes of a packet's EPB: only `epb_flags`, and only when known, so the
+/// common record of a file or synthetic source stays as small as before.
+#[inline]
+fn epb_options_len(p: &Packet<'_>) -> usize {
+    if p.flags.is_some() {
+        pcapng::EPB_FLAGS_LEN
+    } else {
+        0
     }
 }
 
@@ -212,5 +241,97 @@ impl Options {
             self.raw(pcapng::OPT_END, &[]);
         }
         body.extend_from_slice(&self.buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Direction, PacketFlags, TraceReader};
+
+    fn packet(flags: Option<PacketFlags>) -> Packet<'static> {
+        Packet {
+            ts_ns: 0x1_0000_0002,
+            iface: 1,
+            orig_len: 9,
+            flags,
+            data: &[0xaa, 0xbb, 0xcc],
+        }
+    }
+
+    fn record(format: Format, p: &Packet<'_>) -> Vec<u8> {
+        let mut out = vec![0xee; format.record_len(p)];
+        let n = format.write_record(p, &mut out);
+        assert_eq!(n, out.len());
+        out
+    }
+
+    #[test]
+    fn an_epb_without_flags_has_no_options() {
+        #[rustfmt::skip]
+        let want = [
+            6, 0, 0, 0, 36, 0, 0, 0, // EPB, 36 bytes
+            1, 0, 0, 0, // interface 1
+            1, 0, 0, 0, 2, 0, 0, 0, // ts high, low
+            3, 0, 0, 0, 9, 0, 0, 0, // caplen 3, orig_len 9
+            0xaa, 0xbb, 0xcc, 0, // data, padding
+            36, 0, 0, 0,
+        ];
+        assert_eq!(record(Format::Pcapng, &packet(None)), want);
+    }
+
+    #[test]
+    fn an_epb_with_flags_carries_epb_flags_and_the_end_marker() {
+        #[rustfmt::skip]
+        let want = [
+            6, 0, 0, 0, 48, 0, 0, 0, // EPB, 48 bytes
+            1, 0, 0, 0, // interface 1
+            1, 0, 0, 0, 2, 0, 0, 0, // ts high, low
+            3, 0, 0, 0, 9, 0, 0, 0, // caplen 3, orig_len 9
+            0xaa, 0xbb, 0xcc, 0, // data, padding
+            2, 0, 4, 0, 0x02, 0, 0, 0, // epb_flags: outbound
+            0, 0, 0, 0, // opt_endofopt
+            48, 0, 0, 0,
+        ];
+        let p = packet(Some(PacketFlags(2)));
+        assert_eq!(record(Format::Pcapng, &p), want);
+        assert_eq!(Format::Pcapng.max_record_len(3), want.len());
+    }
+
+    #[test]
+    fn classic_pcap_has_no_room_for_flags() {
+        let with = record(Format::Pcap, &packet(Some(PacketFlags(5))));
+        assert_eq!(with, record(Format::Pcap, &packet(None)));
+        assert_eq!(with.len(), 19);
+    }
+
+    #[test]
+    fn flags_written_are_flags_read() {
+        let ifaces = [Interface::default(), Interface::default()];
+        let mut file = Format::Pcapng
+            .file_header(&ifaces, &SectionInfo::default())
+            .unwrap();
+        let all = [
+            None,
+            PacketFlags::from_pkttype(4),
+            PacketFlags::from_pkttype(1),
+        ];
+        for flags in all {
+            file.extend(record(Format::Pcapng, &packet(flags)));
+        }
+        let mut r = TraceReader::new(&file[..]).unwrap();
+        let mut got = Vec::new();
+        while let Some(p) = r.next_packet().unwrap() {
+            assert_eq!(p.data, [0xaa, 0xbb, 0xcc]);
+            got.push((p.flags, p.direction()));
+        }
+        assert_eq!(
+            got,
+            vec![
+                (None, None),
+                (Some(PacketFlags(2)), Some(Direction::Outbound)),
+                (Some(PacketFlags(0b01101)), Some(Direction::Inbound)),
+            ]
+        );
     }
 }

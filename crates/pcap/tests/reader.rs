@@ -585,12 +585,13 @@ fn throughput() {
                 .unwrap();
             let payload = vec![0x5au8; size];
             let n = (256 << 20) / (size + 32);
-            let mut rec = vec![0u8; format.record_len(size)];
+            let mut rec = vec![0u8; format.max_record_len(size)];
             for i in 0..n {
                 let p = Packet {
                     ts_ns: i as u64 * 1000,
                     iface: 0,
                     orig_len: size as u32,
+                    flags: None,
                     data: &payload,
                 };
                 let k = format.write_record(&p, &mut rec);

@@ -408,7 +408,7 @@ impl Plan {
         while let Some(m) = merger.next()? {
             let p = m.packet;
             if filter.matches(linktypes[p.iface as usize], &p) {
-                record.resize(format.record_len(p.data.len()), 0);
+                record.resize(format.record_len(&p), 0);
                 let n = format.write_record(&p, &mut record);
                 out.write_all(&record[..n])?;
                 written += 1;

@@ -658,6 +658,7 @@ mod tests {
             ts_ns: ts,
             iface: 0,
             orig_len: data.len() as u32,
+            flags: None,
             data,
         }
     }

@@ -13,7 +13,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tapdeck_pcap::container::{self, ChunkEntry, ChunkIndex, Container, ContainerError, FrameKind};
-use tapdeck_pcap::{Format, FormatError, Interface, InterfaceStats, Packet, TraceReader};
+use tapdeck_pcap::{
+    Format, FormatError, Interface, InterfaceStats, Packet, PacketFlags, TraceReader,
+};
 
 use crate::meta::{self, FileMeta, Manifest};
 
@@ -351,6 +353,7 @@ pub struct PacketRecord {
     pub ts_ns: u64,
     pub iface: u32,
     pub orig_len: u32,
+    pub flags: Option<PacketFlags>,
     /// Offset of the record within the chunk.
     pub offset: u64,
     data: Range<usize>,
@@ -394,6 +397,7 @@ impl ChunkPackets {
                 ts_ns: c.packet.ts_ns,
                 iface: c.packet.iface,
                 orig_len: c.packet.orig_len,
+                flags: c.packet.flags,
                 offset: c.offset.saturating_sub(skip),
                 data: start..out.data.len(),
             });
@@ -422,6 +426,7 @@ impl ChunkPackets {
             ts_ns: r.ts_ns,
             iface: r.iface,
             orig_len: r.orig_len,
+            flags: r.flags,
             data: &self.data[r.data.clone()],
         }
     }
@@ -574,9 +579,10 @@ pub(crate) mod testutil {
             ts_ns: p.ts_ns,
             iface: p.iface,
             orig_len: p.len as u32,
+            flags: None,
             data: &data,
         };
-        let mut out = vec![0; format.record_len(data.len())];
+        let mut out = vec![0; format.record_len(&packet)];
         let n = format.write_record(&packet, &mut out);
         out.truncate(n);
         out

@@ -131,7 +131,7 @@ pub fn record<S: PacketSource + 'static>(
             .map_err(|e| format!("cannot create data directory {}: {e}", d.display()))?;
         abs_dirs.push(std::fs::canonicalize(d).map_err(|e| format!("{}: {e}", d.display()))?);
     }
-    let max_record = cfg.format.record_len(256 * 1024);
+    let max_record = cfg.format.max_record_len(256 * 1024);
     if cfg.chunk_size < max_record {
         return Err(format!(
             "--chunk-size must be at least {max_record} bytes, to hold the largest packet"
@@ -829,7 +829,7 @@ impl PacketSink for CaptureLoop {
         } else {
             p
         };
-        let len = self.format.record_len(caplen);
+        let len = self.format.record_len(p);
         let rotate = self.file_open
             && (self.rotate_pending
                 || p.ts_ns >= self.boundary

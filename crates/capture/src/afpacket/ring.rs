@@ -38,6 +38,9 @@ mod pkt {
     /// beyond this.
     pub const HDRLEN: usize = libc::TPACKET3_HDRLEN;
     pub const HEADER: usize = size_of::<libc::tpacket3_hdr>();
+    /// `sll_pkttype` of the `sockaddr_ll`, which ends where `HDRLEN` does.
+    pub const PKTTYPE: usize =
+        HDRLEN - size_of::<libc::sockaddr_ll>() + offset_of!(libc::sockaddr_ll, sll_pkttype);
 }
 
 /// Bytes the kernel leaves free before each frame (`PACKET_RESERVE`), so a VLAN tag the
@@ -49,6 +52,8 @@ const ETH_ADDRS: usize = 12;
 pub struct Frame<'a> {
     pub ts_ns: u64,
     pub orig_len: u32,
+    /// `sll_pkttype`: PACKET_HOST, PACKET_OUTGOING and so on (linux/if_packet.h).
+    pub pkttype: u8,
     pub data: &'a [u8],
 }
 
@@ -183,6 +188,7 @@ fn frame(
     let caplen = u32_at(h, pkt::SNAPLEN)? as usize;
     let mut orig_len = u32_at(h, pkt::LEN)?;
     let status = u32_at(h, pkt::STATUS)?;
+    let pkttype = *block.get(at + pkt::PKTTYPE)?;
     let mut mac = at + usize::from(u16_at(h, pkt::MAC)?);
     let mut end = mac.checked_add(caplen)?;
     if end > block.len() {
@@ -210,7 +216,48 @@ fn frame(
     each(Frame {
         ts_ns,
         orig_len,
+        pkttype,
         data: &block[mac..end],
     });
     Some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One frame as the kernel lays it out: header at `AT`, `sockaddr_ll` after it, data at
+    /// `tp_mac`.
+    fn frame_with_pkttype(pkttype: u8) -> (u8, Vec<u8>) {
+        const AT: usize = 64;
+        let mac = pkt::HDRLEN + VLAN_RESERVE as usize;
+        let data = [0xab; 20];
+        let mut block = vec![0u8; 512];
+        let put = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        put(&mut block, AT + pkt::SNAPLEN, data.len() as u32);
+        put(&mut block, AT + pkt::LEN, 60);
+        block[AT + pkt::MAC..AT + pkt::MAC + 2].copy_from_slice(&(mac as u16).to_ne_bytes());
+        block[AT + pkt::PKTTYPE] = pkttype;
+        block[AT + mac..AT + mac + data.len()].copy_from_slice(&data);
+        let mut got = None;
+        frame(&mut block, AT, 256, &mut |f: Frame<'_>| {
+            got = Some((f.pkttype, f.data.to_vec()));
+        })
+        .expect("a well-formed frame");
+        got.expect("the frame was delivered")
+    }
+
+    #[test]
+    fn the_packet_type_comes_from_the_sockaddr_ll_after_the_header() {
+        assert_eq!(
+            pkt::PKTTYPE,
+            pkt::HDRLEN - 20 + 10,
+            "sockaddr_ll is 20 bytes"
+        );
+        for t in [0, 1, 2, 3, 4] {
+            let (pkttype, data) = frame_with_pkttype(t);
+            assert_eq!(pkttype, t);
+            assert_eq!(data, [0xab; 20]);
+        }
+    }
 }
