@@ -807,6 +807,7 @@ mod tests {
                     ts_ns: 1_795_000_000_000_000_000 + i * 67,
                     iface: 0,
                     orig_len: 64,
+                    flags: None,
                     data: &f,
                 });
             }
