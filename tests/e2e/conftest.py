@@ -144,6 +144,15 @@ def tapdeck(tapdeck_bin) -> Tapdeck:
 SUMMARY_LINE = re.compile(r"^tapdeck: [0-9.]+ s, [0-9]+ files written")
 
 
+def need(*tools):
+    """Skips a test that needs root (namespaces, veth pairs) or tools that are missing."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veth pairs)")
+    missing = [t for t in ("ip", *tools) if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
+
+
 def one_error_line(stderr: str) -> str:
     """The user-facing error: exactly one line starting `tapdeck:` and no panic."""
     assert "panicked" not in stderr, stderr

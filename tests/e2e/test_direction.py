@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from anatools import analyze, need_analyze
-from conftest import QUICK, SLOW, data_files, decompress, finish, run, wait_for
+from conftest import QUICK, SLOW, data_files, decompress, finish, need, run, wait_for
 
 A_ADDR, B_ADDR = "198.18.61.1", "198.18.61.2"
 PINGS = 25
@@ -47,14 +46,6 @@ for _ in range({DATAGRAMS}):
     s.sendto(bytes(300), ("{A_ADDR}", {UDP_PORT}))
     time.sleep(0.08)
 """
-
-
-def need(*tools):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, veth pairs)")
-    missing = [t for t in ("ip", *tools) if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}")
 
 
 class Pair:

@@ -30,6 +30,7 @@ from conftest import (
     SLOW,
     Pkt,
     gen_packets,
+    need,
     one_error_line,
     read_packets,
     run,
@@ -47,14 +48,6 @@ C_ADDR = {1: "198.18.41.2", 2: "198.18.42.2"}
 TCP_FILES = ["mptcp-v0.pcap", "ssh.pcap", "bgp-4byte-asn.pcap", "dns_tcp.pcap", "whois.pcap"]
 NFS_FILES = ["nfs-write-verf-cookie.pcapng", "nfs-seg-fault-1.pcapng", "unaligned-nfs-1.pcap",
              "nfs-cannot-pad-32-bit.pcap"]
-
-
-def need(*tools):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, veth pairs)")
-    missing = [t for t in ("ip", *tools) if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
 
 
 def sh(*args, check=True, timeout=QUICK):

@@ -346,19 +346,19 @@ impl<M: Copy + Ord> RpcFramer<M> {
             buf.extend_from_slice(&bytes[..bytes.len().min(LOOKAHEAD)]);
             if matches!(self.state, State::First) {
                 // Only position 0 counts: the stream's first bytes were held back.
-                match self.first_candidate(&buf) {
-                    Probe::Header(_) => {
+                match self.starts_with_record(&buf) {
+                    Some(true) => {
                         self.state = Self::mark();
                         self.run(&buf[..old_len], pmeta, out);
                     }
-                    Probe::Incomplete => {
+                    None => {
                         buf.truncate(old_len);
                         buf.extend_from_slice(bytes);
                         self.pending = buf;
                         self.pending_meta = Some(pmeta);
                         return;
                     }
-                    Probe::NotRpc => self.not_rpc(),
+                    Some(false) => self.not_rpc(),
                 }
                 continue;
             }
@@ -405,26 +405,21 @@ impl<M: Copy + Ord> RpcFramer<M> {
         probe_rpc_header(&b[4..], Strictness::Strict)
     }
 
-    /// [`candidate`](Self::candidate) for the first bytes of a stream, where a record
-    /// must start: a first fragment too short to hold the header (legal, if odd) is taken
-    /// on trust, since the header continues past the next mark.
-    fn first_candidate(&self, b: &[u8]) -> Probe {
-        let Some(m) = b.get(..4) else {
-            return Probe::Incomplete;
-        };
+    /// Does a stream start with a record here? [`candidate`](Self::candidate) at position
+    /// 0, except that a first fragment too short to hold the header (legal, if odd) is taken
+    /// on trust, since the header continues past the next mark. `None`: too few bytes yet.
+    fn starts_with_record(&self, b: &[u8]) -> Option<bool> {
+        let m = b.get(..4)?;
         let mark = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
         let len = mark & 0x7fff_ffff;
         if mark & 0x8000_0000 == 0 && (1..MIN_RECORD).contains(&len) {
-            return Probe::Header(RpcHeader {
-                xid: 0,
-                kind: RpcKind::Reply {
-                    reply_stat: 0,
-                    stat: 0,
-                },
-                header_len: 0,
-            });
+            return Some(true);
         }
-        self.candidate(b)
+        match self.candidate(b) {
+            Probe::Header(_) => Some(true),
+            Probe::NotRpc => Some(false),
+            Probe::Incomplete => None,
+        }
     }
 
     fn not_rpc(&mut self) {
@@ -438,15 +433,15 @@ impl<M: Copy + Ord> RpcFramer<M> {
         while !bytes.is_empty() {
             match self.state {
                 State::NotRpc => return,
-                State::First => match self.first_candidate(bytes) {
-                    Probe::Header(_) => self.state = Self::mark(),
-                    Probe::Incomplete => {
+                State::First => match self.starts_with_record(bytes) {
+                    Some(true) => self.state = Self::mark(),
+                    None => {
                         self.pending.clear();
                         self.pending.extend_from_slice(bytes);
                         self.pending_meta = Some(meta);
                         return;
                     }
-                    Probe::NotRpc => {
+                    Some(false) => {
                         self.not_rpc();
                         return;
                     }
