@@ -187,7 +187,6 @@ CATALOG: dict[str, pa.Schema] = {
             ("first_time_ns", i64),
             ("last_time_ns", i64),
             ("rpc_messages", i64),
-            ("transaction_offset", i64),
         ]
     ),
     "row_groups": pa.schema(

@@ -334,7 +334,6 @@ class DatasetBuilder:
         for row in self.rows.get("rpc", []):
             rpc_count[row["file_id"]] += 1
         sources = []
-        offset = 0
         for f, rows in sorted(by_file.items()):
             ts = [r["time_ns"] for r in rows]
             sources.append(
@@ -348,10 +347,8 @@ class DatasetBuilder:
                     first_time_ns=min(ts),
                     last_time_ns=max(ts),
                     rpc_messages=rpc_count[f],
-                    transaction_offset=offset,
                 )
             )
-            offset += rpc_count[f]
         self._write_file(
             path / "catalog" / "sources.parquet",
             "catalog/sources",

@@ -40,18 +40,26 @@ def keys(tapdeck, tmp_path_factory):
 
 
 def row_key(r):
+    # Flow and transaction ids hash the (anonymized) addresses, so that they reveal nothing
+    # the address columns do not: they differ, but must map one to one (see aligned).
     return tuple((k, v) for k, v in sorted(r.items())
                  if k not in ("name", "to_name", "dirpath", "client_addr", "server_addr",
-                              "src_addr", "dst_addr", "flow_id"))
+                              "src_addr", "dst_addr", "flow_id", "transaction_id"))
 
 
 def aligned(plain_rows, anon_rows):
-    """Pairs (plain row, anonymized row): equal in every column anonymization leaves alone."""
+    """Pairs (plain row, anonymized row): equal in every column anonymization leaves alone,
+    and transaction ids that map one to one (the same rows share an id in both)."""
     assert len(plain_rows) == len(anon_rows)
     a = sorted(plain_rows, key=lambda r: repr(row_key(r)))
     b = sorted(anon_rows, key=lambda r: repr(row_key(r)))
+    ids: dict = {}
     for x, y in zip(a, b):
         assert row_key(x) == row_key(y), (x, y)
+        if "transaction_id" in x:
+            assert ids.setdefault(x["transaction_id"], y["transaction_id"]) == \
+                y["transaction_id"], ("an id maps to two ids", x, y)
+    assert len(set(ids.values())) == len(ids), "two ids map to one"
     return list(zip(a, b))
 
 

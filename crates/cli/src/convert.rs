@@ -72,6 +72,8 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
             "skipped": report.skipped,
             "seconds": report.seconds,
             "counts": report.counts,
+            "complete": report.missing_sources.is_empty(),
+            "missing_sources": report.missing_sources,
         });
         println!("{j}");
     } else {
@@ -108,6 +110,14 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
             .map(|(_, v)| v)
             .sum();
         writeln!(out, "  rows: {rows} ({:.0} per second)", rows as f64 / secs)?;
+        if let Some(first) = report.missing_sources.first() {
+            writeln!(
+                out,
+                "  incomplete: {} of {} sources have no rows yet (e.g. {first}); run the other --shard parts, or convert again",
+                report.missing_sources.len(),
+                report.sources
+            )?;
+        }
         let failures: Vec<String> = report
             .counts
             .iter()

@@ -17,6 +17,8 @@ use crate::packets::{headers, packet_row};
 use crate::rpcx::{RpcEngine, RpcSinks};
 use crate::sink::{part_name, write_whole, TableSink};
 use crate::source::{self, SourceFile};
+use tapdeck_store::read::StoredFile;
+
 use crate::state::{
     CaptureStatsState, PassOne, PassTwo, PassTwoInput, RemoteCall, RowGroupRowState, StateDir,
 };
@@ -52,6 +54,31 @@ pub struct Report {
     /// nfs operations, parse failures per reason, rows per table.
     pub counts: BTreeMap<String, u64>,
     pub seconds: f64,
+    /// Sources of the dataset without converted rows yet (other shards still to run, or
+    /// interrupted): the dataset is incomplete while any are.
+    pub missing_sources: Vec<String>,
+}
+
+/// An exclusive lock on a dataset directory (`flock` on `DATASET/.lock`), held while the
+/// catalog and `dataset.json` are written, so that shards running at the same time on one
+/// machine (or on several, over a filesystem with working locks) do not interleave.
+struct DatasetLock {
+    _file: std::fs::File,
+}
+
+impl DatasetLock {
+    fn take(out: &Path) -> Result<DatasetLock, String> {
+        let path = out.join(".lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        f.lock()
+            .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+        Ok(DatasetLock { _file: f })
+    }
 }
 
 pub fn convert(
@@ -67,18 +94,23 @@ pub fn convert(
     let state = StateDir::new(&opts.out);
     let mut report = Report::default();
 
-    // Pass one, for sources not already counted; earlier runs' sources stay in the plan.
-    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
+    // Every source of the dataset: this run's and (as they are now on disk) earlier runs'.
+    let mut known: Vec<SourceFile> = sources.clone();
     for p in state.all_pass_one() {
-        if Path::new(&p.source.path).exists() {
-            plan.insert(p.source.path.clone(), p);
+        if let Ok(now) = SourceFile::stat(Path::new(&p.source.path)) {
+            known.push(now);
         }
     }
-    let mut known: Vec<String> = plan.keys().cloned().collect();
-    known.extend(sources.iter().map(|s| s.path.clone()));
-    let chains = Chains::new(&known);
+    known.sort_by(|a, b| a.path.cmp(&b.path));
+    known.dedup_by(|a, b| a.path == b.path);
+    let spans = plain_spans(&known, &state, opts.jobs)?;
+    let paths: Vec<String> = known.iter().map(|s| s.path.clone()).collect();
+    let chains = Chains::new(&paths, &spans);
+    // Pass one again where a file or its neighbours changed (a new file next to an
+    // earlier one changes what the earlier one's end pairs with).
+    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
     let mut todo = Vec::new();
-    for s in &sources {
+    for s in &known {
         match state
             .pass_one(s)
             .filter(|p| p.neighbours == chains.neighbours(&s.path))
@@ -97,8 +129,16 @@ pub fn convert(
     let mut single = None;
     if plan.is_empty() && todo.len() == 1 && opts.shard.is_none() {
         let s = todo.pop().expect("one source");
-        let mut input = base_input(0, 0, anon.key_id(), anon.addresses);
+        let mut input = base_input(0, anon.key_id(), anon.addresses);
         input.neighbours = chains.neighbours(&s.path);
+        {
+            let _lock = DatasetLock::take(&opts.out)?;
+            write_dataset_json(
+                &opts.out,
+                &opts.anonymization,
+                std::slice::from_ref(&s.path),
+            )?;
+        }
         remove_parts(&opts.out, 0)?;
         let (two, one) = pass_two(&s, &input, &opts.out, anon, opts.packets, &chains)?;
         if let Some(p) = &opts.progress {
@@ -166,6 +206,22 @@ pub fn convert(
         remove_parts(&opts.out, input.file_id)?;
         work.push((p.source.clone(), input.clone()));
     }
+    if let Some((k, n)) = opts.shard {
+        if k >= plan.len() {
+            warn(format!(
+                "shard {k}/{n} has no source to convert: --shard splits the work by file, and there are {} files; shards 0 to {} convert them",
+                plan.len(),
+                plan.len().saturating_sub(1).min(n - 1)
+            ));
+        }
+    }
+    if !work.is_empty() {
+        // Until the last rows are written and checked, the dataset is incomplete: an
+        // interrupted run leaves it marked so.
+        let _lock = DatasetLock::take(&opts.out)?;
+        let missing: Vec<String> = work.iter().map(|(s, _)| s.path.clone()).collect();
+        write_dataset_json(&opts.out, &opts.anonymization, &missing)?;
+    }
     let written = parallel(
         &work,
         opts.jobs,
@@ -185,10 +241,39 @@ pub fn convert(
     }
     report.converted = written.len();
 
-    write_catalog(&opts.out, &plan, &inputs2, &state)?;
-    write_dataset_json(&opts.out, &opts.anonymization)?;
+    // Shards running at the same time each write the catalog from every shard's results
+    // so far, one at a time: the last to finish sees them all.
+    let _lock = DatasetLock::take(&opts.out)?;
+    let missing = write_catalog(&opts.out, &plan, &inputs2, &state)?;
+    write_dataset_json(&opts.out, &opts.anonymization, &missing)?;
+    report.missing_sources = missing;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The spans of the plain (not stored) trace files among `sources`, when there are at
+/// least two, so that files of one capture can be chained; cached in the state directory.
+fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<Vec<Span>, String> {
+    let plain: Vec<SourceFile> = sources
+        .iter()
+        .filter(|s| chain_key(&s.path).is_none())
+        .cloned()
+        .collect();
+    if plain.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let (mut spans, mut todo) = (Vec::new(), Vec::new());
+    for s in plain {
+        match state.span(&s) {
+            Some(span) => spans.push(span),
+            None => todo.push(s),
+        }
+    }
+    for span in parallel(&todo, jobs, Span::scan, |_, _| {})? {
+        state.save_span(&span)?;
+        spans.push(span);
+    }
+    Ok(spans)
 }
 
 /// Runs `f` over `items` on `jobs` threads; results in input order; the first error wins.
@@ -232,8 +317,8 @@ fn parallel<I: Sync, O: Send>(
 fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne, String> {
     let mut reader = source::open(&s.path)?;
     let mut engine = RpcEngine::new(0, None);
-    chains.warm_up(&s.path, &mut engine);
     let mut anonymizer = anon.worker();
+    chains.warm_up(&s.path, &mut engine, &mut anonymizer)?;
     let scan = scan(s, &mut reader, |h, _, t, record| {
         engine.packet(h, t, record, &mut anonymizer, None)
     })?;
@@ -256,7 +341,7 @@ impl Scan {
         self,
         s: &SourceFile,
         rpc: crate::rpcx::RpcResult,
-        neighbours: (Option<String>, Option<String>),
+        neighbours: (Vec<String>, Option<String>),
     ) -> PassOne {
         PassOne {
             source: s.clone(),
@@ -266,6 +351,7 @@ impl Scan {
             last_time_ns: self.last_time_ns,
             messages: rpc.messages,
             open_calls: rpc.open_calls,
+            answered_warm: rpc.answered_warm,
             orphan_replies: rpc.orphan_replies,
             defect: self.defect,
             neighbours,
@@ -321,42 +407,56 @@ fn scan<R: std::io::Read>(
     })
 }
 
-/// Gives each file its id and offset, and pairs replies with calls from earlier files.
+/// Gives each file its id, and pairs replies with calls from earlier files: those a file's
+/// warm-up over its predecessor's end already paired, then replies left without a call
+/// with the latest open call on their connection and xid that came before them.
 fn stitch(plan: &[PassOne], key_id: Option<String>, addresses: bool) -> Vec<PassTwoInput> {
     let mut inputs: Vec<PassTwoInput> = Vec::with_capacity(plan.len());
-    let mut offset = 0i64;
     for (i, p) in plan.iter().enumerate() {
-        let mut input = base_input(i as i32, offset, key_id.clone(), addresses);
+        let mut input = base_input(i as i32, key_id.clone(), addresses);
         input.neighbours = p.neighbours.clone();
         inputs.push(input);
-        offset += p.messages as i64;
     }
     // Open calls of earlier files, by conversation and xid: (file index, call).
     let mut open: HashMap<(String, u32), (usize, crate::state::OpenCall)> = HashMap::new();
+    let mut open_ids: HashMap<i64, (String, u32)> = HashMap::new();
     for (i, p) in plan.iter().enumerate() {
+        for id in &p.answered_warm {
+            let Some(key) = open_ids.remove(id) else {
+                continue;
+            };
+            if open.get(&key).is_some_and(|(_, c)| c.id == *id) {
+                let (file, call) = open.remove(&key).expect("checked above");
+                inputs[file].answered_later.push(call.id);
+            }
+        }
         for r in &p.orphan_replies {
             let key = (r.conv.clone(), r.xid);
-            let fresh = open
-                .get(&key)
-                .is_some_and(|(_, c)| r.time_ns - c.time_ns <= STITCH_WINDOW_NS);
+            let fresh = open.get(&key).is_some_and(|(_, c)| {
+                c.time_ns <= r.time_ns && r.time_ns - c.time_ns <= STITCH_WINDOW_NS
+            });
             if fresh {
                 let (file, call) = open.remove(&key).expect("checked above");
-                let transaction_id = inputs[file].transaction_offset + call.ordinal as i64;
+                open_ids.remove(&call.id);
                 inputs[i].remote_replies.insert(
-                    r.ordinal,
+                    r.id,
                     RemoteCall {
-                        transaction_id,
+                        transaction_id: call.id,
                         program: call.program,
                         version: call.version,
                         procedure: call.procedure,
                         time_ns: call.time_ns,
                     },
                 );
-                inputs[file].answered_later.push(call.ordinal);
+                inputs[file].answered_later.push(call.id);
             }
         }
         for c in &p.open_calls {
-            open.insert((c.conv.clone(), c.xid), (i, c.clone()));
+            let key = (c.conv.clone(), c.xid);
+            if let Some((_, old)) = open.insert(key.clone(), (i, c.clone())) {
+                open_ids.remove(&old.id);
+            }
+            open_ids.insert(c.id, key);
         }
     }
     for input in &mut inputs {
@@ -366,15 +466,14 @@ fn stitch(plan: &[PassOne], key_id: Option<String>, addresses: bool) -> Vec<Pass
 }
 
 /// A file's pass-two input before the stitch adds what other files tell about it.
-fn base_input(file_id: i32, offset: i64, key_id: Option<String>, addresses: bool) -> PassTwoInput {
+fn base_input(file_id: i32, key_id: Option<String>, addresses: bool) -> PassTwoInput {
     PassTwoInput {
         file_id,
-        transaction_offset: offset,
         remote_replies: BTreeMap::new(),
         answered_later: Vec::new(),
         anonymization: key_id.map(|k| format!("{k}{}", if addresses { "+ips" } else { "" })),
         converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
-        neighbours: (None, None),
+        neighbours: (Vec::new(), None),
     }
 }
 
@@ -392,8 +491,8 @@ fn pass_two(
     let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
     let mut sinks = RpcSinks::new(out, file_id, &s.path);
     let mut engine = RpcEngine::new(file_id, Some(input));
-    chains.warm_up(&s.path, &mut engine);
     let mut anonymizer: Anonymizer = anon.worker();
+    chains.warm_up(&s.path, &mut engine, &mut anonymizer)?;
     // Packets, first and last time per interface (indexed by interface).
     let mut per_iface: Vec<(u64, i64, i64)> = Vec::new();
     let scan = scan(s, &mut reader, |h, p, t, record| {
@@ -517,14 +616,17 @@ fn remove_parts(out: &Path, file_id: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes the catalog; returns the sources that have no rows written with the current
+/// plan's inputs yet.
 fn write_catalog(
     out: &Path,
     plan: &[PassOne],
     inputs: &[PassTwoInput],
     state: &StateDir,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     let mut sources = Vec::new();
     let mut groups = Vec::new();
+    let mut missing = Vec::new();
     for (p, input) in plan.iter().zip(inputs) {
         sources.push(SourceRow {
             file_id: input.file_id,
@@ -536,12 +638,15 @@ fn write_catalog(
             first_time_ns: p.first_time_ns,
             last_time_ns: p.last_time_ns,
             rpc_messages: p.messages as i64,
-            transaction_offset: input.transaction_offset,
         });
         // Only files written with the current plan's inputs count; others are stale (a
         // shard not yet run) and are left out rather than listed wrongly.
-        if let Some(done) = state.pass_two(&p.source).filter(|d| d.input == *input) {
-            groups.extend(done.row_groups.iter().map(RowGroupRow::from));
+        match state
+            .pass_two(&p.source)
+            .filter(|d| d.input == *input && parts_exist(out, d))
+        {
+            Some(done) => groups.extend(done.row_groups.iter().map(RowGroupRow::from)),
+            None => missing.push(p.source.path.clone()),
         }
     }
     let dir = out.join("catalog");
@@ -554,7 +659,8 @@ fn write_catalog(
         &dir.join("row_groups.parquet"),
         "row_groups",
         &RowGroupRow::batch(&groups),
-    )
+    )?;
+    Ok(missing)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -564,6 +670,16 @@ struct DatasetJson {
     converter: String,
     key_id: Option<String>,
     addresses_anonymized: bool,
+    /// False while sources of the catalog have no converted rows (a conversion running or
+    /// interrupted, shards still to run); analyses refuse an incomplete dataset.
+    #[serde(default = "yes")]
+    complete: bool,
+    #[serde(default)]
+    missing_sources: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A dataset made with one key (or none) must not silently mix in rows made with another.
@@ -596,7 +712,7 @@ fn check_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
     Ok(())
 }
 
-fn write_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
+fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> Result<(), String> {
     let d = DatasetJson {
         name: out
             .file_name()
@@ -606,93 +722,243 @@ fn write_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
         converter: format!("tapdeck {}", env!("CARGO_PKG_VERSION")),
         key_id: anon.key_id(),
         addresses_anonymized: anon.addresses,
+        complete: missing.is_empty(),
+        missing_sources: missing.to_vec(),
     };
     let path = out.join("dataset.json");
     let body = serde_json::to_string_pretty(&d).expect("serializes");
-    std::fs::write(&path, body + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let tmp = out.join(format!(".dataset.json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, body + "\n")
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// How far back into the previous file of a stream the TCP state is rebuilt: messages in
-/// progress at a rotation began well within this.
+/// How far back into the previous file of a capture the TCP and RPC state is rebuilt:
+/// messages in progress at a cut began well within this, and most calls open at a cut are
+/// answered within it.
 const WARM_UP_NS: u64 = 2_000_000_000;
 /// Bound on the files read for one warm-up (a store rotated very often).
 const MAX_WARM_UP_FILES: usize = 64;
 
-/// The files of a tapdeck store that continue one another: same directory, same stream,
-/// consecutive sequence numbers. A TCP message cut by rotation is reassembled by the file
-/// it completes in, after a warm-up over the end of its predecessor.
+/// Where a plain trace file sits in time and which capture it is of (its interfaces).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Span {
+    pub source: SourceFile,
+    pub first_time_ns: Option<i64>,
+    pub last_time_ns: Option<i64>,
+    /// Link type, snap length and name of every interface.
+    pub interfaces: String,
+}
+
+impl Span {
+    /// Reads a plain trace through for its first and last packet times (no dissection).
+    pub fn scan(source: &SourceFile) -> Result<Span, String> {
+        let mut reader = source::open(&source.path)?;
+        let (mut first, mut last) = (None, None);
+        // A damaged file spans what can be read of it.
+        while let Ok(Some(p)) = reader.next_packet() {
+            let t = p.ts_ns as i64;
+            first.get_or_insert(t);
+            last = Some(t);
+        }
+        let interfaces = reader
+            .interfaces()
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}/{}/{}",
+                    i.linktype,
+                    i.snaplen,
+                    i.name.as_deref().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(Span {
+            source: source.clone(),
+            first_time_ns: first,
+            last_time_ns: last,
+            interfaces,
+        })
+    }
+}
+
+/// The files that continue one another, read as one capture: a tapdeck store's files of
+/// one stream (same directory and stream, consecutive sequence numbers), and plain trace
+/// files of the same interfaces whose times follow on without overlap (one capture cut
+/// into files, as `editcap -c` or `tcpdump -C` do). A TCP message cut by a file boundary is
+/// reassembled by the file it completes in, after a warm-up over the end of its
+/// predecessor, which also lets replies there find their calls before the cut.
 pub struct Chains {
-    by_key: HashMap<(PathBuf, u32, u64), String>,
+    prev: HashMap<String, String>,
+    next: HashMap<String, String>,
+    /// Plain files' spans (stored files have a chunk index instead).
+    spans: HashMap<String, Span>,
 }
 
 impl Chains {
-    pub fn new(paths: &[String]) -> Chains {
+    /// `paths`: every source of the dataset; `spans`: those of its plain files.
+    pub fn new(paths: &[String], spans: &[Span]) -> Chains {
+        let (mut prev, mut next) = (HashMap::new(), HashMap::new());
         let mut by_key = HashMap::new();
         for p in paths {
             if let Some(k) = chain_key(p) {
                 by_key.insert(k, p.clone());
             }
         }
-        Chains { by_key }
+        for ((dir, stream, seq), p) in &by_key {
+            if let Some(n) = seq
+                .checked_add(1)
+                .and_then(|s| by_key.get(&(dir.clone(), *stream, s)))
+            {
+                next.insert(p.clone(), n.clone());
+                prev.insert(n.clone(), p.clone());
+            }
+        }
+        let mut plain: Vec<&Span> = spans
+            .iter()
+            .filter(|s| s.first_time_ns.is_some() && chain_key(&s.source.path).is_none())
+            .collect();
+        plain.sort_by(|a, b| {
+            (&a.interfaces, a.first_time_ns, &a.source.path).cmp(&(
+                &b.interfaces,
+                b.first_time_ns,
+                &b.source.path,
+            ))
+        });
+        for w in plain.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            if a.interfaces == b.interfaces && b.first_time_ns >= a.last_time_ns {
+                next.insert(a.source.path.clone(), b.source.path.clone());
+                prev.insert(b.source.path.clone(), a.source.path.clone());
+            }
+        }
+        let spans = spans
+            .iter()
+            .map(|s| (s.source.path.clone(), s.clone()))
+            .collect();
+        Chains { prev, next, spans }
     }
 
-    /// The previous and next files of `path`'s stream.
-    pub fn neighbours(&self, path: &str) -> (Option<String>, Option<String>) {
+    /// What a file's rows depend on besides its own bytes: the earlier files its warm-up
+    /// reads (latest first) and the file that continues it.
+    pub fn neighbours(&self, path: &str) -> (Vec<String>, Option<String>) {
+        let (files, _) = self.warm_plan(path);
         (
-            self.neighbour(path, -1).cloned(),
-            self.neighbour(path, 1).cloned(),
+            files.into_iter().map(|(p, _)| p).collect(),
+            self.next.get(path).cloned(),
         )
     }
 
-    fn neighbour(&self, path: &str, step: i64) -> Option<&String> {
-        let (dir, stream, seq) = chain_key(path)?;
-        let seq = seq.checked_add_signed(step)?;
-        self.by_key.get(&(dir, stream, seq))
+    /// Feeds the last `WARM_UP_NS` of the capture before `path` into `engine` (from as
+    /// many earlier files as that spans), and tells it whether a next file continues this
+    /// one. A predecessor that cannot be read ends the warm-up there.
+    fn warm_up(
+        &self,
+        path: &str,
+        engine: &mut RpcEngine,
+        anon: &mut Anonymizer,
+    ) -> Result<(), String> {
+        engine.set_continued(self.next.contains_key(path));
+        let (files, from) = self.warm_plan(path);
+        for (path, stored) in files.iter().rev() {
+            match stored {
+                Some(file) => warm_up_stored(file, from, engine, anon)?,
+                None => warm_up_plain(path, from, engine, anon)?,
+            }
+        }
+        Ok(())
     }
 
-    /// Feeds the last `WARM_UP_NS` of the stream before `path` into `engine` (from as many
-    /// earlier files as that spans), and tells it whether a next file continues this one.
-    /// Best effort: a predecessor that cannot be read ends the warm-up there.
-    fn warm_up(&self, path: &str, engine: &mut RpcEngine) {
-        engine.set_continued(self.neighbour(path, 1).is_some());
+    /// The files before `path` that cover the warm-up span (latest first; stored files
+    /// opened), and the time the warm-up starts at.
+    #[allow(clippy::type_complexity)]
+    fn warm_plan(&self, path: &str) -> (Vec<(String, Option<StoredFile>)>, u64) {
         // Walk back until the files cover the warm-up span (bounded).
-        let mut files = Vec::new();
+        let mut files: Vec<(String, Option<StoredFile>)> = Vec::new();
         let mut cursor = path.to_string();
         let mut end: Option<u64> = None;
         while files.len() < MAX_WARM_UP_FILES {
-            let Some(prev) = self.neighbour(&cursor, -1).cloned() else {
+            let Some(prev) = self.prev.get(&cursor).cloned() else {
                 break;
             };
-            let Ok(file) = tapdeck_store::read::StoredFile::open(Path::new(&prev)) else {
-                break;
+            let (stored, first, last) = match self.spans.get(&prev) {
+                Some(s) => (
+                    None,
+                    s.first_time_ns.map(|t| t.max(0) as u64),
+                    s.last_time_ns.map(|t| t.max(0) as u64),
+                ),
+                None => {
+                    let Ok(file) = StoredFile::open(Path::new(&prev)) else {
+                        break;
+                    };
+                    let first = file.packet_chunks().map(|e| e.first_ts_ns).min();
+                    let last = file.packet_chunks().map(|e| e.last_ts_ns).max();
+                    (Some(file), first, last)
+                }
             };
-            let first = file.packet_chunks().map(|e| e.first_ts_ns).min();
-            let last = file.packet_chunks().map(|e| e.last_ts_ns).max();
             let stream_end = *end.get_or_insert(last.unwrap_or(0));
-            files.push(file);
+            files.push((prev.clone(), stored));
             if first.is_some_and(|f| f <= stream_end.saturating_sub(WARM_UP_NS)) {
                 break;
             }
             cursor = prev;
         }
         let from = end.unwrap_or(0).saturating_sub(WARM_UP_NS);
-        let mut scratch = Vec::new();
-        for file in files.iter().rev() {
-            let Ok(header) = file.read_header() else {
-                return;
-            };
-            let interfaces = file.interfaces();
-            for entry in file.packet_chunks().filter(|e| e.last_ts_ns >= from) {
-                let Ok(chunk) = file.read_chunk(&header, entry, &mut scratch) else {
-                    return;
-                };
-                for i in 0..chunk.len() {
-                    let p = chunk.packet(i);
-                    let linktype = interfaces.get(p.iface as usize).map_or(1, |i| i.linktype);
-                    engine.warm_up(&headers(linktype, p.data), p.ts_ns as i64);
-                }
+        (files, from)
+    }
+}
+
+fn warm_up_stored(
+    file: &StoredFile,
+    from: u64,
+    engine: &mut RpcEngine,
+    anon: &mut Anonymizer,
+) -> Result<(), String> {
+    let Ok(header) = file.read_header() else {
+        return Ok(());
+    };
+    let interfaces = file.interfaces();
+    let mut scratch = Vec::new();
+    for entry in file.packet_chunks().filter(|e| e.last_ts_ns >= from) {
+        let Ok(chunk) = file.read_chunk(&header, entry, &mut scratch) else {
+            return Ok(());
+        };
+        for i in 0..chunk.len() {
+            let p = chunk.packet(i);
+            if p.ts_ns < from {
+                continue;
             }
+            let linktype = interfaces.get(p.iface as usize).map_or(1, |i| i.linktype);
+            engine.warm_up(&headers(linktype, p.data), p.ts_ns as i64, anon)?;
         }
+    }
+    Ok(())
+}
+
+fn warm_up_plain(
+    path: &str,
+    from: u64,
+    engine: &mut RpcEngine,
+    anon: &mut Anonymizer,
+) -> Result<(), String> {
+    let Ok(mut reader) = source::open(path) else {
+        return Ok(());
+    };
+    loop {
+        let ctx = match reader.next_packet_with_context() {
+            Ok(Some(c)) => c,
+            _ => return Ok(()),
+        };
+        let p = ctx.packet;
+        if p.ts_ns < from {
+            continue;
+        }
+        let linktype = ctx
+            .interfaces
+            .get(p.iface as usize)
+            .map_or(1, |i| i.linktype);
+        engine.warm_up(&headers(linktype, p.data), p.ts_ns as i64, anon)?;
     }
 }
 

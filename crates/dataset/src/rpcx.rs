@@ -2,10 +2,15 @@
 //! reassembled, record-framed TCP streams; calls paired with replies; rows for the rpc and
 //! nfs tables.
 //!
-//! Ids: every message of a file gets an ordinal in the order messages complete. A call's
-//! transaction id is the file's offset plus its ordinal; a reply takes its call's id; a
-//! retransmitted call and a duplicate reply take the id of the transaction they repeat.
-//! Pass one and pass two run this same code, so ordinals agree between them.
+//! Pairing: a reply answers the call on the same connection (transport, both addresses and
+//! ports) with the same xid that came before it in packet time and is not yet answered. A
+//! message's time is that of the packet that completed it (for TCP, the segment that
+//! delivered its last byte, or filled the last hole before it), never of a later one.
+//!
+//! Ids: a call's transaction id is a hash of its connection, xid and time, so it is a
+//! function of the packets alone, whatever the file cuts, shards or threads; a reply, a
+//! retransmitted call and a duplicate reply take the id of the transaction they belong to;
+//! a reply without a call gets a hash of its own. Pass one and pass two run this same code.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -77,6 +82,7 @@ impl RpcSinks {
 /// What the engine reports at the end of a file.
 pub struct RpcResult {
     pub messages: u64,
+    pub answered_warm: Vec<i64>,
     pub open_calls: Vec<OpenCall>,
     pub orphan_replies: Vec<OrphanReply>,
     pub counts: BTreeMap<String, u64>,
@@ -125,10 +131,11 @@ fn to_ip(version: u8, a: &[u8; 16]) -> IpAddr {
 /// A call waiting for (or recently given) its reply.
 struct Pending {
     tid: i64,
-    ordinal: u64,
     time_ns: i64,
     info: CallInfo,
     answered_at: Option<i64>,
+    /// Seen while warming up over the previous file: its rows are that file's.
+    warm: bool,
     /// Pass two: the decoded call (for names and handles in the reply's rows) and its rpc
     /// rows, written once it is known whether a reply came. Boxed, and both emptied once
     /// answered: an answered call stays in the map for a minute (to spot duplicate
@@ -140,7 +147,7 @@ struct Pending {
 pub struct RpcEngine {
     file_id: i32,
     input: Option<PassTwoInput>,
-    answered_later: HashSet<u64>,
+    answered_later: HashSet<i64>,
     /// Out only while it runs (see `packet`).
     tcp: Option<TcpRpcTracker<Meta>>,
     calls: FastMap<(Conv, u32), Pending>,
@@ -159,6 +166,11 @@ pub struct RpcEngine {
     replay_ordinal: Option<u64>,
     /// At the end of the file, early replies are orphans.
     finishing: bool,
+    /// Feeding the end of the previous file of the same capture: messages register calls
+    /// and answers (so that pairing continues across the cut) but write and count nothing.
+    warming: bool,
+    /// Ids of calls seen while warming up that a reply in this file answered.
+    answered_warm: Vec<i64>,
 }
 
 /// A hash map keyed by what a trace holds: ahash with per-process random keys is several
@@ -185,6 +197,8 @@ impl RpcEngine {
                 .map(|i| i.answered_later.iter().copied().collect())
                 .unwrap_or_default(),
             input: input.cloned(),
+            warming: false,
+            answered_warm: Vec::new(),
             tcp: Some(TcpRpcTracker::new(TrackerConfig::default())),
             calls: FastMap::default(),
             ordinal: 0,
@@ -201,6 +215,9 @@ impl RpcEngine {
     }
 
     fn count(&mut self, key: &str) {
+        if self.warming {
+            return; // counted by the file the message belongs to
+        }
         // Called per message: no allocation for a key already there.
         match self.counts.get_mut(key) {
             Some(n) => *n += 1,
@@ -306,17 +323,20 @@ impl RpcEngine {
         r
     }
 
-    /// Feeds a packet of the previous file of the same capture stream, so that TCP
-    /// messages spanning the file boundary are reassembled whole. Messages that complete
-    /// here belong to the previous file (which wrote them) and are dropped.
-    pub fn warm_up(&mut self, h: &Headers<'_>, time_ns: i64) {
-        if matches!(h.transport, Transport::Tcp(_)) {
-            let meta = Meta { time_ns, record: 0 };
-            if let Some(tcp) = &mut self.tcp {
-                tcp.packet(h, meta, time_ns.max(0) as u64, &mut |_, _| {});
-            }
-        }
-        self.last_time_ns = time_ns;
+    /// Feeds a packet of the previous file of the same capture, so that TCP messages
+    /// spanning the file boundary are reassembled whole and replies here find their calls
+    /// there, as if the files were one. Messages that complete here belong to the previous
+    /// file (which writes and counts them): they only register calls and answers.
+    pub fn warm_up(
+        &mut self,
+        h: &Headers<'_>,
+        time_ns: i64,
+        anon: &mut Anonymizer,
+    ) -> Result<(), String> {
+        self.warming = true;
+        let r = self.packet(h, time_ns, 0, anon, None);
+        self.warming = false;
+        r
     }
 
     /// The next file of the same stream completes the messages in progress at the end of
@@ -327,14 +347,16 @@ impl RpcEngine {
 
     /// Forgets answered calls old enough that a duplicate reply is no longer expected.
     fn sweep(&mut self, now: i64, out: Option<&mut RpcSinks>) -> Result<(), String> {
-        let old: Vec<(Conv, u32)> = self
+        // In a fixed order: the rows they still hold are written now.
+        let mut old: Vec<(i64, i64, (Conv, u32))> = self
             .calls
             .iter()
             .filter(|(_, p)| p.answered_at.is_some_and(|t| now - t > ANSWERED_KEEP_NS))
-            .map(|(k, _)| *k)
+            .map(|(k, p)| (p.time_ns, p.tid, *k))
             .collect();
+        old.sort_unstable_by_key(|(t, id, _)| (*t, *id));
         let mut rows = Vec::new();
-        for k in old {
+        for (_, _, k) in old {
             if let Some(p) = self.calls.remove(&k) {
                 rows.extend(p.rows);
             }
@@ -371,11 +393,14 @@ impl RpcEngine {
             }
         };
         let replayed = self.replay_ordinal.take();
-        let ordinal = replayed.unwrap_or_else(|| {
-            self.ordinal += 1;
-            self.ordinal - 1
-        });
-        let offset = self.input.as_ref().map_or(0, |i| i.transaction_offset);
+        let ordinal = match replayed {
+            Some(o) => o,
+            None if self.warming => 0,
+            None => {
+                self.ordinal += 1;
+                self.ordinal - 1
+            }
+        };
         let is_call = matches!(msg.header, Header::Call(_));
         let (client, server) = if is_call {
             (key.src, key.dst)
@@ -392,7 +417,7 @@ impl RpcEngine {
             time_ns: meta.time_ns,
             file_id: self.file_id,
             record: meta.record,
-            transaction_id: offset + ordinal as i64,
+            transaction_id: 0,
             direction: if is_call { "call" } else { "reply" },
             transport: if tcp { "tcp" } else { "udp" },
             client_addr: Some(Addr(anon.ip(to_ip(key.version, &client.addr)))),
@@ -406,7 +431,11 @@ impl RpcEngine {
             truncated,
             ..Default::default()
         };
+        // Calls get their id here, replies from their call (or their own, without one).
+        row.transaction_id = message_id(&row, meta.time_ns, is_call);
         let pass_two = out.is_some();
+        // Decoded calls are kept for their replies' rows, warm ones included.
+        let keep_decoded = pass_two || (self.warming && self.input.is_some());
         match &msg.header {
             Header::Call(c) => {
                 self.count("rpc.calls");
@@ -422,15 +451,17 @@ impl RpcEngine {
                     row.gid = Some(i64::from(sys.gid));
                 }
                 row.first_time_ns = Some(meta.time_ns);
-                let decoded = pass_two.then(|| decode_message(&msg, None));
+                let decoded = keep_decoded.then(|| decode_message(&msg, None));
                 let k = (conv, msg.xid);
                 match self.calls.get_mut(&k) {
                     // The same xid again before any reply: a retransmission.
                     Some(p) if p.answered_at.is_none() && p.info == info => {
-                        self.counts
-                            .entry("rpc.retransmits".into())
-                            .and_modify(|v| *v += 1)
-                            .or_insert(1);
+                        if !self.warming {
+                            self.counts
+                                .entry("rpc.retransmits".into())
+                                .and_modify(|v| *v += 1)
+                                .or_insert(1);
+                        }
                         row.retransmit = true;
                         row.transaction_id = p.tid;
                         row.first_time_ns = Some(p.time_ns);
@@ -451,10 +482,10 @@ impl RpcEngine {
                             k,
                             Pending {
                                 tid: row.transaction_id,
-                                ordinal,
                                 time_ns: meta.time_ns,
                                 info,
                                 answered_at: None,
+                                warm: self.warming,
                                 decoded: None,
                                 rows: if pass_two {
                                     vec![row.clone()]
@@ -465,9 +496,11 @@ impl RpcEngine {
                         );
                     }
                 }
-                if let (Some(out), Some(d)) = (out.as_deref_mut_opt(), decoded) {
-                    self.note_decode(&d);
-                    self.nfs_rows(out, &row, info, &d, None, anon)?;
+                if let Some(d) = decoded {
+                    if let Some(out) = out.as_deref_mut_opt() {
+                        self.note_decode(&d);
+                        self.nfs_rows(out, &row, info, &d, None, anon)?;
+                    }
                     if let Some(p) = self.calls.get_mut(&k) {
                         if p.decoded.is_none() {
                             p.decoded = Some(Box::new(d));
@@ -475,11 +508,13 @@ impl RpcEngine {
                     }
                 }
                 if let Some(early) = self.early.remove(&k) {
-                    self.counts
-                        .entry("rpc.reply_before_call".into())
-                        .and_modify(|v| *v += 1)
-                        .or_insert(1);
-                    self.replay_early(early, false, anon, out)?;
+                    // A reply processed before its call completed (held behind a hole):
+                    // paired only if the call came first in packet time.
+                    let answers = early.meta.time_ns >= meta.time_ns;
+                    if answers {
+                        self.count("rpc.reply_before_call");
+                    }
+                    self.replay_early(early, !answers, anon, out)?;
                 }
             }
             Header::Reply(r) => {
@@ -492,17 +527,34 @@ impl RpcEngine {
                 row.auth_stat = r.auth_stat.map(|v| v as i32);
                 let k = (conv, msg.xid);
                 let mut call: Option<(CallInfo, Option<Box<Decoded>>)> = None;
-                if let Some(p) = self.calls.get_mut(&k) {
+                // An answered call stays for duplicate replies for a fixed span of packet
+                // time (not until a sweep happens to run), so the result is the same
+                // wherever the files are cut.
+                if self.calls.get(&k).is_some_and(|p| {
+                    p.answered_at
+                        .is_some_and(|t| meta.time_ns - t > ANSWERED_KEEP_NS)
+                }) {
+                    self.calls.remove(&k);
+                }
+                let warming = self.warming;
+                // Only a call that came before the reply in packet time.
+                let mut warm_answered = None;
+                if let Some(p) = self.calls.get_mut(&k).filter(|p| p.time_ns <= meta.time_ns) {
                     row.transaction_id = p.tid;
                     row.matched = true;
                     row.first_time_ns = Some(p.time_ns);
                     if p.answered_at.is_some() {
-                        self.counts
-                            .entry("rpc.duplicate_replies".into())
-                            .and_modify(|v| *v += 1)
-                            .or_insert(1);
+                        if !warming {
+                            self.counts
+                                .entry("rpc.duplicate_replies".into())
+                                .and_modify(|v| *v += 1)
+                                .or_insert(1);
+                        }
                         row.retransmit = true;
                     } else {
+                        if p.warm && !warming {
+                            warm_answered = Some(p.tid);
+                        }
                         p.answered_at = Some(meta.time_ns);
                         for r in &mut p.rows {
                             r.matched = true;
@@ -516,10 +568,14 @@ impl RpcEngine {
                     // The decoded call is needed once, for its reply's rows; a duplicate
                     // reply does without (keeping it would hold every call in memory).
                     call = Some((p.info, p.decoded.take()));
+                } else if warming {
+                    // A reply of the previous file whose call is not in the warm-up span:
+                    // that file's business.
+                    return Ok(());
                 } else if let Some(remote) = self
                     .input
                     .as_ref()
-                    .and_then(|i| i.remote_replies.get(&ordinal))
+                    .and_then(|i| i.remote_replies.get(&row.transaction_id))
                 {
                     row.transaction_id = remote.transaction_id;
                     row.matched = true;
@@ -552,10 +608,13 @@ impl RpcEngine {
                     self.orphan_replies.push(OrphanReply {
                         conv: conv.key(),
                         xid: msg.xid,
-                        ordinal,
+                        id: row.transaction_id,
                         time_ns: meta.time_ns,
                     });
                     self.count("rpc.unmatched_replies");
+                }
+                if let Some(tid) = warm_answered {
+                    self.answered_warm.push(tid);
                 }
                 if let Some((info, _)) = &call {
                     row.program = Some(info.prog as i32);
@@ -827,9 +886,13 @@ impl RpcEngine {
         };
         let continued = self.continued;
         let mut tcp = self.tcp.take().expect("the tracker is back after each use");
+        let mut continued_messages = 0u64;
         tcp.finish(end, &mut |k, m| {
             if !continued {
                 done.push((*k, m.body.to_vec(), m.wire_len, m.truncated, m.last_meta));
+            } else if m.truncated {
+                // Not cut: the next file completes it.
+                continued_messages += 1;
             }
         });
         // Messages completed only at the end (truncated by the end of the capture).
@@ -860,7 +923,10 @@ impl RpcEngine {
             ("tcp.resync_skipped_bytes", f.resync_skipped_bytes),
             ("failed.oversized_record", f.oversized_record),
             ("failed.truncated_at_gap", f.truncated_at_gap),
-            ("failed.truncated_at_end", f.truncated_at_end),
+            (
+                "failed.truncated_at_end",
+                f.truncated_at_end.saturating_sub(continued_messages),
+            ),
             ("tcp.evicted_connections", c.evicted_connections),
             ("tcp.not_rpc_streams", f.not_rpc_streams),
         ] {
@@ -870,12 +936,15 @@ impl RpcEngine {
         }
         let mut open_calls = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
-        for ((conv, xid), p) in self.calls.drain() {
-            if p.answered_at.is_none() {
+        let mut calls: Vec<((Conv, u32), Pending)> = self.calls.drain().collect();
+        calls.sort_unstable_by_key(|(_, p)| (p.time_ns, p.tid));
+        for ((conv, xid), p) in calls {
+            // A warm call is the previous file's open call, reported there.
+            if p.answered_at.is_none() && !p.warm {
                 open_calls.push(OpenCall {
                     conv: conv.key(),
                     xid,
-                    ordinal: p.ordinal,
+                    id: p.tid,
                     time_ns: p.time_ns,
                     program: p.info.prog,
                     version: p.info.vers,
@@ -887,11 +956,10 @@ impl RpcEngine {
                 pending.push(p);
             }
         }
-        open_calls.sort_by_key(|c| c.ordinal);
         let mut unmatched_calls = 0;
         for p in pending {
-            let answered = p.answered_at.is_some() || self.answered_later.contains(&p.ordinal);
-            if !answered {
+            let answered = p.answered_at.is_some() || self.answered_later.contains(&p.tid);
+            if !answered && !p.warm {
                 unmatched_calls += 1;
             }
             if let Some(out) = out.as_deref_mut() {
@@ -907,11 +975,36 @@ impl RpcEngine {
         }
         Ok(RpcResult {
             messages: self.ordinal,
+            answered_warm: self.answered_warm,
             open_calls,
             orphan_replies: self.orphan_replies,
             counts: self.counts,
         })
     }
+}
+
+/// A message's transaction id: a hash of its connection (as written in the row, so
+/// anonymized addresses when they are), xid and time, in 63 bits so that ids stay
+/// non-negative. Calls and replies without a call hash in separate domains. Collisions
+/// are as likely as for any 63-bit hash: about one pair among 3 billion transactions.
+fn message_id(row: &RpcRow, time_ns: i64, call: bool) -> i64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&[u8::from(call), u8::from(row.transport == "tcp")]);
+    for (addr, port) in [
+        (row.client_addr, row.client_port),
+        (row.server_addr, row.server_port),
+    ] {
+        let a = match addr.map(|a| a.0) {
+            Some(IpAddr::V4(v4)) => v4.to_ipv6_mapped().octets(),
+            Some(IpAddr::V6(v6)) => v6.octets(),
+            None => [0; 16],
+        };
+        h.update(&a);
+        h.update(&port.unwrap_or(0).to_le_bytes());
+    }
+    h.update(&(row.xid as u32).to_le_bytes());
+    h.update(&time_ns.to_le_bytes());
+    (h.digest() >> 1) as i64
 }
 
 /// `Option<&mut T>::as_deref_mut` on an already-reborrowed option.

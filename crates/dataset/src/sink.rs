@@ -361,7 +361,8 @@ pub fn write_whole(
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let tmp = path.with_extension("parquet.tmp");
+    // Unique per process: shards running at the same time write the catalog too.
+    let tmp = path.with_extension(format!("parquet.{}.tmp", std::process::id()));
     let file = File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(

@@ -18,7 +18,8 @@ pub type ConvKey = String;
 pub struct OpenCall {
     pub conv: ConvKey,
     pub xid: u32,
-    pub ordinal: u64,
+    /// Its transaction id.
+    pub id: i64,
     pub time_ns: i64,
     pub program: u32,
     pub version: u32,
@@ -30,7 +31,8 @@ pub struct OpenCall {
 pub struct OrphanReply {
     pub conv: ConvKey,
     pub xid: u32,
-    pub ordinal: u64,
+    /// The id it has as a reply without a call.
+    pub id: i64,
     pub time_ns: i64,
 }
 
@@ -45,14 +47,17 @@ pub struct PassOne {
     /// RPC messages (calls and replies): the size of the file's id range.
     pub messages: u64,
     pub open_calls: Vec<OpenCall>,
+    /// Ids of open calls of the previous file(s) that a reply in this file answered (seen
+    /// through the warm-up over their ends).
+    pub answered_warm: Vec<i64>,
     pub orphan_replies: Vec<OrphanReply>,
     /// Where a damaged file stopped being readable; the packets before it are converted.
     #[serde(default)]
     pub defect: Option<String>,
-    /// The files of the same store stream before and after this one, when known: they
-    /// change which TCP messages this file completes.
+    /// The earlier files of the same capture that its warm-up reads, and the next one:
+    /// they change which messages this file completes and which calls its replies find.
     #[serde(default)]
-    pub neighbours: (Option<String>, Option<String>),
+    pub neighbours: (Vec<String>, Option<String>),
 }
 
 /// The call a reply in another file answers.
@@ -70,15 +75,15 @@ pub struct RemoteCall {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PassTwoInput {
     pub file_id: i32,
-    pub transaction_offset: i64,
-    /// Reply ordinal → the call in an earlier file that it answers.
-    pub remote_replies: BTreeMap<u64, RemoteCall>,
-    /// Ordinals of calls answered in a later file.
-    pub answered_later: Vec<u64>,
+    /// A reply's own id (as a reply without a call) → the call in an earlier file that it
+    /// answers.
+    pub remote_replies: BTreeMap<i64, RemoteCall>,
+    /// Ids of calls answered in a later file.
+    pub answered_later: Vec<i64>,
     pub anonymization: Option<String>,
     pub converter: String,
     #[serde(default)]
-    pub neighbours: (Option<String>, Option<String>),
+    pub neighbours: (Vec<String>, Option<String>),
 }
 
 /// Pass two's result for one source file.
@@ -198,7 +203,10 @@ impl StateDir {
         let dir = path.parent().expect("has a parent");
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let tmp = path.with_extension("tmp");
+        // Unique per process and call: shards run at the same time write the same state.
+        static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
         let bytes = serde_json::to_vec(v).expect("state serializes");
         std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
@@ -223,11 +231,25 @@ impl StateDir {
         self.save("pass2", &p.source, p)
     }
 
+    /// A plain file's span, if the file is unchanged since it was read.
+    pub fn span(&self, source: &SourceFile) -> Option<crate::convert::Span> {
+        self.load::<crate::convert::Span>("span", source)
+            .filter(|s| s.source == *source)
+    }
+
+    pub fn save_span(&self, s: &crate::convert::Span) -> Result<(), String> {
+        self.save("span", &s.source, s)
+    }
+
     /// Every pass-one result on record (sources converted by earlier runs included).
     pub fn all_pass_one(&self) -> Vec<PassOne> {
         let mut out = Vec::new();
         if let Ok(entries) = std::fs::read_dir(self.dir.join("pass1")) {
             for e in entries.flatten() {
+                // Skips other writers' temporary files.
+                if e.path().extension().is_none_or(|x| x != "json") {
+                    continue;
+                }
                 if let Some(p) = std::fs::read(e.path())
                     .ok()
                     .and_then(|b| serde_json::from_slice::<PassOne>(&b).ok())

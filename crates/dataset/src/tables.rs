@@ -338,7 +338,6 @@ table! {
         first_time_ns: Option<i64>,
         last_time_ns: Option<i64>,
         rpc_messages: i64,
-        transaction_offset: i64,
     }
 }
 

@@ -30,8 +30,9 @@ pub struct Endpoint {
     pub port: u16,
 }
 
-/// A directional 5-tuple plus VLAN: who sent this packet to whom.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// A directional 5-tuple plus VLAN: who sent this packet to whom. Ordered, so that
+/// whatever is done over many connections at once can be done in a fixed order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct FlowKey {
     pub version: u8,
     pub protocol: u8,

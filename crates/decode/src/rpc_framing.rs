@@ -10,7 +10,7 @@
 //! framing, for all connections of a trace).
 
 use crate::flow::FlowKey;
-use crate::packet::{Headers, Transport};
+use crate::packet::{Headers, TcpHeader, Transport};
 use crate::tcp::{
     ConnectionTable, GapCause, MemoryUse, ReassemblyConfig, ReassemblyCounters, Segment,
     StreamEvent, TableConfig, TcpReassembler,
@@ -785,8 +785,16 @@ impl<M: Copy + Ord> TcpRpcTracker<M> {
         let make = || Connection {
             dirs: [Direction::new(&cfg), Direction::new(&cfg)],
         };
+        let acks = (tcp.flags & TcpHeader::ACK != 0).then_some(tcp.ack);
         let closed = self.table.with(canon, now, make, |c| {
-            let d = &mut c.dirs[usize::from(reversed)];
+            let i = usize::from(reversed);
+            // The ACK first: it can release the other direction's data held behind a
+            // capture gap (a call), which then comes before this segment's (its reply).
+            if let Some(ack) = acks {
+                let back = key.reversed();
+                c.dirs[1 - i].acknowledged(ack, &mut |m| out(&back, m));
+            }
+            let d = &mut c.dirs[i];
             d.push(seg, &mut |m| out(&key, m));
             c.dirs.iter().all(|d| d.reasm.ended()) || tcp.rst()
         });
@@ -851,6 +859,11 @@ impl<M: Copy + Ord> Direction<M> {
         }
         let Direction { reasm, framer, .. } = self;
         reasm.push(seg, &mut |ev| framer.event(ev, out));
+    }
+
+    fn acknowledged(&mut self, ack: u32, out: &mut impl FnMut(RpcMessage<'_, M>)) {
+        let Direction { reasm, framer, .. } = self;
+        reasm.acknowledged(ack, &mut |ev| framer.event(ev, out));
     }
 
     fn close(

@@ -91,6 +91,8 @@ pub struct ReassemblyCounters {
     pub not_captured_bytes: u64,
     /// Times the buffer bound forced a hole to be skipped.
     pub forced_skips: u64,
+    /// Holes declared lost because the receiver acknowledged past them (capture loss).
+    pub acked_holes: u64,
     /// Segments after the stream ended.
     pub after_end_segments: u64,
 }
@@ -106,6 +108,7 @@ impl ReassemblyCounters {
         self.lost_bytes += o.lost_bytes;
         self.not_captured_bytes += o.not_captured_bytes;
         self.forced_skips += o.forced_skips;
+        self.acked_holes += o.acked_holes;
         self.after_end_segments += o.after_end_segments;
     }
 }
@@ -233,10 +236,57 @@ impl<M: Copy> TcpReassembler<M> {
                 };
                 self.counters.forced_skips += 1;
                 self.gap(first - self.next_abs, GapCause::Lost, seg.meta, out);
-                self.drain(Some(seg.meta), out);
+                // Nothing filled the hole: the bytes behind it arrived with their own
+                // segments, not with this one.
+                self.drain(None, out);
             }
         }
         self.check_fin(seg.meta, out);
+    }
+
+    /// The receiver acknowledged the stream up to `ack` (raw sequence number, from a
+    /// segment of the other direction). Bytes of a hole below it reached the receiver but
+    /// not the capture, so no retransmission will fill it: the hole becomes a lost gap now
+    /// and the data behind it is delivered at once, each piece with the meta of the
+    /// segment that carried it. Without this, data behind a capture gap would wait for the
+    /// buffer bound and be timed by whatever segment forced it out, much later.
+    pub fn acknowledged(&mut self, ack: u32, out: &mut impl FnMut(StreamEvent<'_, M>)) {
+        if !self.started || self.ended {
+            return;
+        }
+        let ahead = ack.wrapping_sub(self.next_seq) as i32;
+        if ahead <= 0 {
+            return;
+        }
+        let acked = self.next_abs + ahead as u64;
+        let mut end_meta = None;
+        while let Some((&first, p)) = self.buffer.first_key_value() {
+            if first >= acked {
+                // Only the part of the hole below the ACK is known lost; the rest may
+                // still come.
+                if first > self.next_abs && acked > self.next_abs {
+                    let meta = p.meta;
+                    self.counters.acked_holes += 1;
+                    self.gap(acked - self.next_abs, GapCause::Lost, meta, out);
+                }
+                break;
+            }
+            let meta = p.meta;
+            end_meta = Some(meta);
+            if first > self.next_abs {
+                self.counters.acked_holes += 1;
+                self.gap(first - self.next_abs, GapCause::Lost, meta, out);
+            }
+            self.drain(None, out);
+        }
+        if let Some(f) = self.fin_at {
+            if self.next_abs >= f {
+                self.ended = true;
+                if let Some(meta) = end_meta {
+                    out(StreamEvent::End { reset: false, meta });
+                }
+            }
+        }
     }
 
     /// Delivers everything buffered, skipping holes (reported as lost gaps). Use at the end
@@ -472,19 +522,22 @@ impl<V: MemoryUse> ConnectionTable<V> {
     pub fn evict(&mut self, now: u64, mut evicted: impl FnMut(FlowKey, V)) {
         self.last_sweep = now;
         let cutoff = now.saturating_sub(self.config.idle_timeout);
-        let idle: Vec<FlowKey> = self
+        // Evicted connections flush what they hold, so the order is part of the output:
+        // a fixed one (the map's is random per process).
+        let mut idle: Vec<(u64, FlowKey)> = self
             .map
             .iter()
             .filter(|(_, s)| s.last_seen < cutoff)
-            .map(|(k, _)| *k)
+            .map(|(k, s)| (s.last_seen, *k))
             .collect();
-        for k in idle {
+        idle.sort_unstable();
+        for (_, k) in idle {
             self.remove_into(k, &mut evicted);
         }
         if self.memory > self.config.max_memory || self.map.len() > self.config.max_connections {
             let mut by_age: Vec<(u64, FlowKey)> =
                 self.map.iter().map(|(k, s)| (s.last_seen, *k)).collect();
-            by_age.sort_unstable_by_key(|(t, _)| *t);
+            by_age.sort_unstable();
             let mem_goal = self.config.max_memory / 10 * 9;
             let count_goal = self.config.max_connections / 10 * 9;
             for (_, k) in by_age {
@@ -498,8 +551,10 @@ impl<V: MemoryUse> ConnectionTable<V> {
 
     /// Removes every connection (end of input), handing each to `evicted`.
     pub fn drain(&mut self, mut evicted: impl FnMut(FlowKey, V)) {
-        let keys: Vec<FlowKey> = self.map.keys().copied().collect();
-        for k in keys {
+        let mut keys: Vec<(u64, FlowKey)> =
+            self.map.iter().map(|(k, s)| (s.last_seen, *k)).collect();
+        keys.sort_unstable();
+        for (_, k) in keys {
             self.remove_into(k, &mut evicted);
         }
     }
