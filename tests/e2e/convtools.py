@@ -109,14 +109,51 @@ def nfs_captures(tmp_path_factory) -> dict[str, Path]:
     return caps
 
 
-def messages(pcap) -> list[dict]:
-    """oracle.rpc_messages(pcap), cached beside the capture (tshark -T json is slow)."""
-    cache = Path(str(pcap) + ".oracle.pickle")
+def concurrent_capture(tmp_path_factory) -> Path:
+    """The rig's concurrent workload (several clients at once, NFSv3 and v4 over TCP, NULL
+    calls over UDP; see tests/nfs/workloads.py), captured by tcpdump the first time a test
+    asks and kept in the session's base temp directory."""
+    need_rig()
+    base = tmp_path_factory.getbasetemp() / "convert-nfs-concurrent"
+    pcap = base / "concurrent.pcap"
+    done = base / "done"
+    if done.exists():
+        return pcap
+    base.mkdir(parents=True, exist_ok=True)
+    for attempt in (1, 2):  # a fresh rig for a second try, as nfs_captures does
+        try:
+            with nfsrig.NfsRig(base / f"rig-{attempt}") as r, r.capture(pcap):
+                r.workload("concurrent")
+            break
+        except nfsrig.RigError as e:
+            if attempt == 2:
+                raise
+            print(f"rig: the concurrent workload failed, trying again: {e}", file=sys.stderr)
+    done.write_text("")
+    return pcap
+
+
+def _cached(pcap, name: str, make):
+    """make(), pickled beside the capture under `name` and reused while the capture is
+    unchanged."""
+    cache = Path(f"{pcap}.{name}.pickle")
     if cache.exists() and cache.stat().st_mtime_ns >= Path(pcap).stat().st_mtime_ns:
         return pickle.loads(cache.read_bytes())
-    msgs = oracle.rpc_messages(pcap)
-    cache.write_bytes(pickle.dumps(msgs))
-    return msgs
+    value = make()
+    cache.write_bytes(pickle.dumps(value))
+    return value
+
+
+def messages(pcap) -> list[dict]:
+    """oracle.rpc_messages(pcap), cached beside the capture (tshark -T json is slow)."""
+    return _cached(pcap, "oracle", lambda: oracle.rpc_messages(pcap))
+
+
+def timing(pcap, *, out_of_order: bool = True) -> list[dict]:
+    """oracle.rpc_timing(pcap): tshark's frame, time and rpc.time of every RPC message,
+    cached beside the capture."""
+    return _cached(pcap, f"timing-{int(out_of_order)}",
+                   lambda: oracle.rpc_timing(pcap, out_of_order=out_of_order))
 
 
 def direction(m: dict) -> str:
@@ -156,6 +193,39 @@ def write_records(path, header: bytes, recs) -> Path:
         f.write(header)
         f.writelines(recs)
     return Path(path)
+
+
+def frame_times(path) -> list[int]:
+    """Capture time (ns) of every record of a classic pcap, in record order."""
+    header, recs, e = read_pcap_records(path)
+    magic = struct.unpack(e + "I", header[:4])[0]
+    scale = 1 if magic == 0xA1B23C4D else 1000
+    return [(lambda sec, frac: sec * 1_000_000_000 + frac * scale)(
+        *struct.unpack(e + "II", r[:8])) for r in recs]
+
+
+def tcp_udp_frames(path) -> list[tuple | None]:
+    """Per record of an Ethernet/IPv4 pcap: (transport, (src, sport), (dst, dport),
+    payload bytes) for TCP and UDP packets, None for others (ARP, ...)."""
+    _header, recs, _ = read_pcap_records(path)
+    out = []
+    for r in recs:
+        d = r[16:]
+        if len(d) < 34 or d[12:14] != b"\x08\x00" or d[23] not in (6, 17):
+            out.append(None)
+            continue
+        ihl = (d[14] & 0x0F) * 4
+        total = struct.unpack("!H", d[16:18])[0]
+        src = ".".join(map(str, d[26:30]))
+        dst = ".".join(map(str, d[30:34]))
+        l4 = 14 + ihl
+        sport, dport = struct.unpack("!HH", d[l4:l4 + 4])
+        if d[23] == 6:
+            hl = (d[l4 + 12] >> 4) * 4
+            out.append(("tcp", (src, sport), (dst, dport), total - ihl - hl))
+        else:
+            out.append(("udp", (src, sport), (dst, dport), total - ihl - 8))
+    return out
 
 
 def drop_random(src, dst, fraction: float, seed: int) -> list[int]:

@@ -22,6 +22,7 @@ The server has no grace period (Graceless), so NFSv4 OPENs work at once.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shlex
@@ -45,6 +46,10 @@ EXPORT_PSEUDO = "/export"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 60.0
+# Held while a rig exists, so that a second rig on the machine (another test session) waits
+# for the first instead of taking its leftovers for a crashed run's and killing them.
+LOCK_PATH = Path("/run/lock/tdnfs-rig.lock")
+LOCK_TIMEOUT = 300.0
 
 TOOLS = ("ip", "ethtool", "unshare", "rpcbind", "rpcinfo", "ganesha.nfsd", "nfs-cp", "nfs-ls",
          "nfs-cat", "tcpdump")
@@ -194,10 +199,13 @@ class NfsRig:
     """Builds the namespaces and the server on enter, tears everything down on exit (also after
     a failure). Only one rig may exist at a time; tests using it must not run in parallel."""
 
-    def __init__(self, workdir, *, start_timeout: float = START_TIMEOUT):
+    def __init__(self, workdir, *, start_timeout: float = START_TIMEOUT,
+                 lock_timeout: float = LOCK_TIMEOUT):
         self.workdir = Path(workdir).resolve()
         self.export_dir = self.workdir / "export"
         self.start_timeout = start_timeout
+        self.lock_timeout = lock_timeout
+        self._lock = None
         self.server_ip = SERVER_IP
         self.client_ip = CLIENT_IP
         self.capture_if = CLIENT_IF
@@ -210,6 +218,7 @@ class NfsRig:
         if reason:
             raise RigError(reason)
         try:
+            self._take_lock()
             remove_leftovers()
             self._make_dirs()
             self._make_network()
@@ -223,9 +232,26 @@ class NfsRig:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _take_lock(self) -> None:
+        """Waits (at most lock_timeout) until no other rig on the machine holds the lock."""
+        LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+        f = open(LOCK_PATH, "a")  # held (and locked) until close()
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock = f
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    f.close()
+                    raise RigError(f"another NFS rig holds {LOCK_PATH} for more than "
+                                   f"{self.lock_timeout}s") from None
+                time.sleep(0.2)
+
     def close(self) -> None:
         """Stops ganesha (cleanly, so it unregisters from rpcbind), then rpcbind, then deletes
-        the namespaces. Safe to call twice."""
+        the namespaces, and lets the next rig start. Safe to call twice."""
         if self._server is not None:
             pids = [p for p in (self._pid("ganesha.shpid"), self._pid("ganesha.pid")) if p]
             _kill_pids(sorted(set(pids)))
@@ -238,7 +264,10 @@ class NfsRig:
                 self._server.kill()
                 self._server.wait(timeout=STOP_TIMEOUT)
             self._server = None
-        remove_leftovers()
+        if self._lock is not None:
+            remove_leftovers()
+            self._lock.close()  # releases the lock
+            self._lock = None
 
     def _pid(self, name: str) -> int | None:
         try:
@@ -346,10 +375,13 @@ class NfsRig:
         # -Z root: pytest's tmp dirs are 0700, tcpdump's default user could not write there.
         # --immediate-mode: otherwise packets wait in a half-full ring block for up to a
         # second, and those still waiting when tcpdump is stopped are lost.
+        # -B 65536 (KiB): the concurrent workload's 22 MB write crosses the veth faster than
+        # tcpdump drains the default 2 MiB ring; 64 MiB holds a whole burst.
         with open(err, "wb") as log:
             proc = subprocess.Popen(
                 ["ip", "netns", "exec", CLIENT_NS, "tcpdump", "-i", CLIENT_IF, "-s",
-                 str(snaplen), "--immediate-mode", "-U", "-n", "-Z", "root", "-w", str(path)],
+                 str(snaplen), "--immediate-mode", "-B", "65536", "-U", "-n", "-Z", "root",
+                 "-w", str(path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         try:
             self._wait_text(err, "listening on", proc, "tcpdump")
