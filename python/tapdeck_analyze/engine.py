@@ -79,7 +79,7 @@ class DuckDBEngine:
         have = {r[0] for r in self.con.execute(f"DESCRIBE raw_{name}").fetchall()}
         missing = [c for c in schema.ADDED_COLUMNS.get(name, []) if c not in have]
         if missing:
-            sch = schema.TABLES[name]
+            sch = {**schema.TABLES, **schema.CATALOG}[name]
             nulls = ", ".join(
                 f"CAST(NULL AS {schema.duckdb_type(sch.field(c).type)}) AS {c}" for c in missing
             )
@@ -149,7 +149,7 @@ def _with_added_columns(df, name: str):
     """Adds as null the columns added since that none of the table's files has."""
     from pyspark.sql import functions as F
 
-    sch = schema.TABLES[name]
+    sch = {**schema.TABLES, **schema.CATALOG}[name]
     for c in schema.ADDED_COLUMNS.get(name, []):
         if c not in df.columns:
             df = df.withColumn(c, F.lit(None).cast(_SPARK_TYPES[sch.field(c).type]))
@@ -214,7 +214,7 @@ class SparkEngine:
             file = ds.path / "catalog" / f"{name}.parquet"
             ds.tables_present[name] = file.exists()
             if file.exists():
-                df = self.spark.read.parquet(str(file))
+                df = _with_added_columns(self.spark.read.parquet(str(file)), name)
             else:
                 df = self.spark.sql(to_spark_sql(empty_select(sch)))
             df.createOrReplaceTempView(f"raw_{name}")

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import S
@@ -220,3 +221,18 @@ def test_bad_completeness_keys_are_one_line(tmp_path, meta, message):
 def test_usage_errors_exit_2(tmp_path):
     r = run_cli("run", "rates")
     assert r.returncode == 2 and "usage: tapdeck-analyze run" in r.stderr
+
+
+def test_catalog_without_transaction_offset_reads(tmp_path):
+    """Converters since issue 13 no longer write catalog/sources' transaction_offset (ids are
+    no longer per-file offsets): the column reads as null."""
+    path = small(tmp_path)
+    f = path / "catalog" / "sources.parquet"
+    t = pq.read_table(f)
+    pq.write_table(
+        t.drop_columns(["transaction_offset"]).replace_schema_metadata(t.schema.metadata), f
+    )
+    ds = open_dataset(path)
+    got = ds.query("SELECT path, transaction_offset FROM sources")
+    assert got.schema.field("transaction_offset").type == pa.int64()
+    assert got.to_pylist() == [{"path": "/traces/0.pcapng", "transaction_offset": None}]
