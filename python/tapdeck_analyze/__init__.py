@@ -1,7 +1,7 @@
 """Analyses of tapdeck datasets: each a plain function of a dataset returning an Arrow table."""
 
 from .burstiness import burstiness
-from .dataset import Dataset, DatasetError, open_dataset
+from .dataset import Dataset, DatasetError, IncompleteDatasetError, open_dataset
 from .files import files
 from .nfs_latency import nfs_latency
 from .nfs_ops import nfs_ops
@@ -13,6 +13,7 @@ from .sizes import sizes
 __all__ = [
     "Dataset",
     "DatasetError",
+    "IncompleteDatasetError",
     "open_dataset",
     "rates",
     "burstiness",

@@ -94,6 +94,15 @@ ANALYSES = {
 }
 
 
+def run(analysis: Analysis, ds, **options) -> dict:
+    """Every table of `analysis` on `ds` (an analysis' `options` go to its main table), by
+    result name as `table_names` gives them."""
+    tables = {analysis.name: analysis.main(ds, **options)}
+    for part, fn in analysis.parts.items():
+        tables[f"{analysis.name}_{part}"] = fn(ds)
+    return tables
+
+
 def table_names(analysis: Analysis) -> list[str]:
     """The result names of an analysis: its own and `<name>_<part>` for each part."""
     return [analysis.name] + [f"{analysis.name}_{p}" for p in analysis.parts]

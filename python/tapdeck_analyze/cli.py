@@ -5,7 +5,7 @@ import sys
 
 from . import output
 from .analyses import ANALYSES
-from .dataset import DatasetError, open_dataset
+from .dataset import DatasetError, IncompleteDatasetError, open_dataset
 from .engine import QueryError
 from .times import TimeFormatError, zone
 
@@ -28,6 +28,8 @@ def _common(p: argparse.ArgumentParser, engine: bool = True) -> None:
     p.add_argument("--tz", metavar="ZONE", help="time zone for displayed times (default UTC)")
     p.add_argument("--key", metavar="KEYFILE",
                    help="the key file of `tapdeck convert --key`: files shows names decrypted")  # fmt: skip
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="analyze a dataset whose conversion has not finished (with a warning)")  # fmt: skip
     if engine:
         p.add_argument("--engine", choices=["duckdb", "spark"], default="duckdb")
         p.add_argument("--master", metavar="URL", help="Spark master (default local[2])")
@@ -82,7 +84,11 @@ def main(argv=None) -> int:
             master=args.master,
             require_packets=args.command != "sql",
             key=args.key,
+            allow_incomplete=args.allow_incomplete,
         )
+        if ds.incomplete:
+            print(f"{PROG}: WARNING: {ds.incomplete}; the results leave those sources out",
+                  file=sys.stderr)  # fmt: skip
         if args.command == "report":
             from .report import write_report
 
@@ -94,6 +100,10 @@ def main(argv=None) -> int:
         else:
             table = ds.query(args.query)
             output.write(table, args.format, sys.stdout.buffer, tz)
+    except IncompleteDatasetError as e:
+        # not a usage error: the dataset is valid, only not finished yet
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 1
     except (DatasetError, TimeFormatError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2

@@ -22,6 +22,11 @@ class DatasetError(Exception):
     """Bad input a user can fix; the CLI prints it as one line."""
 
 
+class IncompleteDatasetError(DatasetError):
+    """The dataset's conversion has not finished or was interrupted: some sources have no rows
+    yet. Refused unless `allow_incomplete`; the CLI exits with 1 (not a usage error)."""
+
+
 @dataclass
 class Filters:
     client: str | None = None
@@ -52,6 +57,7 @@ class Dataset:
     engine: object = None  # duckdb or spark, see engine.py
     tables_present: dict[str, bool] = field(default_factory=dict)
     name_key: object = None  # names.NameKey: decrypts names (files) when the key is given
+    incomplete: str | None = None  # why the dataset is incomplete, when opened anyway
 
     def query(self, sql: str) -> pa.Table:
         """Runs one query (written in DuckDB's dialect) and returns its result as Arrow."""
@@ -175,6 +181,40 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
+def incompleteness(path: Path, meta: dict) -> str | None:
+    """Why the dataset is incomplete, in one line, or None. The converter writes `complete`
+    (false until every source, of every `--shard` run, is converted) and `missing_sources`
+    (the sources with no converted rows yet) into dataset.json; a dataset without these keys
+    was written before them, by a conversion that had finished."""
+    complete = meta.get("complete", True)
+    missing = meta.get("missing_sources", [])
+    where = path / "dataset.json"
+    if not isinstance(complete, bool):
+        raise DatasetError(f"{where}: complete is {complete!r}, not true or false")
+    if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+        raise DatasetError(f"{where}: missing_sources is not a list of paths")
+    if complete and not missing:
+        return None
+    if not missing:
+        return f"{path} is incomplete: its conversion has not finished or was interrupted"
+    total = _source_count(path, missing)
+    of = f" of {total}" if total else ""
+    noun = "source" if len(missing) == 1 and not total else "sources"
+    return f"{path} is incomplete: {len(missing)}{of} {noun} not converted yet (e.g. {missing[0]})"
+
+
+def _source_count(path: Path, missing: list[str]) -> int | None:
+    """All sources: those in the catalog and the missing ones (the catalog may or may not list
+    a source before its rows are written). None when the catalog cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        paths = pq.read_table(path / "catalog" / "sources.parquet", columns=["path"])
+    except (OSError, pa.ArrowException):
+        return None
+    return len(set(paths.column("path").to_pylist()) | set(missing))
+
+
 def _check_version(version: int, where: str) -> None:
     if version > schema.SCHEMA_VERSION:
         raise DatasetError(
@@ -208,6 +248,7 @@ def open_dataset(
     master: str | None = None,
     require_packets: bool = True,
     key=None,
+    allow_incomplete: bool = False,
 ) -> Dataset:
     """Opens the dataset at `path` for analysis.
 
@@ -215,14 +256,23 @@ def open_dataset(
     the range is [start, end). Raises DatasetError (one line) for a missing or partial dataset, a
     newer schema version, or an empty range. `key` is the key file the dataset's names were
     encrypted with (checked against its key id): `files` then shows the names decrypted.
+    An incomplete dataset (a conversion not finished or interrupted) raises
+    IncompleteDatasetError, unless `allow_incomplete`: then `Dataset.incomplete` says why.
     """
     path = Path(path)
     meta = read_meta(path)
+    # Before the engine reads any file: an unfinished conversion may have partial files.
+    incomplete = incompleteness(path, meta)
+    if incomplete and not allow_incomplete:
+        raise IncompleteDatasetError(
+            f"{incomplete}; finish the conversion (all --shard runs), or pass --allow-incomplete"
+        )
     start_ns = _as_ns(start, "--start")
     end_ns = _as_ns(end, "--end")
     if start_ns is not None and end_ns is not None and start_ns >= end_ns:
         raise DatasetError("--start must be before --end: the range [start, end) is empty")
     ds = Dataset(path, meta, start_ns, end_ns, Filters(client, server, op))
+    ds.incomplete = incomplete
     if key is not None:
         from .names import key_for
 

@@ -79,7 +79,7 @@ class DuckDBEngine:
         have = {r[0] for r in self.con.execute(f"DESCRIBE raw_{name}").fetchall()}
         missing = [c for c in schema.ADDED_COLUMNS.get(name, []) if c not in have]
         if missing:
-            sch = schema.TABLES[name]
+            sch = {**schema.TABLES, **schema.CATALOG}[name]
             nulls = ", ".join(
                 f"CAST(NULL AS {schema.duckdb_type(sch.field(c).type)}) AS {c}" for c in missing
             )
@@ -149,7 +149,7 @@ def _with_added_columns(df, name: str):
     """Adds as null the columns added since that none of the table's files has."""
     from pyspark.sql import functions as F
 
-    sch = schema.TABLES[name]
+    sch = {**schema.TABLES, **schema.CATALOG}[name]
     for c in schema.ADDED_COLUMNS.get(name, []):
         if c not in df.columns:
             df = df.withColumn(c, F.lit(None).cast(_SPARK_TYPES[sch.field(c).type]))
@@ -173,11 +173,17 @@ class SparkEngine:
 
     def __init__(self, ds: Dataset, master: str | None = None):
         try:
+            import pyspark
             from pyspark.sql import SparkSession
         except ImportError as e:
             raise DatasetError(
                 "--engine spark needs pyspark: pip install 'tapdeck-analyze[spark]'"
             ) from e
+        if int(pyspark.__version__.split(".")[0]) < 4:  # DataFrame.toArrow came with 4.0
+            raise DatasetError(
+                f"--engine spark needs pyspark 4.0 or newer, this is {pyspark.__version__}: "
+                "pip install 'tapdeck-analyze[spark]'"
+            )
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (
             SparkSession.builder.appName("tapdeck-analyze")
@@ -208,7 +214,7 @@ class SparkEngine:
             file = ds.path / "catalog" / f"{name}.parquet"
             ds.tables_present[name] = file.exists()
             if file.exists():
-                df = self.spark.read.parquet(str(file))
+                df = _with_added_columns(self.spark.read.parquet(str(file)), name)
             else:
                 df = self.spark.sql(to_spark_sql(empty_select(sch)))
             df.createOrReplaceTempView(f"raw_{name}")
@@ -217,6 +223,16 @@ class SparkEngine:
 
     def query(self, sql: str) -> pa.Table:
         try:
-            return self.spark.sql(to_spark_sql(sql)).toArrow()
+            table = self.spark.sql(to_spark_sql(sql)).toArrow()
         except Exception as e:  # pyspark raises many unrelated classes
             raise QueryError(_first_line(e)) from e
+        return _nullable(table)
+
+
+def _nullable(table: pa.Table) -> pa.Table:
+    """Spark marks the columns it knows are never NULL (count(*), …) as not nullable, DuckDB
+    marks none: every column nullable, so that both engines give one schema."""
+    if all(f.nullable for f in table.schema):
+        return table
+    fields = [f.with_nullable(True) for f in table.schema]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from .dataset import as_dataset
 from .names import NameKey, key_for
+from .sqlkit import last_row, latest
 
 ACCESSES = """
 accesses AS (
@@ -28,13 +29,19 @@ accesses AS (
 # are left out (in an encrypted dataset "." is still recognisable: its handle is the directory's).
 NAMED = """
 named AS (
-  SELECT fh, dir_fh, name,
+  SELECT fh, dir_fh, name, file_id, record,
          CASE WHEN operation IN ('READDIR', 'READDIRPLUS') THEN time_ns
               ELSE time_ns + 4611686018427387904 END AS rank_ns
   FROM nfs_names
   WHERE fh IS NOT NULL AND name IS NOT NULL AND name NOT IN ('.', '..')
     AND NOT (operation IN ('READDIR', 'READDIRPLUS') AND fh = dir_fh)
 )"""
+
+# How a file handle's rows are ordered to find the latest (`latest`, `last_row`): by time, and
+# by file and record between rows of the same instant. The type and the size are each the last
+# one known (pre-operation attributes carry a size but no type).
+ATTR_ORDER = ("time_ns", "file_id", "record")
+NAME_ORDER = ("rank_ns", "file_id", "record")
 
 
 def files(ds_or_path, key=None) -> pa.Table:
@@ -80,11 +87,11 @@ usage AS (
   GROUP BY fh
 ),
 attrs AS (
-  SELECT fh, arg_max(ftype, time_ns) AS ftype, arg_max(size, time_ns) AS size
-  FROM nfs_attrs WHERE size IS NOT NULL GROUP BY fh
+  SELECT fh, {latest("ftype", *ATTR_ORDER)} AS ftype, {latest("size", *ATTR_ORDER)} AS size
+  FROM nfs_attrs GROUP BY fh
 ),
 {NAMED},
-names AS (SELECT fh, arg_max(name, rank_ns) AS name FROM named GROUP BY fh)
+names AS (SELECT fh, {latest("name", *NAME_ORDER)} AS name FROM named GROUP BY fh)
 SELECT u.fh, n.name, a.ftype, a.size, u.first_access_ns, u.last_access_ns,
        CAST(u.reads AS BIGINT) AS reads, CAST(u.writes AS BIGINT) AS writes,
        CAST(coalesce(m.bytes_read, 0) AS BIGINT) AS bytes_read,
@@ -97,11 +104,14 @@ LEFT JOIN attrs AS a ON a.fh = u.fh
 LEFT JOIN names AS n ON n.fh = u.fh
 ORDER BY coalesce(m.bytes_read, 0) + coalesce(m.bytes_written, 0) DESC, u.fh
 """)
+    # The directory and the name from one row: the row whose name `names` chose (ties on the
+    # name broken by the directory).
+    link = last_row(["dir_fh", "name"], *NAME_ORDER, "name", "coalesce(dir_fh, '')")
     parents = ds.query(f"""
-WITH {NAMED}
-SELECT fh, arg_max(dir_fh, rank_ns) AS dir_fh, arg_max(name, rank_ns) AS name
-FROM named
-GROUP BY fh
+WITH {NAMED},
+links AS (SELECT fh, {link} AS link FROM named GROUP BY fh)
+SELECT l.fh, l.link.dir_fh AS dir_fh, l.link.name AS name
+FROM links AS l
 """).to_pylist()
 
     def plain(s):

@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import plots
-from .analyses import ANALYSES
+from .analyses import ANALYSES, run
 from .dataset import Dataset
 from .output import display_value
 from .times import format_time
@@ -42,6 +42,7 @@ FROM rpc WHERE direction = 'call' AND NOT retransmit OR direction = 'reply' AND 
     unmatched = (m["u_calls"] or 0) + (m["u_replies"] or 0)
     return {
         "dataset": str(ds.path),
+        "incomplete": ds.incomplete,
         "range": ds.describe_range(),
         **p,
         **drops,
@@ -76,9 +77,7 @@ def write_report(ds: Dataset, out, tz: dt.tzinfo = dt.timezone.utc, progress: bo
         if progress:
             print(f"[{i}/{len(ANALYSES)}] {analysis.name} …", file=sys.stderr, end="", flush=True)
         options = _options(ds, analysis.name)
-        tables = {analysis.name: analysis.main(ds, **options)}
-        for part, fn in analysis.parts.items():
-            tables[f"{analysis.name}_{part}"] = fn(ds)
+        tables = run(analysis, ds, **options)
         for name, table in tables.items():
             pq.write_table(table, out / f"{name}.parquet")
             pacsv.write_csv(table, out / f"{name}.csv")
@@ -141,6 +140,13 @@ def _html(s: dict, sections, tz) -> str:
         ("Estimated loss from unmatched RPCs", _fmt(s["estimated_rpc_loss"])),
     ]  # fmt: skip
     summary_rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in items)
+    # An incomplete dataset (opened with --allow-incomplete) says so before anything else.
+    warning = ""
+    if s["incomplete"]:
+        warning = (
+            f"<p class=incomplete><strong>Incomplete dataset:</strong> "
+            f"{html.escape(s['incomplete'])}. Every number below leaves those sources out.</p>"
+        )
     toc = " · ".join(f"<a href='#{a.name}'>{a.name}</a>" for a, _, _ in sections)
     body = []
     for analysis, tables, svgs in sections:
@@ -163,8 +169,10 @@ th {{ background: #f3f3f3; }}
 .plot svg {{ max-width: 100%; height: auto; }}
 .read {{ font-style: italic; }}
 .more {{ color: #666; font-size: 0.85em; }}
+.incomplete {{ background: #fdd; border: 2px solid #c00; padding: 0.5em 1em; font-size: 1.2em; }}
 </style></head><body>
 <h1>tapdeck report</h1>
+{warning}
 <table class=summary>{summary_rows}</table>
 <p>{toc}</p>
 {"".join(body)}

@@ -4,6 +4,7 @@ mix, top talkers and top flows by bytes. Sizes are lengths on the wire."""
 import pyarrow as pa
 
 from .dataset import as_dataset
+from .sqlkit import first_row
 
 PROTOCOL_NAMES = {1: "ICMP", 2: "IGMP", 6: "TCP", 17: "UDP", 47: "GRE", 50: "ESP", 58: "ICMPv6",
                   132: "SCTP"}  # fmt: skip
@@ -22,7 +23,7 @@ SELECT wire_len, packets, bytes,
        packets / CAST(sum(packets) OVER () AS DOUBLE) AS fraction,
        sum(packets) OVER (ORDER BY wire_len ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
          / CAST(sum(packets) OVER () AS DOUBLE) AS cumulative_fraction,
-       row_number() OVER (ORDER BY packets DESC, wire_len) AS rank
+       CAST(row_number() OVER (ORDER BY packets DESC, wire_len) AS BIGINT) AS rank
 FROM by_size
 ORDER BY wire_len
 """)
@@ -80,16 +81,24 @@ def flows(ds_or_path, top: int = 20) -> pa.Table:
     port_a (the sender of the flow's first packet), addr_b, port_b, packets, bytes,
     first_time_ns, last_time_ns."""
     ds = as_dataset(ds_or_path)
+    # The first packet (by time, then file and record, so ties go the same way on both engines)
+    # gives the flow's direction: all its columns from that one packet.
+    first = first_row(["protocol", "src_addr", "src_port", "dst_addr", "dst_port"],
+                      "time_ns", "file_id", "record")  # fmt: skip
     return ds.query(f"""
-SELECT flow_id,
-       arg_min(protocol, time_ns) AS protocol,
-       arg_min(src_addr, time_ns) AS addr_a, arg_min(src_port, time_ns) AS port_a,
-       arg_min(dst_addr, time_ns) AS addr_b, arg_min(dst_port, time_ns) AS port_b,
-       count(*) AS packets, CAST(sum(wire_len) AS BIGINT) AS bytes,
-       min(time_ns) AS first_time_ns, max(time_ns) AS last_time_ns
-FROM packets
-WHERE flow_id IS NOT NULL
-GROUP BY flow_id
-ORDER BY bytes DESC, flow_id
+WITH per_flow AS (
+  SELECT flow_id, {first} AS pkt,
+         count(*) AS packets, CAST(sum(wire_len) AS BIGINT) AS bytes,
+         min(time_ns) AS first_time_ns, max(time_ns) AS last_time_ns
+  FROM packets
+  WHERE flow_id IS NOT NULL
+  GROUP BY flow_id
+)
+SELECT f.flow_id, f.pkt.protocol AS protocol,
+       f.pkt.src_addr AS addr_a, f.pkt.src_port AS port_a,
+       f.pkt.dst_addr AS addr_b, f.pkt.dst_port AS port_b,
+       f.packets, f.bytes, f.first_time_ns, f.last_time_ns
+FROM per_flow AS f
+ORDER BY f.bytes DESC, f.flow_id
 LIMIT {int(top)}
 """)

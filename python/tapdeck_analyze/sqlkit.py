@@ -53,6 +53,32 @@ def percentiles_disc(value: str, ps) -> str:
     return f"quantile_disc({value}, [{', '.join(repr(float(p)) for p in ps)}])"
 
 
+def latest(value: str, *order: str) -> str:
+    """The aggregate: `value` of the row with the greatest (`order`…, `value`), rows whose value
+    is NULL left out. DuckDB's arg_max skips NULL values but Spark's MAX_BY does not, so NULLs
+    are filtered explicitly; the value is the last key so that rows tied on `order` give the
+    same answer on both engines. The `order` keys must not be NULL."""
+    return f"arg_max({value}, {_key(*order, value)}) FILTER (WHERE {value} IS NOT NULL)"
+
+
+def first_row(columns: list[str], *order: str) -> str:
+    """The aggregate: a struct of `columns` (NULLs kept) from the row with the smallest
+    (`order`…), which must identify one row: all columns come from the same row, on both
+    engines."""
+    row = ", ".join(f"{c} := {c}" for c in columns)
+    return f"arg_min(struct_pack({row}), {_key(*order)})"
+
+
+def last_row(columns: list[str], *order: str) -> str:
+    """As `first_row`, from the row with the greatest (`order`…)."""
+    return "arg_max" + first_row(columns, *order).removeprefix("arg_min")
+
+
+def _key(*exprs: str) -> str:
+    """Several sort keys as one value that both engines order field by field (a struct)."""
+    return "struct_pack(" + ", ".join(f"k{i} := {e}" for i, e in enumerate(exprs)) + ")"
+
+
 def bucket(time: str, width_ns: int, origin: str | int = 0) -> str:
     """Start time of the interval of `width_ns` (counted from `origin`) that holds `time`."""
     if origin == 0:

@@ -46,3 +46,87 @@ def nfs_path(tmp_path_factory):
 @pytest.fixture(scope="session")
 def nfs_ds(nfs_path):
     return open_dataset(nfs_path)
+
+
+def multi_client(b: DatasetBuilder) -> None:
+    """A dataset with the cases on which engines can disagree: three clients and two servers
+    on interleaved connections, the same xid on several connections, overlapping outstanding
+    calls, unmatched calls and replies, retransmissions, attribute rows with a NULL ftype or
+    size (as pre-operation attributes have) after the ones that carry them, and ties (the same
+    time_ns) that only a tiebreak key orders. Two source files."""
+    clients = ["10.0.0.1", "10.0.0.3", "10.0.0.5"]
+    servers = ["10.0.0.2", "10.0.0.4"]
+    ops = ["GETATTR", "LOOKUP", "READ", "WRITE", "ACCESS"]
+    for i in range(60):
+        t = T0 + i * 7 * MS
+        op = ops[i % len(ops)]
+        rw = op in ("READ", "WRITE")
+        b.nfs(
+            t,
+            None if i % 11 == 5 else t + (i % 9 + 1) * MS,  # some calls never answered
+            op=op,
+            client=clients[i % 3],
+            server=servers[i % 2],
+            xid=0x4521224E + i % 4,  # the same xid on every connection
+            fh=f"f{i % 4}" if rw else None,
+            offset=(i // 5) * 4096 if rw else None,
+            count=4096 if rw else None,
+            retransmits=[t + MS // 2] if i % 13 == 0 else (),
+            file_id=i % 2,
+        )
+    # two calls from different clients at the same instant, answered at the same instant
+    for client in clients[:2]:
+        b.nfs(T0 + 70 * S, T0 + 70 * S + MS, op="GETATTR", client=client, xid=77)
+    b.nfs(T0 + 71 * S, T0 + 71 * S + 3 * MS, op="COMPOUND", version=4,
+          v4_ops=["PUTFH", "READ", "GETATTR"], fh="f1", offset=0, count=8192,
+          client=clients[2], server=servers[1], xid=0x4521224E)  # fmt: skip
+    b.unmatched_reply(T0 + 72 * S, client=clients[1], server=servers[1], xid=0x4521224E)
+    b.unmatched_reply(T0 + 72 * S, client=clients[2], server=servers[0], xid=0x4521224E)
+
+    def attrs(t, fh, ftype, size, record=None):
+        b.add("nfs_attrs", time_ns=t, file_id=0, record=record or b.record(0), transaction_id=1,
+              nfs_version=3, operation="GETATTR", fh=fh, ftype=ftype, size=size)  # fmt: skip
+
+    # f0: the latest rows lack the type (pre-operation attributes): its type is the last known
+    attrs(T0 + 1, "f0", 1, 100)
+    attrs(T0 + 2, "f0", None, 200)
+    attrs(T0 + 3, "f0", None, 300)
+    # f1: two rows at the same instant in different records, then a tie within one record
+    attrs(T0 + 5, "f1", 1, 10)
+    attrs(T0 + 5, "f1", 2, 20)
+    rec = b.record(0)
+    attrs(T0 + 6, "f1", None, 40, record=rec)
+    attrs(T0 + 6, "f1", None, 30, record=rec)
+    # f2: the latest row lacks the size, f3: never a type
+    attrs(T0 + 7, "f2", 1, 1000)
+    attrs(T0 + 8, "f2", 2, None)
+    attrs(T0 + 9, "f3", None, 5)
+
+    def name(t, fh, dir_fh, name, op="LOOKUP", record=None):
+        b.add("nfs_names", time_ns=t, file_id=0, record=record or b.record(0), transaction_id=1,
+              direction="reply", nfs_version=3, operation=op, dir_fh=dir_fh, name=name,
+              fh=fh)  # fmt: skip
+
+    # f0 named twice in one reply (a tie), f1 in a READDIR and then by a LOOKUP, f2's directory
+    # known only from one of two tied rows
+    rec = b.record(0)
+    name(T0 + 10, "f0", "d0", "zeta", record=rec)
+    name(T0 + 10, "f0", "d0", "alpha", record=rec)
+    name(T0 + 11, "f1", "d0", "from-readdir", op="READDIRPLUS")
+    name(T0 + 12, "f1", "d1", "looked-up")
+    rec = b.record(0)
+    name(T0 + 13, "f2", None, "two", record=rec)
+    name(T0 + 13, "f2", "d1", "two", record=rec)
+    name(T0 + 14, "d0", "root", "dir0")
+    name(T0 + 15, "d1", "d0", "dir1")
+    # packets: a flow whose first two packets (one each way) share a time; ICMP and non-IP;
+    # several sizes with the same count
+    b.packet(T0 + 80 * S, 64, "10.0.0.7", "10.0.0.8", src_port=5000, dst_port=53, flow_id=9)
+    b.packet(T0 + 80 * S, 64, "10.0.0.8", "10.0.0.7", src_port=53, dst_port=5000, flow_id=9)
+    b.packet(T0 + 80 * S + 1, 98, "10.0.0.7", "10.0.0.8", protocol=1, src_port=None,
+             dst_port=None, flow_id=10)  # fmt: skip
+    b.packet(T0 + 80 * S + 2, 60, None, None, protocol=None, src_port=None, dst_port=None,
+             flow_id=None)  # fmt: skip
+    for n in (1500, 1400, 1300):
+        for k in range(3):
+            b.packet(T0 + 81 * S + k, n, file_id=1)

@@ -4,12 +4,13 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import S
 from datasetbuilder import T0, DatasetBuilder
 
-from tapdeck_analyze import DatasetError, open_dataset
+from tapdeck_analyze import DatasetError, IncompleteDatasetError, open_dataset
 from tapdeck_analyze.analyses import ANALYSES, table_names
 from tapdeck_analyze.cli import main
 from tapdeck_analyze.times import format_time, parse_duration, parse_time
@@ -145,3 +146,93 @@ def test_report(nfs_path, tmp_path, capsys):
         assert "<svg" in section and "<table>" in section, analysis.name
     assert "Estimated loss from unmatched RPCs" in page and "src=" not in page
     assert pq.read_table(out / "nfs_latency.parquet").num_rows == 8
+
+
+INCOMPLETE = {"complete": False, "missing_sources": ["/traces/2.pcapng", "/traces/3.pcapng"]}
+
+
+def test_incomplete_dataset_is_refused_by_every_command(tmp_path):
+    path = small(tmp_path, meta=INCOMPLETE)
+    # the catalog lists /traces/0.pcapng; with the two missing ones, 3 sources in all
+    want = (f"tapdeck-analyze: {path} is incomplete: 2 of 3 sources not converted yet (e.g. "
+            "/traces/2.pcapng); finish the conversion (all --shard runs), or pass "
+            "--allow-incomplete\n")  # fmt: skip
+    for args in (("report", path, "--out", tmp_path / "report"), ("run", "rates", path),
+                 ("sql", path, "SELECT 1 AS one")):  # fmt: skip
+        r = run_cli(*args)
+        assert (r.returncode, r.stderr, r.stdout) == (1, want, ""), args
+    assert not (tmp_path / "report").exists()
+    with pytest.raises(IncompleteDatasetError, match="2 of 3 sources not converted yet"):
+        open_dataset(path)
+
+
+def test_incomplete_dataset_is_refused_before_its_files_are_read(tmp_path):
+    """An interrupted conversion may leave a partly written file: the answer is still that the
+    dataset is incomplete, not that a file is unreadable."""
+    path = small(tmp_path, meta={"complete": False})
+    part = next((path / "packets").rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:50])
+    want = (f"tapdeck-analyze: {path} is incomplete: its conversion has not finished or was "
+            "interrupted; finish the conversion (all --shard runs), or pass --allow-incomplete\n")  # fmt: skip
+    r = run_cli("run", "rates", path)
+    assert (r.returncode, r.stderr) == (1, want)
+
+
+def test_allow_incomplete_warns_and_the_report_says_so(tmp_path):
+    path = small(tmp_path, meta=INCOMPLETE)
+    warning = (f"tapdeck-analyze: WARNING: {path} is incomplete: 2 of 3 sources not converted "
+               "yet (e.g. /traces/2.pcapng); the results leave those sources out\n")  # fmt: skip
+    r = run_cli("sql", path, "SELECT count(*) AS n FROM packets", "--format", "csv",
+                "--allow-incomplete")  # fmt: skip
+    assert (r.returncode, r.stderr, r.stdout) == (0, warning, '"n"\n2\n')
+    out = tmp_path / "report"
+    r = run_cli("report", path, "--out", out, "--allow-incomplete")
+    assert (r.returncode, r.stderr, r.stdout) == (0, warning, f"{out / 'report.html'}\n")
+    page = (out / "report.html").read_text()
+    banner = page.index("<p class=incomplete><strong>Incomplete dataset:</strong>")
+    assert banner < page.index("<table class=summary>")
+    assert "2 of 3 sources not converted yet (e.g. /traces/2.pcapng)" in page[banner:]
+    ds = open_dataset(path, allow_incomplete=True)
+    assert (
+        ds.incomplete
+        == f"{path} is incomplete: 2 of 3 sources not converted yet (e.g. /traces/2.pcapng)"
+    )
+
+
+def test_complete_datasets_and_older_ones_without_the_keys_are_read(tmp_path):
+    for meta in ({}, {"complete": True, "missing_sources": []}):
+        path = small(tmp_path / str(len(meta)), meta=meta)
+        assert open_dataset(path).incomplete is None
+        r = run_cli("sql", path, "SELECT count(*) AS n FROM packets", "--format", "csv")
+        assert (r.returncode, r.stderr, r.stdout) == (0, "", '"n"\n2\n')
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"complete": "no"}, "complete is 'no', not true or false"),
+    ({"complete": False, "missing_sources": "/traces/2.pcapng"},
+     "missing_sources is not a list of paths"),
+])  # fmt: skip
+def test_bad_completeness_keys_are_one_line(tmp_path, meta, message):
+    path = small(tmp_path, meta=meta)
+    r = run_cli("run", "rates", path)
+    assert (r.returncode, r.stderr) == (2, f"tapdeck-analyze: {path / 'dataset.json'}: {message}\n")
+
+
+def test_usage_errors_exit_2(tmp_path):
+    r = run_cli("run", "rates")
+    assert r.returncode == 2 and "usage: tapdeck-analyze run" in r.stderr
+
+
+def test_catalog_without_transaction_offset_reads(tmp_path):
+    """Converters since issue 13 no longer write catalog/sources' transaction_offset (ids are
+    no longer per-file offsets): the column reads as null."""
+    path = small(tmp_path)
+    f = path / "catalog" / "sources.parquet"
+    t = pq.read_table(f)
+    pq.write_table(
+        t.drop_columns(["transaction_offset"]).replace_schema_metadata(t.schema.metadata), f
+    )
+    ds = open_dataset(path)
+    got = ds.query("SELECT path, transaction_offset FROM sources")
+    assert got.schema.field("transaction_offset").type == pa.int64()
+    assert got.to_pylist() == [{"path": "/traces/0.pcapng", "transaction_offset": None}]

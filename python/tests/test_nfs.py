@@ -3,13 +3,15 @@
 import math
 import random
 
+import pyarrow as pa
 import pytest
-from conftest import MS, S
+from conftest import MS, S, multi_client
 from datasetbuilder import T0, DatasetBuilder
 
-from tapdeck_analyze import files, nfs_latency, nfs_ops, open_dataset, rpc_matching
+from tapdeck_analyze import files, nfs_latency, nfs_ops, open_dataset, rpc_matching, sizes
 from tapdeck_analyze.analyses import ANALYSES
 from tapdeck_analyze.nfs_ops import errors, outstanding, per_host, per_minute
+from tapdeck_analyze.sizes import flows
 
 
 def by_op(table):
@@ -127,3 +129,30 @@ def test_time_range_keeps_transactions_by_call(nfs_path):
     rows = by_op(nfs_latency(ds))
     assert set(rows) == {(3, "WRITE"), (3, "LOOKUP"), (4, "COMPOUND"), (4, "SEQUENCE"),
                          (4, "PUTFH"), (4, "READ")}  # fmt: skip
+
+
+def test_files_and_flows_pick_null_safe_and_break_ties(tmp_path):
+    """The answers both engines must give on multi_client's NULL and tied rows (test_spark.py
+    checks that Spark gives them too): the last known type and size, each on its own; among
+    rows of one instant the later record, then the greater value; a flow's first packet by
+    record when two share its time."""
+    b = DatasetBuilder()
+    multi_client(b)
+    ds = open_dataset(b.write(tmp_path / "ds"))
+    rows = {r["fh"]: r for r in files(ds).to_pylist()}
+    got = {fh: (r["ftype"], r["size"], r["name"], r["path"]) for fh, r in rows.items()}
+    assert got == {
+        "f0": (1, 300, "zeta", "…/dir0/zeta"),
+        "f1": (2, 40, "looked-up", "…/dir0/dir1/looked-up"),
+        "f2": (2, 1000, "two", "…/dir0/dir1/two"),
+        "f3": (None, 5, None, None),
+    }
+    f = {r["flow_id"]: r for r in flows(ds).to_pylist()}
+    assert [f[9][k] for k in ("protocol", "addr_a", "port_a", "addr_b", "port_b")] == [
+        6, "10.0.0.7", 5000, "10.0.0.8", 53]  # fmt: skip
+    assert [f[10][k] for k in ("protocol", "port_a", "port_b")] == [1, None, None]
+    ranks = sizes(ds)
+    assert ranks.schema.field("rank").type == pa.int64()
+    # 1500, 1400 and 1300 bytes have 3 packets each: ranked by size
+    r = {row["wire_len"]: row["rank"] for row in ranks.to_pylist()}
+    assert r[1300] < r[1400] < r[1500]

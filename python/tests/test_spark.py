@@ -1,40 +1,66 @@
-"""DuckDB and Spark give the same tables for every analysis but recency (same SQL, transpiled
-by sqlglot). Spark takes about a minute to start here, so this runs only with TAPDECK_SPARK=1.
-TAPDECK_SPARK_DATASET=DIR compares on that dataset (e.g. a real `tapdeck convert` output)
-instead of the hand-made fixture."""
+"""DuckDB and Spark give the same tables, with the same Arrow schemas (column names, types and
+nullability), for every analysis: the same SQL, transpiled by sqlglot. Runs on the hand-made
+fixture and on `multi_client` (several clients and servers, one xid on several connections,
+NULL attributes, ties), and with TAPDECK_SPARK_DATASET=DIR on that dataset too (e.g. a real
+`tapdeck convert` output; ../tests/e2e/test_analyze_engines.py does it on the NFS rig's).
+
+Needs pyspark >= 4.0 and Java 17; skipped without pyspark, or with TAPDECK_SPARK=0. Spark
+takes about 20 s to start here, the whole file about a minute."""
 
 import os
 
 import pytest
-from conftest import small_nfs
+from conftest import multi_client, small_nfs
 from datasetbuilder import DatasetBuilder
 
 from tapdeck_analyze import open_dataset
-from tapdeck_analyze.analyses import ANALYSES
+from tapdeck_analyze.analyses import ANALYSES, run
 
 pytestmark = pytest.mark.skipif(
-    not os.environ.get("TAPDECK_SPARK"), reason="set TAPDECK_SPARK=1 to compare with Spark"
+    os.environ.get("TAPDECK_SPARK") == "0", reason="TAPDECK_SPARK=0: Spark comparison skipped"
 )
 
+FIXTURES = {"small_nfs": small_nfs, "multi_client": multi_client}
+DATASETS = list(FIXTURES) + (["env"] if os.environ.get("TAPDECK_SPARK_DATASET") else [])
 
-def test_duckdb_and_spark_agree(tmp_path):
-    pytest.importorskip("pyspark")
-    path = os.environ.get("TAPDECK_SPARK_DATASET")
-    if not path:
+
+@pytest.fixture(scope="module")
+def engines():
+    """(duckdb, spark) datasets by path; one Spark session serves all (getOrCreate)."""
+    pytest.importorskip("pyspark", minversion="4.0")
+    opened = {}
+
+    def open_both(path):
+        if path not in opened:
+            opened[path] = (open_dataset(path), open_dataset(path, engine="spark"))
+        return opened[path]
+
+    return open_both
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_duckdb_and_spark_agree(dataset, engines, tmp_path):
+    if dataset == "env":
+        path = os.environ["TAPDECK_SPARK_DATASET"]
+    else:
         b = DatasetBuilder()
-        small_nfs(b)
+        FIXTURES[dataset](b)
         path = b.write(tmp_path / "ds", rows_per_group=4)
-    duck, spark = open_dataset(path), open_dataset(path, engine="spark")
+    duck, spark = engines(path)
+    assert_engines_agree(duck, spark)
+
+
+def assert_engines_agree(duck, spark):
     for analysis in ANALYSES.values():
-        if analysis.name == "recency":
-            continue
-        for name, fn in {analysis.name: analysis.main, **analysis.parts}.items():
-            d, s = fn(duck).to_pylist(), fn(spark).to_pylist()
-            assert len(d) == len(s), (analysis.name, name)
+        d_tables, s_tables = run(analysis, duck), run(analysis, spark)
+        assert d_tables.keys() == s_tables.keys()
+        for name, d in d_tables.items():
+            s = s_tables[name]
+            assert d.schema.equals(s.schema, check_metadata=True), (name, d.schema, s.schema)
+            d, s = d.to_pylist(), s.to_pylist()
+            assert len(d) == len(s), name
             for rd, rs in zip(d, s, strict=True):
-                assert rd.keys() == rs.keys(), (analysis.name, name)
-                for k in rd:
-                    assert same(rd[k], rs[k]), (analysis.name, name, k, rd, rs)
+                assert all(same(rd[k], rs[k]) for k in rd), (name, rd, rs)
 
 
 def same(a, b) -> bool:
