@@ -168,11 +168,9 @@ TABLES: dict[str, pa.Schema] = {
     ),
 }
 
-# Columns a table's files may lack, which the engines then read as null: added without raising
-# SCHEMA_VERSION (docs/dataset.md: adding a column does not; files converted before it lack
-# it), or no longer written: since issue 13 transaction ids are no longer per-file offsets, and
-# the converter leaves catalog/sources' transaction_offset out.
-ADDED_COLUMNS: dict[str, list[str]] = {"packets": ["direction"], "sources": ["transaction_offset"]}
+# Columns added to a table without raising SCHEMA_VERSION (docs/dataset.md: adding a column does
+# not). Files converted before a column existed lack it; the engines read it there as null.
+ADDED_COLUMNS: dict[str, list[str]] = {"packets": ["direction"]}
 
 # Tables partitioned by hour=YYYY-MM-DDTHH whose rows carry a capture time.
 TIMED_TABLES = ["packets", "rpc", "nfs_ops", "nfs_rw", "nfs_attrs", "nfs_names", "mount"]

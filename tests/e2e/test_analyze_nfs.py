@@ -105,7 +105,10 @@ def test_nfsv4_operation_counts_equal_tsharks_replies(captures, kind):
 @pytest.mark.nfs
 def test_message_completed_by_an_out_of_order_segment(captures, tapdeck, tmp_path):
     """One middle segment of a multi-segment READ reply moved after the reply's last segment
-    (times stay in capture order): the reply is complete only at that moved packet."""
+    (times stay in capture order), as a segment lost on the wire and sent again: the client's
+    ACKs in between stay at its first byte (duplicate ACKs, as a receiver missing it sends;
+    an ACK past it would say the client had it, and the hole would be capture loss). The
+    reply is complete only at that moved packet."""
     pcap, _ = captures["v3"]
     m = next(m for m in messages(pcap)
              if m["msg_type"] == 1 and m["procedure"] == 6 and len(m["segments"]) > 20
@@ -119,6 +122,7 @@ def test_message_completed_by_an_out_of_order_segment(captures, tapdeck, tmp_pat
     new = recs[:moved - 1] + [recs[slot - 1][:8] + recs[i - 1][8:]
                               for slot, i in zip(range(moved, last + 1), order[moved - 1:last])]
     new += recs[last:]
+    new = _dup_acks(new, recs[moved - 1], moved, last)
     ooo = write_records(tmp_path / "ooo.pcap", header, new)
     want = next(x for x in oracle.rpc_messages(ooo) if x["xid"] == m["xid"] and x["msg_type"])
     assert want["frame"] == last, "tshark: the moved segment (now at the old last frame) completes"
@@ -126,6 +130,30 @@ def test_message_completed_by_an_out_of_order_segment(captures, tapdeck, tmp_pat
     (row,) = duckdb.sql(f"""select record, time_ns from read_parquet('{tmp_path}/ds/rpc/**/*.parquet')
                             where xid = {m["xid"]} and direction = 'reply'""").fetchall()
     assert row == (want["frame"], want["time_ns"])
+
+
+def _tcp(rec: bytes) -> tuple[int, int, int, int, int] | None:
+    """(offset of the TCP header in the record, sport, dport, seq, ack) of an Ethernet/IPv4
+    TCP record (16-byte pcap record header first)."""
+    eth = 16
+    if rec[eth + 12:eth + 14] != b"\x08\x00" or rec[eth + 23] != 6:
+        return None
+    t = eth + 14 + (rec[eth + 14] & 0x0F) * 4
+    sport, dport, seq, ack = struct.unpack("!HHII", rec[t:t + 12])
+    return t, sport, dport, seq, ack
+
+
+def _dup_acks(recs: list[bytes], seg: bytes, first: int, last: int) -> list[bytes]:
+    """Records `first`..`last` (1-based) with the ACKs of the segment's receiver on its
+    connection held at the segment's first byte."""
+    _, sport, dport, seq, _ = _tcp(seg)
+    out = list(recs)
+    for i in range(first - 1, last):
+        h = _tcp(out[i])
+        if h and (h[1], h[2]) == (dport, sport) and (h[4] - seq) % 2**32 < 2**31:
+            t = h[0]
+            out[i] = out[i][:t + 8] + struct.pack("!I", seq) + out[i][t + 12:]
+    return out
 
 
 NFS_CORPUS = ["hoobr_nfs_printfh.pcap", "hoobr_nfs_xid_map_enter.pcap", "nfs-attr-oobr.pcap",

@@ -176,6 +176,14 @@ def test_rig_cleans_up_and_starts_again(tmp_path):
     subprocess.run(["ip", "netns", "add", nfsrig.SERVER_NS], check=True)
     stray = subprocess.Popen(["ip", "netns", "exec", nfsrig.SERVER_NS, "sleep", "300"])
     try:
+        # Until `ip netns exec` has entered the namespace, nothing can find the process there
+        # (a rig started before that would miss it, and the test would fail for no fault).
+        deadline = time.monotonic() + 10
+        while str(stray.pid) not in subprocess.run(
+                ["ip", "netns", "pids", nfsrig.SERVER_NS], capture_output=True,
+                text=True).stdout.split():
+            assert time.monotonic() < deadline, "the stray process never entered the namespace"
+            time.sleep(0.02)
         for i in range(2):
             with NfsRig(tmp_path / f"rig{i}") as r:
                 assert _wait_exit(stray), "the stray process of a 'crashed run' was not killed"

@@ -728,6 +728,49 @@ mod tests {
     }
 
     #[test]
+    fn an_ack_past_a_hole_makes_it_lost_and_keeps_each_pieces_own_meta() {
+        let mut r = TcpReassembler::new(ReassemblyConfig::default());
+        let mut evs = vec![];
+        push(&mut r, 100, b"aa", 2, 1, false, &mut evs);
+        // 102..105 reached the receiver but not the capture.
+        push(&mut r, 105, b"bb", 2, 2, false, &mut evs);
+        push(&mut r, 107, b"cc", 2, 3, false, &mut evs);
+        push(&mut r, 112, b"dd", 2, 4, false, &mut evs); // behind a second hole, 109..112
+        assert_eq!(evs, vec![Ev::D(b"aa".to_vec(), 1)]);
+        // An ACK inside the second hole: the first is lost; of the second only what the
+        // ACK covers (109..110); 110..112 may still come.
+        r.acknowledged(110, &mut |e| evs.push(ev(e)));
+        assert_eq!(
+            evs[1..],
+            [
+                Ev::Lost(3),
+                Ev::D(b"bb".to_vec(), 2),
+                Ev::D(b"cc".to_vec(), 3),
+                Ev::Lost(1)
+            ]
+        );
+        push(&mut r, 110, b"xy", 2, 5, false, &mut evs);
+        assert_eq!(evs[5..], [Ev::D(b"xy".to_vec(), 5), Ev::D(b"dd".to_vec(), 5)]);
+        // Old, duplicate and absurd ACKs change nothing.
+        for ack in [90, 114, 114 + (1 << 31)] {
+            r.acknowledged(ack, &mut |e| evs.push(ev(e)));
+        }
+        assert_eq!(evs.len(), 7);
+        assert_eq!(r.counters().acked_holes, 2);
+    }
+
+    #[test]
+    fn data_forced_out_behind_a_hole_keeps_its_own_meta() {
+        let mut r = TcpReassembler::new(ReassemblyConfig { max_buffer: 200 });
+        let mut evs = vec![];
+        push(&mut r, 0, b"a", 1, 0, false, &mut evs);
+        push(&mut r, 10, &[1; 100], 100, 1, false, &mut evs);
+        push(&mut r, 110, &[2; 100], 100, 2, false, &mut evs); // over the bound
+        assert_eq!(evs[1], Ev::Lost(9));
+        assert_eq!(evs[2], Ev::D(vec![1; 100], 1), "its own segment, not the one forcing it");
+    }
+
+    #[test]
     fn mid_stream_start_and_fin_rst() {
         let mut r = TcpReassembler::new(ReassemblyConfig::default());
         let mut evs = vec![];
