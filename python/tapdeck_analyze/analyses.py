@@ -106,3 +106,35 @@ def run(analysis: Analysis, ds, **options) -> dict:
 def table_names(analysis: Analysis) -> list[str]:
     """The result names of an analysis: its own and `<name>_<part>` for each part."""
     return [analysis.name] + [f"{analysis.name}_{p}" for p in analysis.parts]
+
+
+def engine_differences(first, second, options: dict | None = None) -> tuple[list[str], int]:
+    """Runs every analysis on two engines' views of one dataset and compares their tables:
+    the same Arrow schemas and the same rows in order (floats within 1e-9 relative). Returns
+    the differences found (empty when the engines agree) and how many tables had rows.
+    `options`: per analysis name, options for its main table."""
+    diffs, with_rows = [], 0
+    for analysis in ANALYSES.values():
+        opts = (options or {}).get(analysis.name, {})
+        a_tables, b_tables = run(analysis, first, **opts), run(analysis, second, **opts)
+        for name, a in a_tables.items():
+            b = b_tables[name]
+            if not a.schema.equals(b.schema, check_metadata=True):
+                diffs.append(f"{name}: schema {a.schema} != {b.schema}")
+                continue
+            a_rows, b_rows = a.to_pylist(), b.to_pylist()
+            if len(a_rows) != len(b_rows):
+                diffs.append(f"{name}: {len(a_rows)} rows != {len(b_rows)}")
+                continue
+            for ra, rb in zip(a_rows, b_rows, strict=True):
+                if not all(_same(ra[k], rb[k]) for k in ra):
+                    diffs.append(f"{name}: {ra} != {rb}")
+                    break
+            with_rows += bool(a_rows)
+    return diffs, with_rows
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+    return a == b

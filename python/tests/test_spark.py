@@ -14,7 +14,7 @@ from conftest import multi_client, small_nfs
 from datasetbuilder import DatasetBuilder
 
 from tapdeck_analyze import open_dataset
-from tapdeck_analyze.analyses import ANALYSES, run
+from tapdeck_analyze.analyses import engine_differences
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TAPDECK_SPARK") == "0", reason="TAPDECK_SPARK=0: Spark comparison skipped"
@@ -51,20 +51,5 @@ def test_duckdb_and_spark_agree(dataset, engines, tmp_path):
 
 
 def assert_engines_agree(duck, spark):
-    for analysis in ANALYSES.values():
-        d_tables, s_tables = run(analysis, duck), run(analysis, spark)
-        assert d_tables.keys() == s_tables.keys()
-        for name, d in d_tables.items():
-            s = s_tables[name]
-            assert d.schema.equals(s.schema, check_metadata=True), (name, d.schema, s.schema)
-            d, s = d.to_pylist(), s.to_pylist()
-            assert len(d) == len(s), name
-            for rd, rs in zip(d, s, strict=True):
-                assert all(same(rd[k], rs[k]) for k in rd), (name, rd, rs)
-
-
-def same(a, b) -> bool:
-    """Identical, floats within 1e-9 relative (the issue's definition of the same results)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b))
-    return a == b
+    diffs, _ = engine_differences(duck, spark)
+    assert not diffs, "\n".join(diffs)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from anatools import close
 from convtools import convert_ok, need_rig, read_pcap_records, write_records
 from nfs import rig as nfsrig
 from nfs import workloads
@@ -94,7 +93,7 @@ def dataset(tmp_path_factory, tapdeck):
 
 def test_duckdb_and_spark_agree_on_a_real_multi_client_dataset(dataset):
     from tapdeck_analyze import open_dataset
-    from tapdeck_analyze.analyses import ANALYSES, run
+    from tapdeck_analyze.analyses import ANALYSES, engine_differences, run
 
     ds = dataset
 
@@ -114,24 +113,7 @@ FROM rpc""").to_pylist()[0]
     spark = open_dataset(ds, engine="spark")
     # rates as the report runs it on a short trace: 100 ms samples in 1 s windows
     options = {"rates": {"sample": "100ms", "window": "1s", "by": "interface,direction"}}
-    compared = 0
-    for analysis in ANALYSES.values():
-        opts = options.get(analysis.name, {})
-        d_tables, s_tables = run(analysis, duck, **opts), run(analysis, spark, **opts)
-        assert d_tables.keys() == s_tables.keys()
-        for name, d in d_tables.items():
-            s = s_tables[name]
-            assert d.schema.equals(s.schema, check_metadata=True), (name, d.schema, s.schema)
-            d_rows, s_rows = d.to_pylist(), s.to_pylist()
-            assert len(d_rows) == len(s_rows), name
-            for rd, rs in zip(d_rows, s_rows, strict=True):
-                assert all(same(rd[k], rs[k]) for k in rd), (name, rd, rs)
-            compared += bool(d_rows)
+    diffs, compared = engine_differences(duck, spark, options)
+    assert not diffs, "\n".join(diffs)
     # every analysis had rows to compare (an empty table would compare trivially)
     assert compared == sum(len(a.parts) + 1 for a in ANALYSES.values()), compared
-
-
-def same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return close(a, b, rel=1e-9)
-    return a == b

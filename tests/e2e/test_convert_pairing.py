@@ -407,6 +407,12 @@ def comparable(ds) -> dict[str, Counter]:
     return out
 
 
+def differing_tables(want_ds, got_ds) -> list[str]:
+    """The tables whose rows (file_id and record ignored) differ between two datasets."""
+    want, got = comparable(want_ds), comparable(got_ds)
+    return [t for t in TABLES if want[t] != got[t]]
+
+
 def dataset_json(ds) -> dict:
     return json.loads((Path(ds) / "dataset.json").read_text())
 
@@ -569,8 +575,7 @@ def test_a_missing_shard_makes_the_dataset_incomplete(cuts, tapdeck, tmp_path, p
     convert_ok(tapdeck, ds, *files, args=("--shard", "2/3"))
     meta = dataset_json(ds)
     assert (meta.get("complete"), meta.get("missing_sources")) == (True, []), meta
-    want, got = comparable(cuts["1a"]["ds"]), comparable(ds)
-    differ = [t for t in TABLES if want[t] != got[t]]
+    differ = differing_tables(cuts["1a"]["ds"], ds)
     assert not differ, f"after the rerun of shard 2/3 these tables differ from the whole " \
                        f"trace's (file_id and record ignored): {differ}"
 
@@ -593,7 +598,6 @@ def test_shards_of_a_single_file(traces, tapdeck, tmp_path):
     assert rep["converted"] == 1, rep
     meta = dataset_json(ds)
     assert (meta.get("complete"), meta.get("missing_sources")) == (True, []), meta
-    want, got = comparable(traces["whole"]["ds"]), comparable(ds)
-    differ = [t for t in TABLES if want[t] != got[t]]
+    differ = differing_tables(traces["whole"]["ds"], ds)
     assert not differ, f"shard 0/3 of one file must convert it as an unsharded run does; " \
                        f"these tables differ: {differ}"
