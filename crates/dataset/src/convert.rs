@@ -75,8 +75,11 @@ impl DatasetLock {
             .write(true)
             .open(&path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        f.lock()
-            .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("cannot lock {}: {e}", path.display()));
+        }
         Ok(DatasetLock { _file: f })
     }
 }

@@ -35,7 +35,12 @@ fn marked(msg: &[u8]) -> Vec<u8> {
 }
 
 /// An Ethernet/IPv4 frame; `tcp` = Some((seq, ack, flags)) for TCP, None for UDP.
-fn frame(src: ([u8; 4], u16), dst: ([u8; 4], u16), tcp: Option<(u32, u32, u8)>, payload: &[u8]) -> Vec<u8> {
+fn frame(
+    src: ([u8; 4], u16),
+    dst: ([u8; 4], u16),
+    tcp: Option<(u32, u32, u8)>,
+    payload: &[u8],
+) -> Vec<u8> {
     let l4 = if tcp.is_some() { 20 } else { 8 };
     let mut f = vec![0u8; 12];
     f.extend_from_slice(&[0x08, 0x00]);
@@ -80,7 +85,10 @@ const PSH: u8 = 0x08;
 
 impl Conn {
     fn new(port: u16) -> Conn {
-        Conn { port, seq: [1000, 5000] }
+        Conn {
+            port,
+            seq: [1000, 5000],
+        }
     }
 
     /// The next `bytes` of one direction, acknowledging the other's stream so far
@@ -90,7 +98,10 @@ impl Conn {
         let (c, s) = ((CLIENT, self.port), (SERVER, NFS));
         let (a, b) = if to_server { (c, s) } else { (s, c) };
         let flags = PSH | if ack { ACK } else { 0 };
-        let p = Pkt(t, frame(a, b, Some((self.seq[d], self.seq[1 - d], flags)), bytes));
+        let p = Pkt(
+            t,
+            frame(a, b, Some((self.seq[d], self.seq[1 - d], flags)), bytes),
+        );
         self.seq[d] = self.seq[d].wrapping_add(bytes.len() as u32);
         p
     }
@@ -98,9 +109,8 @@ impl Conn {
 
 fn write_pcap(path: &Path, pkts: &[Pkt]) {
     let mut b = Vec::new();
-    for v in [0xa1b2_3c4du32] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
+    // Classic pcap, nanosecond timestamps.
+    b.extend_from_slice(&0xa1b2_3c4du32.to_le_bytes());
     b.extend_from_slice(&2u16.to_le_bytes());
     b.extend_from_slice(&4u16.to_le_bytes());
     b.extend_from_slice(&[0; 8]);
@@ -126,7 +136,10 @@ fn run(inputs: &[PathBuf], out: &Path, shard: Option<(usize, usize)>) {
         out: out.to_path_buf(),
         jobs: 2,
         shard,
-        anonymization: Anonymization { key: None, addresses: false },
+        anonymization: Anonymization {
+            key: None,
+            addresses: false,
+        },
         packets: false,
         progress: None,
     };
@@ -215,7 +228,10 @@ fn the_same_xid_on_two_connections_pairs_within_each() {
         udp(30, 801, false, reply(7)),
     ];
     let rows = convert_one(&pkts);
-    assert_eq!(replies(&rows), vec![(20, 802, 7, Some(10)), (30, 801, 7, Some(30))]);
+    assert_eq!(
+        replies(&rows),
+        vec![(20, 802, 7, Some(10)), (30, 801, 7, Some(30))]
+    );
     let ids: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.7).collect();
     assert_eq!(ids.len(), 2, "two transactions: {rows:?}");
 }
@@ -234,9 +250,17 @@ fn a_reused_xid_starts_a_new_transaction_and_a_late_duplicate_reply_is_not_paire
     let rows = convert_one(&pkts);
     let r = replies(&rows);
     assert_eq!(r[0], (s, 801, 5, Some(s)));
-    assert_eq!(r[1], (2 * s, 801, 5, Some(2 * s)), "duplicate reply: timed to the call");
+    assert_eq!(
+        r[1],
+        (2 * s, 801, 5, Some(2 * s)),
+        "duplicate reply: timed to the call"
+    );
     assert!(rows.iter().any(|x| x.0 == 2 * s && x.5), "duplicate marked");
-    assert_eq!(r[2], (100 * s + 7, 801, 5, Some(7)), "the second call, not the first");
+    assert_eq!(
+        r[2],
+        (100 * s + 7, 801, 5, Some(7)),
+        "the second call, not the first"
+    );
     assert_eq!(r[3], (170 * s + 7, 801, 5, None), "unmatched: {rows:?}");
 }
 
@@ -244,7 +268,10 @@ fn a_reused_xid_starts_a_new_transaction_and_a_late_duplicate_reply_is_not_paire
 fn a_reply_before_its_call_stays_unmatched() {
     let pkts = vec![udp(0, 801, false, reply(9)), udp(10, 801, true, call(9))];
     let rows = convert_one(&pkts);
-    assert!(rows.iter().all(|r| !r.4), "nothing paired forward in time: {rows:?}");
+    assert!(
+        rows.iter().all(|r| !r.4),
+        "nothing paired forward in time: {rows:?}"
+    );
 }
 
 #[test]
@@ -282,12 +309,20 @@ fn call_after_a_gap(acks: bool) {
         for (j, part) in msg.chunks(60_000).enumerate() {
             pkts.push(c.seg(1000 + i64::from(i) * 100 + j as i64, true, part, true));
         }
-        pkts.push(c.seg(1099 + i64::from(i) * 100, false, &marked(&reply(10 + i)), acks));
+        pkts.push(c.seg(
+            1099 + i64::from(i) * 100,
+            false,
+            &marked(&reply(10 + i)),
+            acks,
+        ));
     }
     let rows = convert_one(&pkts);
     let call3: Vec<&Row> = rows.iter().filter(|r| r.1 == "call" && r.3 == 3).collect();
     assert_eq!(call3.len(), 1);
-    assert_eq!(call3[0].0, 30, "timed by its own segment, acks {acks}: {rows:?}");
+    assert_eq!(
+        call3[0].0, 30,
+        "timed by its own segment, acks {acks}: {rows:?}"
+    );
     let r = replies(&rows);
     assert!(r.contains(&(50, 900, 3, Some(20))), "acks {acks}: {r:?}");
     assert!(r.contains(&(40, 900, 2, None)), "its call was lost: {r:?}");

@@ -750,7 +750,10 @@ mod tests {
             ]
         );
         push(&mut r, 110, b"xy", 2, 5, false, &mut evs);
-        assert_eq!(evs[5..], [Ev::D(b"xy".to_vec(), 5), Ev::D(b"dd".to_vec(), 5)]);
+        assert_eq!(
+            evs[5..],
+            [Ev::D(b"xy".to_vec(), 5), Ev::D(b"dd".to_vec(), 5)]
+        );
         // Old, duplicate and absurd ACKs change nothing.
         for ack in [90, 114, 114 + (1 << 31)] {
             r.acknowledged(ack, &mut |e| evs.push(ev(e)));
@@ -767,7 +770,11 @@ mod tests {
         push(&mut r, 10, &[1; 100], 100, 1, false, &mut evs);
         push(&mut r, 110, &[2; 100], 100, 2, false, &mut evs); // over the bound
         assert_eq!(evs[1], Ev::Lost(9));
-        assert_eq!(evs[2], Ev::D(vec![1; 100], 1), "its own segment, not the one forcing it");
+        assert_eq!(
+            evs[2],
+            Ev::D(vec![1; 100], 1),
+            "its own segment, not the one forcing it"
+        );
     }
 
     #[test]
