@@ -22,10 +22,13 @@ fn spawn_record(iface: &str, store: &Path, count: usize, extra: &[&str]) -> Chil
         .args([
             "--staging",
             "64MiB",
+            // 32 MiB of ring: a test's whole burst fits even when a loaded CI machine
+            // leaves the capture thread no CPU while it is sent (a 2 MiB ring overflowed
+            // there once, and the recorder waited for frames the kernel had dropped).
             "--ring-block-size",
-            "256KiB",
+            "1MiB",
             "--ring-blocks",
-            "8",
+            "32",
         ])
         .args(extra)
         .stdout(Stdio::null())
@@ -34,8 +37,8 @@ fn spawn_record(iface: &str, store: &Path, count: usize, extra: &[&str]) -> Chil
         .expect("run tapdeck")
 }
 
-/// Waits until the recorder has written its manifest (its sockets are open by then), plus
-/// a moment for the capture threads to start polling.
+/// Waits until the recorder has written its manifest: its sockets are bound by then, and
+/// frames that arrive before a capture thread polls wait in the ring.
 fn wait_started(store: &Path, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !store.join("manifest.json").exists() {
@@ -45,15 +48,21 @@ fn wait_started(store: &Path, child: &mut Child) {
         assert!(Instant::now() < deadline, "tapdeck did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(300));
 }
 
 fn finish(mut child: Child) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("tapdeck did not stop after --count");
+            // Stop it the normal way, so that its summary says what it saw and dropped.
+            // SAFETY: kill(2) on our own child's pid; no memory is involved.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tapdeck did not stop after --count within 20 s (fewer frames reached it than \
+                 were sent); its summary:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -61,6 +70,61 @@ fn finish(mut child: Child) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "tapdeck failed: {stderr}");
     stderr
+}
+
+/// Like `finish`, for a child whose stderr a [`StderrLines`] reads.
+fn finish_status(mut child: Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tapdeck did not stop after --count within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child's stderr, read line by line as it comes (by a thread), so a test can wait for
+/// what the recorder says.
+struct StderrLines {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl StderrLines {
+    fn follow(child: &mut Child) -> StderrLines {
+        use std::io::BufRead;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        StderrLines { lines }
+    }
+
+    fn all(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    fn wait_for(&self, text: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.lines.lock().unwrap().iter().any(|l| l.contains(text)) {
+            assert!(
+                Instant::now() < deadline,
+                "the recorder did not say {text:?} within {limit:?}; it said:\n{}",
+                self.all()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 fn data_files(store: &Path) -> Vec<PathBuf> {
@@ -256,12 +320,15 @@ fn a_link_going_down_and_up_is_announced_once_and_capture_resumes() {
     // way, not one per socket.
     let mut child = spawn_record(net.outside(0), &store, 100, &["--threads", "2"]);
     wait_started(&store, &mut child);
+    let log = StderrLines::follow(&mut child);
     let tx = net.sender_inside(0);
     tx.send_all(&batch(0));
-    std::thread::sleep(Duration::from_millis(300));
+    // The link stays down until the recorder has said so, and comes back until it has said
+    // that (a fixed pause was missed by a recorder starved of CPU on a loaded machine).
     net.set_link(0, false);
-    std::thread::sleep(Duration::from_millis(1500));
+    log.wait_for("went down", Duration::from_secs(20));
     net.set_link(0, true);
+    log.wait_for("is up again; capturing", Duration::from_secs(20));
     // Frames sent in the moments after the link comes back can be lost before they reach
     // any socket (the veth is not carrying yet), on a loaded machine for seconds. So the
     // second batch is offered again until the recorder has its 100 packets (bounded).
@@ -270,7 +337,9 @@ fn a_link_going_down_and_up_is_announced_once_and_capture_resumes() {
         tx.send_all(&batch(50));
         std::thread::sleep(Duration::from_millis(500));
     }
-    let stderr = finish(child);
+    let status = finish_status(child);
+    let stderr = log.all();
+    assert!(status.success(), "tapdeck failed: {stderr}");
     assert_eq!(stderr.matches("went down").count(), 1, "{stderr}");
     assert_eq!(
         stderr.matches("is up again; capturing").count(),

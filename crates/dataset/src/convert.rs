@@ -742,15 +742,24 @@ fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> R
 const WARM_UP_NS: u64 = 2_000_000_000;
 /// Bound on the files read for one warm-up (a store rotated very often).
 const MAX_WARM_UP_FILES: usize = 64;
+/// Bound on the bytes of plain files a warm-up reads (a dense trace holds gigabytes in
+/// 2 s): far more than any TCP message in progress at a cut spans.
+const WARM_UP_BYTES: u64 = 256 << 20;
 
 /// Where a plain trace file sits in time and which capture it is of (its interfaces).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Span {
     pub source: SourceFile,
     pub first_time_ns: Option<i64>,
+    /// The latest packet time (times may step back a little within a file).
     pub last_time_ns: Option<i64>,
     /// Link type, snap length and name of every interface.
     pub interfaces: String,
+    /// Where a warm-up over this file starts reading (a record offset): after it come the
+    /// packets of the file's last `WARM_UP_NS`, at most its last `WARM_UP_BYTES`, and no
+    /// interface declaration. None: from the beginning.
+    #[serde(default)]
+    pub warm_offset: Option<u64>,
 }
 
 impl Span {
@@ -758,12 +767,46 @@ impl Span {
     pub fn scan(source: &SourceFile) -> Result<Span, String> {
         let mut reader = source::open(&source.path)?;
         let (mut first, mut last) = (None, None);
+        // Every 1024 packets a mark: (latest time before it, its offset, interfaces then).
+        // Marks that a later one makes useless are dropped, so few are held.
+        let mut marks: std::collections::VecDeque<(i64, u64, usize)> = Default::default();
+        // The first mark within the last WARM_UP_BYTES of the file.
+        let tail = source.size.saturating_sub(WARM_UP_BYTES);
+        let mut tail_mark: Option<(u64, usize)> = None;
+        let mut n = 0u64;
         // A damaged file spans what can be read of it.
-        while let Ok(Some(p)) = reader.next_packet() {
-            let t = p.ts_ns as i64;
+        while let Ok(Some(c)) = reader.next_packet_with_context() {
+            if n % 1024 == 0 {
+                if tail_mark.is_none() && c.offset >= tail {
+                    tail_mark = Some((c.offset, c.interfaces.len()));
+                }
+                marks.push_back((last.unwrap_or(i64::MIN), c.offset, c.interfaces.len()));
+                if let Some(m) = last {
+                    while marks.len() > 1 && marks[1].0 < m - WARM_UP_NS as i64 {
+                        marks.pop_front();
+                    }
+                }
+            }
+            n += 1;
+            let t = c.packet.ts_ns as i64;
             first.get_or_insert(t);
-            last = Some(t);
+            last = Some(last.map_or(t, |m: i64| m.max(t)));
         }
+        let ifaces = reader.interfaces().len();
+        let by_time = last.and_then(|m| {
+            marks
+                .iter()
+                .rev()
+                .find(|k| k.0 < m - WARM_UP_NS as i64)
+                .map(|k| (k.1, k.2))
+        });
+        // The later of the two starts, if no interface is declared after it.
+        let warm_offset = [by_time, tail_mark]
+            .into_iter()
+            .flatten()
+            .max()
+            .filter(|k| k.1 == ifaces)
+            .map(|k| k.0);
         let interfaces = reader
             .interfaces()
             .iter()
@@ -782,6 +825,7 @@ impl Span {
             first_time_ns: first,
             last_time_ns: last,
             interfaces,
+            warm_offset,
         })
     }
 }
@@ -867,7 +911,10 @@ impl Chains {
         for (path, stored) in files.iter().rev() {
             match stored {
                 Some(file) => warm_up_stored(file, from, engine, anon)?,
-                None => warm_up_plain(path, from, engine, anon)?,
+                None => {
+                    let offset = self.spans.get(path).and_then(|s| s.warm_offset);
+                    warm_up_plain(path, offset, from, engine, anon)?
+                }
             }
         }
         Ok(())
@@ -881,6 +928,7 @@ impl Chains {
         let mut files: Vec<(String, Option<StoredFile>)> = Vec::new();
         let mut cursor = path.to_string();
         let mut end: Option<u64> = None;
+        let mut plain_bytes = 0u64;
         while files.len() < MAX_WARM_UP_FILES {
             let Some(prev) = self.prev.get(&cursor).cloned() else {
                 break;
@@ -901,8 +949,12 @@ impl Chains {
                 }
             };
             let stream_end = *end.get_or_insert(last.unwrap_or(0));
+            // Plain files: enough once they hold the byte bound.
+            plain_bytes += self.spans.get(&prev).map_or(0, |s| s.source.size);
             files.push((prev.clone(), stored));
-            if first.is_some_and(|f| f <= stream_end.saturating_sub(WARM_UP_NS)) {
+            if plain_bytes >= WARM_UP_BYTES
+                || first.is_some_and(|f| f <= stream_end.saturating_sub(WARM_UP_NS))
+            {
                 break;
             }
             cursor = prev;
@@ -939,8 +991,11 @@ fn warm_up_stored(
     Ok(())
 }
 
+/// Feeds a plain file's packets from `from` on, reading from `offset` (its span's warm
+/// offset: nothing before it is that recent) where the file is mapped.
 fn warm_up_plain(
     path: &str,
+    offset: Option<u64>,
     from: u64,
     engine: &mut RpcEngine,
     anon: &mut Anonymizer,
@@ -948,6 +1003,9 @@ fn warm_up_plain(
     let Ok(mut reader) = source::open(path) else {
         return Ok(());
     };
+    if let Some(o) = offset {
+        reader.skip_to(o);
+    }
     loop {
         let ctx = match reader.next_packet_with_context() {
             Ok(Some(c)) => c,

@@ -339,6 +339,26 @@ impl<R: Read> TraceReader<R> {
         self.packet_offset
     }
 
+    /// Continues at `offset`, a record or block boundary at or after the current position
+    /// that an earlier read of the same bytes reported ([`PacketContext::offset`]), so that
+    /// a reader that wants only a trace's end need not walk the rest. Interfaces declared
+    /// in between are not seen: use it only where the earlier read found none there. Only
+    /// for a trace read from bytes; false (and nothing changes) for a stream, or an offset
+    /// behind the position or past the end.
+    pub fn skip_to(&mut self, offset: u64) -> bool {
+        let len = match &self.input {
+            Input::Bytes { bytes, .. } => (**bytes).as_ref().len() as u64,
+            Input::Stream(_) => return false,
+        };
+        if self.failed.is_some() || offset < self.offset || offset > len {
+            return false;
+        }
+        self.release();
+        self.input.consume((offset - self.offset) as usize);
+        self.offset = offset;
+        true
+    }
+
     /// The next packet, or `None` at a clean end of input.
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, FormatError> {
         Ok(self.next_packet_with_context()?.map(|c| c.packet))
@@ -1152,6 +1172,39 @@ mod tests {
         }
         assert_eq!(r.offset(), len as u64);
         Ok((out, r.interfaces().to_vec()))
+    }
+
+    #[test]
+    fn skip_to_continues_at_a_reported_record_of_a_trace_in_memory() {
+        // Three records of PCAP_LE_US's packet, each one second later.
+        let mut bytes = PCAP_LE_US.to_vec();
+        for s in 2..4u8 {
+            let mut rec = PCAP_LE_US[24..].to_vec();
+            rec[0] = s;
+            bytes.extend_from_slice(&rec);
+        }
+        let mut r = TraceReader::<&[u8]>::from_bytes(Box::new(bytes.clone())).unwrap();
+        let offsets: Vec<u64> =
+            std::iter::from_fn(|| r.next_packet_with_context().unwrap().map(|c| c.offset))
+                .collect();
+        assert_eq!(offsets, [24, 44, 64]);
+        let mut r = TraceReader::<&[u8]>::from_bytes(Box::new(bytes.clone())).unwrap();
+        assert!(r.next_packet().unwrap().is_some());
+        assert!(r.skip_to(64));
+        assert_eq!(
+            r.next_packet().unwrap().map(|p| p.ts_ns),
+            Some(3_500_000_000)
+        );
+        assert!(r.next_packet().unwrap().is_none());
+        // Backwards, past the end, or on a stream: refused, nothing changes.
+        let mut r = TraceReader::<&[u8]>::from_bytes(Box::new(bytes.clone())).unwrap();
+        assert!(!r.skip_to(10) && !r.skip_to(1000));
+        assert_eq!(
+            r.next_packet().unwrap().map(|p| p.ts_ns),
+            Some(1_500_000_000)
+        );
+        let mut s = TraceReader::new(&bytes[..]).unwrap();
+        assert!(!s.skip_to(64));
     }
 
     /// A stream that hands out one byte per read.
