@@ -26,6 +26,27 @@ pub struct ShortInput {
     pub have: usize,
 }
 
+/// Where a positional read starts: an offset, or a field's byte range from a layout module
+/// (`ng_field::EPB_CAPLEN`), whose width must be the width read.
+pub trait Place {
+    fn start(&self, width: usize) -> usize;
+}
+
+impl Place for usize {
+    #[inline]
+    fn start(&self, _width: usize) -> usize {
+        *self
+    }
+}
+
+impl Place for std::ops::Range<usize> {
+    #[inline]
+    fn start(&self, width: usize) -> usize {
+        debug_assert_eq!(self.len(), width, "field {self:?} read as {width} bytes");
+        self.start
+    }
+}
+
 /// Reads fields from a borrowed byte slice. Cheap to copy; never allocates.
 #[derive(Debug, Clone, Copy)]
 pub struct Cursor<'a> {
@@ -38,6 +59,7 @@ pub struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     /// A little-endian cursor over `buf`, whose first byte is at offset 0.
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         Cursor {
             buf,
@@ -48,39 +70,47 @@ impl<'a> Cursor<'a> {
     }
 
     /// The same bytes, found at `base` in the input: errors report offsets from there.
+    #[inline]
     pub fn based_at(self, base: u64) -> Self {
         Cursor { base, ..self }
     }
 
     /// The same bytes, read in byte order `order`.
+    #[inline]
     pub fn with_order(self, order: ByteOrder) -> Self {
         Cursor { order, ..self }
     }
 
     /// Bytes read so far (the position in `buf`).
+    #[inline]
     pub fn position(&self) -> usize {
         self.pos
     }
 
     /// Offset of the next byte in the input as a whole.
+    #[inline]
     pub fn offset(&self) -> u64 {
         self.base + self.pos as u64
     }
 
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.remaining() == 0
     }
 
     /// The bytes not read yet.
+    #[inline]
     pub fn rest(&self) -> &'a [u8] {
         &self.buf[self.pos..]
     }
 
     /// The `n` bytes at `at` (from the start of the buffer), without moving.
+    #[inline]
     pub fn bytes_at(
         &self,
         at: usize,
@@ -89,7 +119,7 @@ impl<'a> Cursor<'a> {
     ) -> Result<&'a [u8], ShortInput> {
         at.checked_add(n)
             .and_then(|end| self.buf.get(at..end))
-            .ok_or(ShortInput {
+            .ok_or_else(|| ShortInput {
                 offset: self.base.saturating_add(at as u64),
                 field,
                 need: n,
@@ -98,6 +128,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The next `n` bytes.
+    #[inline]
     pub fn bytes(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ShortInput> {
         let b = self.bytes_at(self.pos, n, field)?;
         self.pos += n;
@@ -105,11 +136,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips `n` bytes.
+    #[inline]
     pub fn skip(&mut self, n: usize, field: &'static str) -> Result<(), ShortInput> {
         self.bytes(n, field).map(|_| ())
     }
 
     /// A cursor over the `n` bytes at `at`, its offsets still those of the whole input.
+    #[inline]
     pub fn sub(&self, at: usize, n: usize, field: &'static str) -> Result<Cursor<'a>, ShortInput> {
         let buf = self.bytes_at(at, n, field)?;
         Ok(Cursor {
@@ -120,21 +153,24 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    #[inline]
     fn array_at<const N: usize>(
         &self,
-        at: usize,
+        at: impl Place,
         field: &'static str,
     ) -> Result<[u8; N], ShortInput> {
         let mut a = [0u8; N];
-        a.copy_from_slice(self.bytes_at(at, N, field)?);
+        a.copy_from_slice(self.bytes_at(at.start(N), N, field)?);
         Ok(a)
     }
 
-    pub fn u8_at(&self, at: usize, field: &'static str) -> Result<u8, ShortInput> {
+    #[inline]
+    pub fn u8_at(&self, at: impl Place, field: &'static str) -> Result<u8, ShortInput> {
         Ok(self.array_at::<1>(at, field)?[0])
     }
 
-    pub fn u16_at(&self, at: usize, field: &'static str) -> Result<u16, ShortInput> {
+    #[inline]
+    pub fn u16_at(&self, at: impl Place, field: &'static str) -> Result<u16, ShortInput> {
         let a = self.array_at(at, field)?;
         Ok(match self.order {
             ByteOrder::Little => u16::from_le_bytes(a),
@@ -142,7 +178,8 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    pub fn u32_at(&self, at: usize, field: &'static str) -> Result<u32, ShortInput> {
+    #[inline]
+    pub fn u32_at(&self, at: impl Place, field: &'static str) -> Result<u32, ShortInput> {
         let a = self.array_at(at, field)?;
         Ok(match self.order {
             ByteOrder::Little => u32::from_le_bytes(a),
@@ -150,7 +187,8 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    pub fn u64_at(&self, at: usize, field: &'static str) -> Result<u64, ShortInput> {
+    #[inline]
+    pub fn u64_at(&self, at: impl Place, field: &'static str) -> Result<u64, ShortInput> {
         let a = self.array_at(at, field)?;
         Ok(match self.order {
             ByteOrder::Little => u64::from_le_bytes(a),
@@ -158,24 +196,28 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    #[inline]
     pub fn u8(&mut self, field: &'static str) -> Result<u8, ShortInput> {
         let v = self.u8_at(self.pos, field)?;
         self.pos += 1;
         Ok(v)
     }
 
+    #[inline]
     pub fn u16(&mut self, field: &'static str) -> Result<u16, ShortInput> {
         let v = self.u16_at(self.pos, field)?;
         self.pos += 2;
         Ok(v)
     }
 
+    #[inline]
     pub fn u32(&mut self, field: &'static str) -> Result<u32, ShortInput> {
         let v = self.u32_at(self.pos, field)?;
         self.pos += 4;
         Ok(v)
     }
 
+    #[inline]
     pub fn u64(&mut self, field: &'static str) -> Result<u64, ShortInput> {
         let v = self.u64_at(self.pos, field)?;
         self.pos += 8;
@@ -186,6 +228,7 @@ impl<'a> Cursor<'a> {
 /// The readers that report defects as messages (the pcapng block parsers) take the short
 /// read's own sentence.
 impl From<ShortInput> for String {
+    #[inline]
     fn from(e: ShortInput) -> String {
         e.to_string()
     }
