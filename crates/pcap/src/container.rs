@@ -259,12 +259,11 @@ impl FrameEncoder {
                 // wrote. Ending the frame in the first call with room for the compress bound
                 // makes the same frame `compress` would (content size pledged from the
                 // input), in one pass.
-                let start = out.len();
                 out.reserve(zstd::zstd_safe::compress_bound(data.len()));
-                let mut output = zstd::zstd_safe::OutBuffer::around_pos(out, start);
                 let mut input = zstd::zstd_safe::InBuffer::around(data);
                 let ctx = compressor.context_mut();
                 loop {
+                    let mut output = zstd::zstd_safe::OutBuffer::around_pos(out, out.len());
                     let left = ctx
                         .compress_stream2(
                             &mut output,
@@ -280,10 +279,7 @@ impl FrameEncoder {
                         break;
                     }
                     // Only reached if the bound was not enough: make room and go on.
-                    let pos = output.pos();
-                    drop(output);
                     out.reserve(left.max(ZSTD_MAX_BLOCK));
-                    output = zstd::zstd_safe::OutBuffer::around_pos(out, pos);
                 }
             }
         }
