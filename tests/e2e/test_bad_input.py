@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -309,3 +310,89 @@ def test_verify_and_extract_of_missing_store(tapdeck, tmp_path):
     assert r.returncode != 0
     line = one_error_line(r.stderr)
     assert "nope" in line, line
+
+
+def index_tag_only(path: Path) -> Path:
+    """Issue 14's file: an index frame whose 4-byte body is only its tag `TDCI`, then a
+    valid empty seek table (29 bytes). Reading it used to panic (index out of bounds)."""
+    path.write_bytes(struct.pack("<II", 0x184D2A5B, 4) + b"TDCI"
+                     + struct.pack("<III", 0x184D2A5E, 9, 0) + b"\x00"
+                     + struct.pack("<I", 0x8F92EAB1))
+    return path
+
+
+@pytest.mark.parametrize("name", ["x.zst", "x.pcapng.zst"])
+def test_index_frame_of_only_its_tag(tapdeck, tmp_path, name):
+    bad = index_tag_only(tmp_path / name)
+    # verify: one line for the file, naming it and what is wrong; exit 1.
+    r = tapdeck.verify(bad)
+    assert r.returncode == 1 and "panicked" not in r.stderr, r.describe()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{bad}: "), r.stderr
+    assert "0 file(s) ok, 1 failed" in r.out
+    if name == "x.pcapng.zst":
+        # Named as a stored file, so the trailer is read: the cut field and its offset.
+        assert "byte offset 12" in lines[0] and "chunk index version" in lines[0], lines[0]
+    # info: one tapdeck: line naming the file.
+    r = tapdeck("info", bad)
+    assert r.returncode != 0
+    line = one_error_line(r.stderr)
+    assert str(bad) in line and "store directory or a stored file" in line, line
+    # record -r: not a capture either way; one line naming the file, nothing stored.
+    r = tapdeck.record(tmp_path / "S", "-r", bad)
+    assert r.returncode != 0
+    line = one_error_line(r.stderr)
+    assert str(bad) in line, line
+    assert data_files(tmp_path / "S") == []
+    # extract takes stores: the file is refused in one line, no panic.
+    r = tapdeck.extract(bad, tmp_path / "o.pcap")
+    assert r.returncode != 0
+    line = one_error_line(r.stderr)
+    assert str(bad) in line, line
+
+
+def test_info_of_a_stored_file(tapdeck, tmp_path):
+    # Three seconds of packets, a file per second.
+    src = write_pcap(tmp_path / "g.pcap", gen_packets(3000, duration_ns=3 * 10**9))
+    store = tmp_path / "S"
+    r = tapdeck.record(store, "-r", src, "--rotate-interval", "1", "--chunk-size", "512KiB",
+                       "--staging", "8MiB", "--codec", "zstd:3")
+    assert r.returncode == 0, r.describe()
+    whole = tapdeck.info(store)
+    assert len(whole["files"]) >= 3, whole
+    for row in (whole["files"][0], whole["files"][-1]):
+        path = Path(row["path"])
+        # --json: the same row `info STORE` gives the file, and totals over it alone.
+        one = tapdeck.info(path)
+        assert one["files"] == [row], (one, row)
+        assert one["totals"] == {"files": 1, "packets": row["packets"],
+                                 "stored_bytes": row["stored_bytes"],
+                                 "drops": row["drops"] or 0}
+        assert one["store"] == whole["store"] and one["drops_since_recorder_start"] is False
+        # The table: its header and the file's row (name, packets, bytes, codecs).
+        r = tapdeck("info", path)
+        assert r.returncode == 0, r.describe()
+        lines = r.out.splitlines()
+        assert lines[0].split()[:2] == ["NAME", "STREAM"] and len(lines) == 2, r.out
+        fields = lines[1].split()
+        assert fields[0] == row["name"], lines[1]
+        assert str(row["packets"]) in fields and str(row["stored_bytes"]) in fields
+        assert lines[1].endswith(row["codecs"]), lines[1]
+    assert sum(f["packets"] for f in whole["files"]) == 3000
+
+    # A stored file copied out of its store still describes itself; its drops are then
+    # the recorder's running count, and the output says so.
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    copy = lone / whole["files"][-1]["name"]
+    copy.write_bytes(Path(whole["files"][-1]["path"]).read_bytes())
+    one = tapdeck.info(copy)
+    assert one["store"] is None and one["drops_since_recorder_start"] is True
+    assert one["files"][0]["packets"] == whole["files"][-1]["packets"]
+
+    # Neither a store nor a stored file: one line saying what info wants.
+    for path in (src, tmp_path / "missing"):
+        r = tapdeck("info", path)
+        assert r.returncode != 0
+        line = one_error_line(r.stderr)
+        assert str(path) in line and "wants a store directory or a stored file" in line, line

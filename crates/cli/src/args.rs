@@ -47,7 +47,8 @@ pub enum Command {
     /// and each input's clock state (as its recorder read it) are kept in the output's
     /// manifest. See docs/merge.md.
     Merge(Box<MergeArgs>),
-    /// List the files of a store with their time ranges, packet counts and drops.
+    /// List the files of a store with their time ranges, packet counts and drops (or
+    /// describe one stored file the same way).
     Info(InfoArgs),
     /// Convert traces into a Parquet dataset: packets, RPC and NFS tables, catalog.
     Convert(ConvertArgs),
@@ -360,8 +361,9 @@ pub struct MergeArgs {
 
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// The store to describe.
-    #[arg(value_name = "STORE")]
+    /// The store directory to describe, or one stored file (its row, as the store's listing
+    /// gives it).
+    #[arg(value_name = "STORE|FILE")]
     pub store: PathBuf,
 
     /// Print JSON instead of a table.

@@ -88,6 +88,12 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         }
     };
     let offsets = offsets(&stores, &args.offsets)?;
+    if let Some(s) = stores.iter().find(|s| !s.is_dir()) {
+        anyhow::bail!(
+            "{}: not a store directory; extract reads the directories `tapdeck record --store` wrote",
+            s.display()
+        );
+    }
     let opened = stores
         .iter()
         .map(|s| Store::open(s))

@@ -24,6 +24,8 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 
+use crate::bytes::{Cursor, ShortInput};
+
 const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 const LZ4_MAGIC: u32 = 0x184D_2204;
 const SKIPPABLE_MASK: u32 = 0xFFFF_FFF0;
@@ -42,6 +44,12 @@ const LZ4_MAX_BLOCK: usize = 4 * 1024 * 1024;
 /// Upper bound on any single frame we accept when reading (hostile input).
 pub const MAX_FRAME_LEN: usize = 256 * 1024 * 1024;
 const INDEX_ENTRY_LEN: usize = 48;
+/// A skippable frame's header: magic and body length.
+const SKIPPABLE_HEADER_LEN: u64 = 8;
+/// One seek table entry: compressed and decompressed size (we write no checksums).
+const SEEK_ENTRY_LEN: u64 = 8;
+/// The seekable format's footer: frame count, descriptor, magic.
+const SEEKABLE_FOOTER_LEN: u64 = 9;
 
 /// How a whole file is framed, and so which stock tool decompresses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +182,19 @@ pub enum ContainerError {
     Io(#[from] std::io::Error),
 }
 
+/// A field cut short is a defect at the field's offset, named in the message.
+impl From<ShortInput> for ContainerError {
+    fn from(e: ShortInput) -> ContainerError {
+        invalid(
+            e.offset,
+            format!(
+                "{} needs {} bytes but only {} remain (the trailer is damaged)",
+                e.field, e.need, e.have
+            ),
+        )
+    }
+}
+
 fn invalid(offset: u64, what: impl Into<String>) -> ContainerError {
     ContainerError::Invalid {
         offset,
@@ -233,17 +254,33 @@ impl FrameEncoder {
                         &mut slot.insert((level, c)).1
                     }
                 };
-                let start = out.len();
+                // Appends in place through zstd's safe buffer API: the frame goes straight
+                // into `out` after what it holds, and `out` grows by what zstd reports it
+                // wrote. Ending the frame in the first call with room for the compress bound
+                // makes the same frame `compress` would (content size pledged from the
+                // input), in one pass.
                 out.reserve(zstd::zstd_safe::compress_bound(data.len()));
-                let spare = out.spare_capacity_mut();
-                // SAFETY: the compressor only writes into the buffer and reports how much;
-                // exposing uninitialised capacity as &mut [u8] is what zstd's API expects.
-                let spare = unsafe {
-                    std::slice::from_raw_parts_mut(spare.as_mut_ptr() as *mut u8, spare.len())
-                };
-                let n = compressor.compress_to_buffer(data, spare)?;
-                // SAFETY: `n` bytes past `start` were just initialised by the compressor.
-                unsafe { out.set_len(start + n) };
+                let mut input = zstd::zstd_safe::InBuffer::around(data);
+                let ctx = compressor.context_mut();
+                loop {
+                    let mut output = zstd::zstd_safe::OutBuffer::around_pos(out, out.len());
+                    let left = ctx
+                        .compress_stream2(
+                            &mut output,
+                            &mut input,
+                            zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_end,
+                        )
+                        .map_err(|code| {
+                            // Leave the context ready for the next frame.
+                            let _ = ctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly);
+                            std::io::Error::other(zstd::zstd_safe::get_error_name(code))
+                        })?;
+                    if left == 0 {
+                        break;
+                    }
+                    // Only reached if the bound was not enough: make room and go on.
+                    out.reserve(left.max(ZSTD_MAX_BLOCK));
+                }
             }
         }
         Ok(codec)
@@ -309,10 +346,7 @@ pub fn decode_frame(
         ));
     }
     let start = out.len();
-    match frame
-        .get(..4)
-        .map(|m| u32::from_le_bytes(m.try_into().unwrap()))
-    {
+    match Cursor::new(frame).u32_at(0, "frame magic").ok() {
         Some(ZSTD_MAGIC) => {
             let mut dec =
                 zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?;
@@ -342,20 +376,25 @@ pub fn decode_frame(
 /// Length of the frame at the start of `buf` (zstd, LZ4 or skippable), found by walking its
 /// block headers without decoding. `Ok(None)` means `buf` ends before the frame does.
 pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(magic) = read_u32(buf, 0) else {
+    let c = Cursor::new(buf);
+    let Ok(magic) = c.u32_at(0, "frame magic") else {
         return Ok(None);
     };
     let len = match magic {
-        ZSTD_MAGIC => zstd_frame_len(buf)?,
-        LZ4_MAGIC => lz4_frame_len(buf)?,
-        m if m & SKIPPABLE_MASK == SKIPPABLE_BASE => read_u32(buf, 4).map(|n| 8 + n as usize),
+        ZSTD_MAGIC => zstd_frame_len(c)?,
+        LZ4_MAGIC => lz4_frame_len(c)?,
+        m if m & SKIPPABLE_MASK == SKIPPABLE_BASE => c
+            .u32_at(4, "skippable frame length")
+            .ok()
+            .map(|n| 8 + n as usize),
         m => return Err(format!("unknown frame magic {m:#010x}")),
     };
     Ok(len.filter(|&n| n <= buf.len()))
 }
 
-fn zstd_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(&fhd) = buf.get(4) else {
+/// Walks a zstd frame's block headers. A short read means the frame goes on past `c`.
+fn zstd_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
+    let Ok(fhd) = c.u8_at(4, "zstd frame header descriptor") else {
         return Ok(None);
     };
     if fhd & 0x08 != 0 {
@@ -371,7 +410,7 @@ fn zstd_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
     };
     let mut pos = 5 + usize::from(!single_segment) + dict_len + fcs_len;
     loop {
-        let Some(header) = buf.get(pos..pos + 3) else {
+        let Ok(header) = c.bytes_at(pos, 3, "zstd block header") else {
             return Ok(None);
         };
         let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
@@ -394,8 +433,9 @@ fn zstd_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
     Ok(Some(pos))
 }
 
-fn lz4_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
-    let Some(&flg) = buf.get(4) else {
+/// Walks an LZ4 frame's block sizes. A short read means the frame goes on past `c`.
+fn lz4_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
+    let Ok(flg) = c.u8_at(4, "lz4 frame flags") else {
         return Ok(None);
     };
     if flg >> 6 != 1 {
@@ -404,7 +444,7 @@ fn lz4_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
     let block_checksum = flg & 0x10 != 0;
     let mut pos = 7 + if flg & 0x08 != 0 { 8 } else { 0 } + if flg & 0x01 != 0 { 4 } else { 0 };
     loop {
-        let Some(size) = read_u32(buf, pos) else {
+        let Ok(size) = c.u32_at(pos, "lz4 block size") else {
             return Ok(None);
         };
         pos += 4;
@@ -420,16 +460,6 @@ fn lz4_frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
         pos += 4;
     }
     Ok(Some(pos))
-}
-
-fn read_u32(buf: &[u8], at: usize) -> Option<u32> {
-    buf.get(at..at.checked_add(4)?)
-        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
-}
-
-fn read_u64(buf: &[u8], at: usize) -> Option<u64> {
-    buf.get(at..at.checked_add(8)?)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
 }
 
 impl ChunkIndex {
@@ -479,83 +509,111 @@ impl ChunkIndex {
     }
 
     /// Reads the index from the end of a stored file (for a plain container, from its
-    /// sidecar, which holds the trailer alone).
+    /// sidecar, which holds the trailer alone). Every field comes through a [`Cursor`]
+    /// and every length is checked against the file before it is used, so a damaged or
+    /// hostile trailer is an error naming the offset and field, never a panic.
     pub fn read_trailer(file: &(impl ReadAt + ?Sized)) -> Result<ChunkIndex, ContainerError> {
         let size = file.size()?;
-        let mut footer = [0u8; 9];
-        if size < 9 {
+        if size < SEEKABLE_FOOTER_LEN {
             return Err(ContainerError::Truncated(0));
         }
-        file.read_at_offset(&mut footer, size - 9)?;
-        if read_u32(&footer, 5) != Some(SEEKABLE_FOOTER_MAGIC) {
+        let footer_at = size - SEEKABLE_FOOTER_LEN;
+        let mut footer = [0u8; SEEKABLE_FOOTER_LEN as usize];
+        file.read_at_offset(&mut footer, footer_at)?;
+        let footer = Cursor::new(&footer).based_at(footer_at);
+        if footer.u32_at(5, "seek table footer magic")? != SEEKABLE_FOOTER_MAGIC {
             return Err(invalid(
-                size - 9,
+                footer_at,
                 "no seek table at the end of the file (incomplete file? run `tapdeck verify --repair`)",
             ));
         }
-        let frames = u64::from(read_u32(&footer, 0).unwrap());
-        let table_len = 8 + frames * 8 + 9;
+        let frames = u64::from(footer.u32_at(0, "seek table frame count")?);
+        let table_len = SKIPPABLE_HEADER_LEN + frames * SEEK_ENTRY_LEN + SEEKABLE_FOOTER_LEN;
         if table_len > size || table_len > MAX_FRAME_LEN as u64 {
             return Err(invalid(
-                size - 9,
+                footer_at,
                 format!("seek table claims {frames} frames, more than the file can hold"),
             ));
         }
         let table_start = size - table_len;
         let mut table = vec![0u8; table_len as usize];
         file.read_at_offset(&mut table, table_start)?;
-        if read_u32(&table, 0) != Some(SEEK_TABLE_MAGIC)
-            || u64::from(read_u32(&table, 4).unwrap()) != table_len - 8
+        let mut t = Cursor::new(&table).based_at(table_start);
+        if t.u32("seek table magic")? != SEEK_TABLE_MAGIC
+            || u64::from(t.u32("seek table length")?) != table_len - SKIPPABLE_HEADER_LEN
         {
             return Err(invalid(
                 table_start,
                 "seek table header does not match its footer",
             ));
         }
-        let data_end: u64 = (0..frames as usize)
-            .map(|i| u64::from(read_u32(&table, 8 + i * 8).unwrap()))
-            .sum();
+        // (compressed, decompressed) size of each frame; `frames` fit in the table read.
+        let sizes = (0..frames)
+            .map(|_| {
+                Ok((
+                    t.u32("seek table frame size")?,
+                    t.u32("seek table data size")?,
+                ))
+            })
+            .collect::<Result<Vec<(u32, u32)>, ShortInput>>()?;
+        // At most 2^25 frames of at most 2^32 bytes each: the sum fits.
+        let data_end: u64 = sizes.iter().map(|&(f, _)| u64::from(f)).sum();
+
         // A container file has every data frame before its index; a sidecar has none.
-        let mut head = [0u8; 8];
-        let mut index_start = 0;
+        let mut head = [0u8; SKIPPABLE_HEADER_LEN as usize];
+        let mut index_start = None;
         for start in [data_end, 0] {
-            if start < table_start {
+            if start.saturating_add(SKIPPABLE_HEADER_LEN) <= table_start {
                 file.read_at_offset(&mut head, start)?;
-                if read_u32(&head, 0) == Some(INDEX_MAGIC) {
-                    index_start = start;
+                if Cursor::new(&head).u32_at(0, "chunk index magic")? == INDEX_MAGIC {
+                    index_start = Some(start);
                     break;
                 }
             }
         }
-        if read_u32(&head, 0) != Some(INDEX_MAGIC) {
+        let Some(index_start) = index_start else {
             return Err(invalid(
                 data_end.min(table_start),
                 "chunk index frame missing before the seek table",
             ));
-        }
-        let body_len = u64::from(read_u32(&head, 4).unwrap());
-        if index_start + 8 + body_len != table_start {
+        };
+        let body_at = index_start + SKIPPABLE_HEADER_LEN;
+        let body_len = u64::from(
+            Cursor::new(&head)
+                .based_at(index_start)
+                .u32_at(4, "chunk index length")?,
+        );
+        if body_at + body_len != table_start {
             return Err(invalid(
                 index_start,
-                "chunk index frame length does not reach the seek table",
+                format!(
+                    "chunk index frame says it is {body_len} bytes long but the seek table starts {} bytes after its header",
+                    table_start - body_at
+                ),
+            ));
+        }
+        if body_len > MAX_FRAME_LEN as u64 {
+            return Err(invalid(
+                index_start,
+                format!("chunk index frame of {body_len} bytes, more than any tapdeck writes"),
             ));
         }
         let mut body = vec![0u8; body_len as usize];
-        file.read_at_offset(&mut body, index_start + 8)?;
-        let index = ChunkIndex::decode_body(&body)
-            .map_err(|(at, what)| invalid(index_start + 8 + at as u64, what))?;
+        file.read_at_offset(&mut body, body_at)?;
+        let index = ChunkIndex::decode_body(Cursor::new(&body).based_at(body_at))?;
         if index.entries.len() as u64 != frames {
             return Err(invalid(
                 index_start,
-                "chunk index and seek table disagree on the number of frames",
+                format!(
+                    "chunk index lists {} frames but the seek table {frames}",
+                    index.entries.len()
+                ),
             ));
         }
-        for (i, e) in index.entries.iter().enumerate() {
-            if read_u32(&table, 8 + i * 8) != Some(e.frame_len)
-                || read_u32(&table, 12 + i * 8) != Some(e.data_len)
-            {
+        for (i, (e, &(frame_len, data_len))) in index.entries.iter().zip(&sizes).enumerate() {
+            if (e.frame_len, e.data_len) != (frame_len, data_len) {
                 return Err(invalid(
-                    table_start,
+                    table_start + SKIPPABLE_HEADER_LEN + i as u64 * SEEK_ENTRY_LEN,
                     format!("seek table entry {i} disagrees with the chunk index"),
                 ));
             }
@@ -563,66 +621,91 @@ impl ChunkIndex {
         Ok(index)
     }
 
-    fn decode_body(body: &[u8]) -> Result<ChunkIndex, (usize, String)> {
-        if body.get(..4) != Some(INDEX_TAG) {
-            return Err((0, "chunk index has the wrong tag".into()));
+    /// Decodes the chunk index frame's body (after its 8-byte skippable header).
+    fn decode_body(mut b: Cursor<'_>) -> Result<ChunkIndex, ContainerError> {
+        let tag_at = b.offset();
+        if b.bytes(4, "chunk index tag")? != INDEX_TAG {
+            return Err(invalid(tag_at, "chunk index has the wrong tag"));
         }
-        let version = u16::from_le_bytes([body[4], body[5]]);
+        let version_at = b.offset();
+        let version = b.u16("chunk index version")?;
         if version != INDEX_VERSION {
-            return Err((
-                4,
+            return Err(invalid(
+                version_at,
                 format!("chunk index version {version}, this tapdeck reads {INDEX_VERSION}"),
             ));
         }
-        let meta_len = read_u32(body, 8).ok_or((8, "chunk index truncated".to_string()))? as usize;
-        let meta = body
-            .get(12..12 + meta_len)
-            .ok_or((12, "chunk index metadata truncated".to_string()))?;
+        b.skip(2, "chunk index reserved field")?;
+        let meta_len = b.u32("chunk index metadata length")? as usize;
+        let meta_at = b.offset();
+        let meta = b.bytes(meta_len, "chunk index metadata")?;
         let meta = String::from_utf8(meta.to_vec())
-            .map_err(|_| (12, "chunk index metadata is not UTF-8".to_string()))?;
-        let at = 12 + meta_len;
-        let count = read_u32(body, at).ok_or((at, "chunk index truncated".to_string()))? as usize;
-        let entries_at = at + 4;
-        if body.len() != entries_at + count * INDEX_ENTRY_LEN {
-            return Err((
-                at,
+            .map_err(|_| invalid(meta_at, "chunk index metadata is not UTF-8"))?;
+        let count_at = b.offset();
+        let count = b.u32("chunk index entry count")? as usize;
+        if count.checked_mul(INDEX_ENTRY_LEN) != Some(b.remaining()) {
+            return Err(invalid(
+                count_at,
                 format!(
-                    "chunk index says {count} entries but holds {} bytes of them",
-                    body.len() - entries_at
+                    "chunk index says {count} entries but holds {} bytes of them ({INDEX_ENTRY_LEN} each)",
+                    b.remaining()
                 ),
             ));
         }
         let mut entries = Vec::with_capacity(count);
         for i in 0..count {
-            let e = entries_at + i * INDEX_ENTRY_LEN;
-            let kind = match body[e + 44] {
-                0 => FrameKind::Header,
-                1 => FrameKind::Packets,
-                2 => FrameKind::Stats,
-                k => {
-                    return Err((
-                        e + 44,
-                        format!("chunk index entry {i} has unknown kind {k}"),
-                    ))
-                }
-            };
-            let codec = Codec::from_bytes([body[e + 46], body[e + 47]]).ok_or((
-                e + 46,
-                format!("chunk index entry {i} has an unknown codec"),
-            ))?;
-            entries.push(ChunkEntry {
-                frame_offset: read_u64(body, e).unwrap(),
-                frame_len: read_u32(body, e + 8).unwrap(),
-                data_offset: read_u64(body, e + 12).unwrap(),
-                data_len: read_u32(body, e + 20).unwrap(),
-                first_ts_ns: read_u64(body, e + 24).unwrap(),
-                last_ts_ns: read_u64(body, e + 32).unwrap(),
-                packets: read_u32(body, e + 40).unwrap(),
-                kind,
-                codec,
-            });
+            entries.push(ChunkEntry::decode(&mut b, i)?);
         }
         Ok(ChunkIndex { meta, entries })
+    }
+}
+
+impl ChunkEntry {
+    /// One 48-byte index entry: frame offset and length, data offset and length, first and
+    /// last timestamp, packets, kind, a pad byte, codec (2 bytes).
+    fn decode(b: &mut Cursor<'_>, i: usize) -> Result<ChunkEntry, ContainerError> {
+        let frame_offset = b.u64("chunk index entry frame offset")?;
+        let frame_len = b.u32("chunk index entry frame length")?;
+        let data_offset = b.u64("chunk index entry data offset")?;
+        let data_len = b.u32("chunk index entry data length")?;
+        let first_ts_ns = b.u64("chunk index entry first timestamp")?;
+        let last_ts_ns = b.u64("chunk index entry last timestamp")?;
+        let packets = b.u32("chunk index entry packet count")?;
+        let kind_at = b.offset();
+        let kind = match b.u8("chunk index entry kind")? {
+            0 => FrameKind::Header,
+            1 => FrameKind::Packets,
+            2 => FrameKind::Stats,
+            k => {
+                return Err(invalid(
+                    kind_at,
+                    format!("chunk index entry {i} has unknown kind {k}"),
+                ))
+            }
+        };
+        b.skip(1, "chunk index entry pad byte")?;
+        let codec_at = b.offset();
+        let codec = Codec::from_bytes([
+            b.u8("chunk index entry codec")?,
+            b.u8("chunk index entry codec level")?,
+        ])
+        .ok_or_else(|| {
+            invalid(
+                codec_at,
+                format!("chunk index entry {i} has an unknown codec"),
+            )
+        })?;
+        Ok(ChunkEntry {
+            frame_offset,
+            frame_len,
+            data_offset,
+            data_len,
+            first_ts_ns,
+            last_ts_ns,
+            packets,
+            kind,
+            codec,
+        })
     }
 }
 
@@ -677,7 +760,8 @@ pub fn scan_frames(file: &File) -> Result<(Vec<(u64, usize)>, u64), ContainerErr
         }
         match len {
             Ok(Some(n)) => {
-                let magic = read_u32(&buf, 0).unwrap();
+                // frame_len found a whole frame, so its magic is there.
+                let magic = Cursor::new(&buf).u32_at(0, "frame magic").unwrap_or(0);
                 if magic & SKIPPABLE_MASK == SKIPPABLE_BASE {
                     break; // the trailer starts here
                 }
@@ -746,6 +830,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The encoder appends zstd frames in place through zstd's safe buffer API; the frames
+    /// are byte for byte those of zstd's one-shot `compress` (so stored files do not change),
+    /// and what `out` already held is kept.
+    #[test]
+    fn zstd_frames_append_in_place_as_one_shot_compression_makes_them() {
+        let mut enc = FrameEncoder::new(Container::Zstd);
+        let mut out = b"kept".to_vec();
+        for (len, level) in [(0, 3), (1, 3), (300_000, 1), (300_000, 6), (5 << 20, -3)] {
+            let data = sample(len);
+            let mut c = zstd::bulk::Compressor::new(i32::from(level)).unwrap();
+            c.include_checksum(true).unwrap();
+            c.include_contentsize(true).unwrap();
+            let expected = c.compress(&data).unwrap();
+            let start = out.len();
+            enc.encode(Codec::Zstd(level), &data, &mut out).unwrap();
+            assert_eq!(&out[start..], &expected[..], "{len} bytes at level {level}");
+        }
+        assert_eq!(&out[..4], b"kept");
     }
 
     #[test]
@@ -871,6 +975,203 @@ mod tests {
             scan_frames(tempfile_with(&padded).as_file()).unwrap().1,
             ends[2]
         );
+    }
+
+    fn tempfile_with(bytes: &[u8]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+}
+
+/// Hostile trailers: the crash from issue 14, every field of real trailers damaged, and the
+/// structure-aware generator the `trailer` fuzz target runs, here over seeded inputs.
+#[cfg(test)]
+mod hostile_trailers {
+    use super::*;
+    use crate::fuzzing::{check_read, check_trailer, draw_index, trailer_fields, Draw};
+
+    /// Issue 14: an index frame whose 4-byte body is only the tag, then a valid empty seek
+    /// table (the issue's command; it calls the file 34 bytes, the command makes 29).
+    /// `decode_body` read the version at bytes 4..6 and panicked.
+    #[test]
+    fn an_index_body_of_only_its_tag_is_an_error() {
+        let mut file = Vec::new();
+        file.extend_from_slice(&INDEX_MAGIC.to_le_bytes());
+        file.extend_from_slice(&4u32.to_le_bytes());
+        file.extend_from_slice(b"TDCI");
+        file.extend_from_slice(&SEEK_TABLE_MAGIC.to_le_bytes());
+        file.extend_from_slice(&9u32.to_le_bytes());
+        file.extend_from_slice(&0u32.to_le_bytes());
+        file.push(0);
+        file.extend_from_slice(&SEEKABLE_FOOTER_MAGIC.to_le_bytes());
+        assert_eq!(file.len(), 29);
+        let e = ChunkIndex::read_trailer(&file[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "at byte offset 12: chunk index version needs 2 bytes but only 0 remain (the trailer is damaged)"
+        );
+        // The same through a real file.
+        let f = tempfile_with(&file);
+        assert!(matches!(
+            ChunkIndex::read_trailer(f.as_file()),
+            Err(ContainerError::Invalid { offset: 12, .. })
+        ));
+    }
+
+    fn indexes() -> Vec<ChunkIndex> {
+        let mut out = vec![ChunkIndex::default()];
+        for seed in [1u8, 7, 42, 200] {
+            let bytes: Vec<u8> = (0..400u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
+                .collect();
+            let mut index = draw_index(&mut Draw::new(&bytes));
+            index.entries.truncate(3);
+            out.push(index);
+        }
+        out.push(ChunkIndex {
+            meta: r#"{"stream":0}"#.into(),
+            entries: vec![ChunkEntry {
+                frame_offset: 0,
+                frame_len: 40,
+                data_offset: 0,
+                data_len: 96,
+                first_ts_ns: 0,
+                last_ts_ns: 0,
+                packets: 0,
+                kind: FrameKind::Header,
+                codec: Codec::Zstd(3),
+            }],
+        });
+        out
+    }
+
+    /// Each index as a container (data frames, then the trailer) and as a sidecar.
+    fn files(index: &ChunkIndex) -> Vec<(Vec<u8>, usize)> {
+        let data: u64 = index.entries.iter().map(|e| u64::from(e.frame_len)).sum();
+        let trailer = index.encode_trailer();
+        vec![
+            (
+                [vec![0x5A; data as usize], trailer.clone()].concat(),
+                data as usize,
+            ),
+            (trailer, 0),
+        ]
+    }
+
+    #[test]
+    fn every_field_set_to_edge_values_is_an_error_or_a_correct_read() {
+        let (mut errors, mut reads) = (0, 0);
+        for index in indexes() {
+            for (file, prefix) in files(&index) {
+                assert!(check_read(&index, &file, true).is_none());
+                let lens: Vec<u64> = trailer_fields(&index)
+                    .iter()
+                    .map(|f| f.width as u64)
+                    .collect();
+                for f in trailer_fields(&index) {
+                    let w = f.width.min(8);
+                    if w == 0 {
+                        continue;
+                    }
+                    let at = prefix + f.at;
+                    let mut old = [0u8; 8];
+                    old[..w].copy_from_slice(&file[at..at + w]);
+                    let old = u64::from_le_bytes(old);
+                    let mut values = vec![
+                        0,
+                        1,
+                        u64::MAX,
+                        u64::MAX >> 1,
+                        old.wrapping_add(1),
+                        old.wrapping_sub(1),
+                        old.wrapping_add(48),
+                        old ^ 0x80,
+                        file.len() as u64,
+                        prefix as u64,
+                    ];
+                    values.extend(&lens);
+                    for v in values {
+                        let mut bad = file.clone();
+                        bad[at..at + w].copy_from_slice(&v.to_le_bytes()[..w]);
+                        match check_read(&index, &bad, bad == file) {
+                            Some(_) => errors += 1,
+                            None => reads += 1,
+                        }
+                    }
+                }
+            }
+        }
+        // Most damage is caught; some (a timestamp, a packet count) is a different but
+        // correctly read index.
+        assert!(
+            errors > 1000 && reads > 100,
+            "{errors} errors, {reads} reads"
+        );
+    }
+
+    #[test]
+    fn every_truncation_flip_and_lost_prefix_is_an_error_or_a_correct_read() {
+        for index in indexes() {
+            for (file, _) in files(&index) {
+                for cut in 0..file.len() {
+                    // Cut at the end, the trailer is gone; cut at the start, only frames
+                    // before the index are lost, which the index then places wrongly.
+                    assert!(check_read(&index, &file[..cut], false).is_some());
+                    check_read(&index, &file[cut..], cut == 0);
+                    for bit in [0x01, 0x10, 0x80] {
+                        let mut bad = file.clone();
+                        bad[cut] ^= bit;
+                        check_read(&index, &bad, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `trailer` fuzz target's generator over a few thousand seeded inputs: damage
+    /// reaches every layer (footer, seek table, index header, entries) and nothing panics.
+    #[test]
+    fn seeded_structure_aware_trailers() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let (mut errors, mut cases) = (0, 0);
+        for _ in 0..5000 {
+            let len = (next() % 160) as usize;
+            let input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            cases += 1;
+            if let Some(e) = check_trailer(&input) {
+                errors += 1;
+                let what = e.to_string();
+                for layer in [
+                    "seek table claims",
+                    "no seek table",
+                    "seek table header",
+                    "chunk index frame missing",
+                    "chunk index frame says",
+                    "wrong tag",
+                    "chunk index version",
+                    "metadata",
+                    "entries but holds",
+                    "unknown kind",
+                    "unknown codec",
+                    "seek table entry",
+                    "chunk index lists",
+                ] {
+                    if what.contains(layer) {
+                        seen.insert(layer);
+                    }
+                }
+            }
+        }
+        assert!(errors > cases / 4, "{errors} errors in {cases} cases");
+        assert!(seen.len() >= 11, "damage reached only: {seen:?}");
     }
 
     fn tempfile_with(bytes: &[u8]) -> tempfile::NamedTempFile {

@@ -31,3 +31,11 @@ pub enum FormatErrorKind {
     #[error("read failed: {0}")]
     Io(#[from] std::io::Error),
 }
+
+/// A field cut short where the reader had checked the length before (so in practice never):
+/// the file ends in the middle of that field.
+impl From<crate::bytes::ShortInput> for FormatError {
+    fn from(e: crate::bytes::ShortInput) -> Self {
+        FormatError::new(e.offset, FormatErrorKind::Truncated(e.field))
+    }
+}

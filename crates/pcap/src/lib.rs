@@ -3,10 +3,15 @@
 //!
 //! Everything here works on byte slices and `std::io` traits; nothing spawns threads or
 //! touches the network. Readers treat their input as hostile: every length is checked
-//! before use and errors carry the byte offset of the defect.
+//! before use (through [`bytes::Cursor`], never by indexing by hand) and errors carry the
+//! byte offset of the defect.
+#![forbid(unsafe_code)]
 
+pub mod bytes;
 pub mod container;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod packet;
 pub mod pcapng;
 pub mod reader;

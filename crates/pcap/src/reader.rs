@@ -17,6 +17,7 @@
 use std::io::{self, BufRead, BufReader, Read};
 use std::ops::Range;
 
+use crate::bytes::{ByteOrder, Cursor, ShortInput};
 use crate::pcapng::{self, pad4};
 use crate::{Format, FormatError, FormatErrorKind, Interface, InterfaceStats, Packet, PacketFlags};
 
@@ -101,45 +102,15 @@ mod ng_field {
     pub const OPT_HEADER_LEN: usize = 4;
 }
 
-/// Byte order of a pcap file or pcapng section.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Endian {
-    Little,
-    Big,
-}
-
-impl Endian {
-    /// Callers pass ranges from the field modules over slices already checked to be long
-    /// enough, so the conversions cannot fail.
-    #[inline]
-    fn u16(self, b: &[u8], r: Range<usize>) -> u16 {
-        let a: [u8; 2] = b[r].try_into().expect("2-byte field");
-        match self {
-            Endian::Little => u16::from_le_bytes(a),
-            Endian::Big => u16::from_be_bytes(a),
-        }
-    }
-    #[inline]
-    fn u32(self, b: &[u8], r: Range<usize>) -> u32 {
-        let a: [u8; 4] = b[r].try_into().expect("4-byte field");
-        match self {
-            Endian::Little => u32::from_le_bytes(a),
-            Endian::Big => u32::from_be_bytes(a),
-        }
-    }
-    #[inline]
-    fn u64(self, b: &[u8]) -> u64 {
-        let a: [u8; 8] = b[..8].try_into().expect("8-byte field");
-        match self {
-            Endian::Little => u64::from_le_bytes(a),
-            Endian::Big => u64::from_be_bytes(a),
-        }
-    }
-    /// pcapng timestamps are two 32-bit words, high first, each in section byte order.
-    #[inline]
-    fn ts(self, b: &[u8], high: Range<usize>, low: Range<usize>) -> u64 {
-        (u64::from(self.u32(b, high)) << 32) | u64::from(self.u32(b, low))
-    }
+/// A pcapng timestamp: two 32-bit words, high first, each in the section's byte order.
+#[inline]
+fn ts(
+    b: &Cursor<'_>,
+    high: Range<usize>,
+    low: Range<usize>,
+    field: &'static str,
+) -> Result<u64, ShortInput> {
+    Ok((u64::from(b.u32_at(high, field)?) << 32) | u64::from(b.u32_at(low, field)?))
 }
 
 /// Units of a pcapng interface's timestamps (`if_tsresol`).
@@ -203,12 +174,12 @@ impl Clock {
 #[derive(Debug, Clone, Copy)]
 enum Layout {
     Pcap {
-        endian: Endian,
+        endian: ByteOrder,
         nanos: bool,
         record_len: usize,
     },
     Pcapng {
-        endian: Endian,
+        endian: ByteOrder,
         /// Global index of the section's interface 0: pcapng numbers interfaces per section.
         first_iface: usize,
     },
@@ -294,7 +265,7 @@ impl<R: Read> TraceReader<R> {
             packet_offset: 0,
             format: Format::Pcap,
             layout: Layout::Pcapng {
-                endian: Endian::Little,
+                endian: ByteOrder::Little,
                 first_iface: 0,
             },
             ifaces: Vec::new(),
@@ -418,8 +389,8 @@ impl<R: Read> TraceReader<R> {
         let le = u32::from_le_bytes(head);
         let be = u32::from_be_bytes(head);
         let (endian, m) = match (le, be) {
-            (magic::PCAP_US | magic::PCAP_NS | magic::PCAP_MODIFIED, _) => (Endian::Little, le),
-            (_, magic::PCAP_US | magic::PCAP_NS | magic::PCAP_MODIFIED) => (Endian::Big, be),
+            (magic::PCAP_US | magic::PCAP_NS | magic::PCAP_MODIFIED, _) => (ByteOrder::Little, le),
+            (_, magic::PCAP_US | magic::PCAP_NS | magic::PCAP_MODIFIED) => (ByteOrder::Big, be),
             _ => return Err(FormatError::new(0, FormatErrorKind::UnknownMagic(le))),
         };
         let mut h = [0u8; pcap_field::FILE_HEADER_LEN];
@@ -430,8 +401,9 @@ impl<R: Read> TraceReader<R> {
         if n < h.len() - 4 {
             return Err(truncated(0, "the pcap file header"));
         }
-        let major = endian.u16(&h, pcap_field::VERSION_MAJOR);
-        let minor = endian.u16(&h, pcap_field::VERSION_MINOR);
+        let h = Cursor::new(&h).with_order(endian);
+        let major = h.u16_at(pcap_field::VERSION_MAJOR, "the pcap version")?;
+        let minor = h.u16_at(pcap_field::VERSION_MINOR, "the pcap version")?;
         // libpcap reads every 2.x file (2.2 and 2.3 differ from 2.4 only in details it
         // ignores); 1.x and anything newer have other layouts.
         if major != 2 {
@@ -441,8 +413,8 @@ impl<R: Read> TraceReader<R> {
             ));
         }
         // The link type field's upper 16 bits hold the FCS length and reserved bits.
-        let linktype = endian.u32(&h, pcap_field::LINKTYPE) as u16;
-        let snaplen = endian.u32(&h, pcap_field::SNAPLEN);
+        let linktype = h.u32_at(pcap_field::LINKTYPE, "the pcap link type")? as u16;
+        let snaplen = h.u32_at(pcap_field::SNAPLEN, "the pcap snap length")?;
         self.layout = Layout::Pcap {
             endian,
             nanos: m == magic::PCAP_NS,
@@ -463,7 +435,7 @@ impl<R: Read> TraceReader<R> {
 
     fn next_record(
         &mut self,
-        endian: Endian,
+        endian: ByteOrder,
         nanos: bool,
         record_len: usize,
     ) -> Result<Step, FormatError> {
@@ -479,16 +451,17 @@ impl<R: Read> TraceReader<R> {
         if n < record_len {
             return Err(truncated(start, "a packet record header"));
         }
-        let caplen = endian.u32(h, pcap_field::CAPLEN);
-        let orig_len = endian.u32(h, pcap_field::ORIG_LEN);
+        let h = Cursor::new(h).with_order(endian).based_at(start);
+        let caplen = h.u32_at(pcap_field::CAPLEN, "a record's captured length")?;
+        let orig_len = h.u32_at(pcap_field::ORIG_LEN, "a record's original length")?;
         if caplen as usize > MAX_BLOCK {
             return Err(invalid(
                 start,
                 format!("packet record says captured length {caplen}, more than the {MAX_BLOCK} bytes a record may hold"),
             ));
         }
-        let sec = u64::from(endian.u32(h, pcap_field::TS_SEC));
-        let frac = u64::from(endian.u32(h, pcap_field::TS_FRAC));
+        let sec = u64::from(h.u32_at(pcap_field::TS_SEC, "a record's timestamp")?);
+        let frac = u64::from(h.u32_at(pcap_field::TS_FRAC, "a record's timestamp")?);
         // No overflow: 2^32 s is 4.3e18 ns, and the fraction adds at most 4.3e12.
         let ts_ns = sec * NS_PER_S + if nanos { frac } else { frac * 1000 };
         let got = self.read_body(0, caplen as usize, start)?;
@@ -535,7 +508,9 @@ impl<R: Read> TraceReader<R> {
         };
         // The type 0x0A0D0D0A reads the same in both byte orders. A section header's byte
         // order comes from the magic after its length field, which we must read first.
-        let block_type = section_endian.u32(&h, 0..4);
+        let block_type = Cursor::new(&h)
+            .with_order(section_endian)
+            .u32_at(0..4, "a block type")?;
         let mut body_start = 0;
         let endian = if block_type == pcapng::SHB {
             let n = read_full(&mut self.input, &mut h[8..12]).map_err(io_err)?;
@@ -544,9 +519,9 @@ impl<R: Read> TraceReader<R> {
                 return Err(truncated(start, "a section header block"));
             }
             body_start = 4;
-            match u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) {
-                pcapng::BYTE_ORDER_MAGIC => Endian::Little,
-                m if m.swap_bytes() == pcapng::BYTE_ORDER_MAGIC => Endian::Big,
+            match Cursor::new(&h).u32_at(8..12, "the byte-order magic")? {
+                pcapng::BYTE_ORDER_MAGIC => ByteOrder::Little,
+                m if m.swap_bytes() == pcapng::BYTE_ORDER_MAGIC => ByteOrder::Big,
                 m => {
                     return Err(invalid(
                         start,
@@ -557,7 +532,9 @@ impl<R: Read> TraceReader<R> {
         } else {
             section_endian
         };
-        let len = endian.u32(&h, 4..8) as usize;
+        let len = Cursor::new(&h)
+            .with_order(endian)
+            .u32_at(4..8, "a block length")? as usize;
         let name = block_name(block_type);
         let min = min_block_len(block_type);
         if len < min || len & 3 != 0 || len > MAX_BLOCK {
@@ -582,7 +559,10 @@ impl<R: Read> TraceReader<R> {
         }
         let body_len = want - 4;
         let body = body_of(&self.input, &self.buf, self.body_in_input);
-        let trailer = endian.u32(body, body_len..want) as usize;
+        let trailer = Cursor::new(body)
+            .with_order(endian)
+            .based_at(start + ng_field::BLOCK_HEADER_LEN as u64)
+            .u32_at(body_len..want, "a block's trailing length")? as usize;
         if trailer != len {
             return Err(invalid(
                 start,
@@ -597,17 +577,21 @@ impl<R: Read> TraceReader<R> {
     fn handle_block(
         &mut self,
         block_type: u32,
-        endian: Endian,
+        endian: ByteOrder,
         body_len: usize,
         start: u64,
     ) -> Result<Step, String> {
-        let body = &body_of(&self.input, &self.buf, self.body_in_input)[..body_len];
+        // The body's bytes are in the file after the block header.
+        let body = Cursor::new(body_of(&self.input, &self.buf, self.body_in_input))
+            .with_order(endian)
+            .based_at(start + ng_field::BLOCK_HEADER_LEN as u64)
+            .sub(0, body_len, "a block body")?;
         let Layout::Pcapng { first_iface, .. } = self.layout else {
             unreachable!("handle_block is only called on pcapng input");
         };
         match block_type {
             pcapng::SHB => {
-                parse_shb(endian, body)?;
+                parse_shb(body)?;
                 self.layout = Layout::Pcapng {
                     endian,
                     first_iface: self.ifaces.len(),
@@ -618,13 +602,13 @@ impl<R: Read> TraceReader<R> {
                 if self.ifaces.len() >= u32::MAX as usize {
                     return Err("more interfaces than 32-bit interface numbers can name".into());
                 }
-                let (iface, clock) = parse_idb(endian, body)?;
+                let (iface, clock) = parse_idb(body)?;
                 self.ifaces.push(iface);
                 self.clocks.push(clock);
                 Ok(Step::Other)
             }
             pcapng::EPB | pcapng::OPB => {
-                let p = parse_epb(endian, block_type, body)?;
+                let p = parse_epb(block_type, body)?;
                 let iface = self.global_iface(first_iface, p.iface, block_type)?;
                 let clock = &mut self.clocks[iface];
                 let ts_ns = clock.ns(p.ts)?;
@@ -640,7 +624,7 @@ impl<R: Read> TraceReader<R> {
             }
             pcapng::SPB => {
                 let iface = self.global_iface(first_iface, 0, block_type)?;
-                let (orig_len, data) = parse_spb(endian, body, self.ifaces[iface].snaplen);
+                let (orig_len, data) = parse_spb(body, self.ifaces[iface].snaplen)?;
                 self.packet_offset = start;
                 Ok(Step::Packet {
                     ts_ns: self.clocks[iface].last_ns,
@@ -651,7 +635,7 @@ impl<R: Read> TraceReader<R> {
                 })
             }
             pcapng::ISB => {
-                let raw = parse_isb(endian, body)?;
+                let raw = parse_isb(body)?;
                 let iface = self.global_iface(first_iface, raw.iface, block_type)?;
                 // Prefer isb_endtime (when the counts were taken) over the block's own time.
                 let ts_ns = self.clocks[iface].ns(raw.endtime.unwrap_or(raw.ts))?;
@@ -854,44 +838,40 @@ fn min_block_len(block_type: u32) -> usize {
 /// Calls `f(code, value)` for each option up to `opt_endofopt` or the end of `opts`.
 /// Options are optional, and so is the end marker when the block ends right after them.
 fn for_each_option(
-    endian: Endian,
-    mut opts: &[u8],
-    mut f: impl FnMut(u16, &[u8]) -> Result<(), String>,
+    mut opts: Cursor<'_>,
+    mut f: impl FnMut(u16, Cursor<'_>) -> Result<(), String>,
 ) -> Result<(), String> {
     while !opts.is_empty() {
-        if opts.len() < ng_field::OPT_HEADER_LEN {
+        if opts.remaining() < ng_field::OPT_HEADER_LEN {
             return Err(format!(
                 "an option header needs 4 bytes but only {} remain in the block",
-                opts.len()
+                opts.remaining()
             ));
         }
-        let code = endian.u16(opts, 0..2);
-        let len = endian.u16(opts, 2..4) as usize;
+        let code = opts.u16("an option code")?;
+        let len = opts.u16("an option length")? as usize;
         if code == pcapng::OPT_END {
             return Ok(());
         }
         // Option areas start 4-aligned in blocks whose lengths are multiples of 4, so a
         // value that fits also has room for its padding.
-        let end = ng_field::OPT_HEADER_LEN + pad4(len);
-        if end > opts.len() {
+        if pad4(len) > opts.remaining() {
             return Err(format!(
                 "option {code} says its value is {len} bytes but only {} remain in the block",
-                opts.len() - ng_field::OPT_HEADER_LEN
+                opts.remaining()
             ));
         }
-        f(
-            code,
-            &opts[ng_field::OPT_HEADER_LEN..ng_field::OPT_HEADER_LEN + len],
-        )?;
-        opts = &opts[end..];
+        let value = opts.sub(opts.position(), len, "an option value")?;
+        opts.skip(pad4(len), "an option value")?;
+        f(code, value)?;
     }
     Ok(())
 }
 
-/// Checks a section header body (`body.len() >= 16`); its byte order is already known.
-fn parse_shb(endian: Endian, body: &[u8]) -> Result<(), String> {
-    let major = endian.u16(body, ng_field::SHB_MAJOR);
-    let minor = endian.u16(body, ng_field::SHB_MINOR);
+/// Checks a section header body (at least 16 bytes); its byte order is already known.
+fn parse_shb(body: Cursor<'_>) -> Result<(), String> {
+    let major = body.u16_at(ng_field::SHB_MAJOR, "the section header version")?;
+    let minor = body.u16_at(ng_field::SHB_MINOR, "the section header version")?;
     // The specification tells readers to skip sections of another major version; we
     // cannot skip to the next section without trusting the section length, so we stop.
     if major != 1 {
@@ -899,14 +879,21 @@ fn parse_shb(endian: Endian, body: &[u8]) -> Result<(), String> {
             "section header version {major}.{minor}; this reader knows version 1"
         ));
     }
-    for_each_option(endian, &body[ng_field::SHB_OPTIONS..], |_, _| Ok(()))
+    for_each_option(options(body, ng_field::SHB_OPTIONS)?, |_, _| Ok(()))
 }
 
-/// Decodes an interface description body (`body.len() >= 8`).
-fn parse_idb(endian: Endian, body: &[u8]) -> Result<(Interface, Clock), String> {
+/// The option area of a block body: everything from `at` on.
+#[inline]
+fn options<'a>(body: Cursor<'a>, at: usize) -> Result<Cursor<'a>, ShortInput> {
+    let len = body.remaining().saturating_sub(at);
+    body.sub(at, len, "the options")
+}
+
+/// Decodes an interface description body (at least 8 bytes).
+fn parse_idb(body: Cursor<'_>) -> Result<(Interface, Clock), String> {
     let mut iface = Interface {
-        linktype: endian.u16(body, ng_field::IDB_LINKTYPE),
-        snaplen: endian.u32(body, ng_field::IDB_SNAPLEN),
+        linktype: body.u16_at(ng_field::IDB_LINKTYPE, "the interface link type")?,
+        snaplen: body.u32_at(ng_field::IDB_SNAPLEN, "the interface snap length")?,
         name: None,
         description: None,
     };
@@ -915,18 +902,18 @@ fn parse_idb(endian: Endian, body: &[u8]) -> Result<(Interface, Clock), String> 
         offset_s: 0,
         last_ns: 0,
     };
-    for_each_option(endian, &body[ng_field::IDB_OPTIONS..], |code, v| {
+    for_each_option(options(body, ng_field::IDB_OPTIONS)?, |code, v| {
         match code {
-            pcapng::IF_NAME => iface.name = Some(String::from_utf8_lossy(v).into_owned()),
+            pcapng::IF_NAME => iface.name = Some(String::from_utf8_lossy(v.rest()).into_owned()),
             pcapng::IF_DESCRIPTION => {
-                iface.description = Some(String::from_utf8_lossy(v).into_owned())
+                iface.description = Some(String::from_utf8_lossy(v.rest()).into_owned())
             }
-            pcapng::IF_TSRESOL => match v {
-                [r] => clock.resolution = Resolution::from_option(*r),
-                _ => return Err(format!("if_tsresol option is {} bytes, not 1", v.len())),
+            pcapng::IF_TSRESOL => match v.remaining() {
+                1 => clock.resolution = Resolution::from_option(v.u8_at(0, "if_tsresol")?),
+                n => return Err(format!("if_tsresol option is {n} bytes, not 1")),
             },
-            pcapng::IF_TSOFFSET => match v.len() {
-                8 => clock.offset_s = endian.u64(v) as i64,
+            pcapng::IF_TSOFFSET => match v.remaining() {
+                8 => clock.offset_s = v.u64_at(0, "if_tsoffset")? as i64,
                 n => return Err(format!("if_tsoffset option is {n} bytes, not 8")),
             },
             _ => {}
@@ -945,15 +932,18 @@ struct EpbFields {
     data: Range<usize>,
 }
 
-/// Decodes an enhanced or obsolete packet block body (`body.len() >= 20`).
-fn parse_epb(endian: Endian, block_type: u32, body: &[u8]) -> Result<EpbFields, String> {
+/// Decodes an enhanced or obsolete packet block body (at least 20 bytes).
+#[inline]
+fn parse_epb(block_type: u32, body: Cursor<'_>) -> Result<EpbFields, String> {
+    // The fixed fields, checked once (this is the per-packet path).
+    let head = body.sub(0, ng_field::EPB_DATA, "the packet block's fixed fields")?;
     let iface = if block_type == pcapng::OPB {
-        u32::from(endian.u16(body, ng_field::OPB_IFACE))
+        u32::from(head.u16_at(ng_field::OPB_IFACE, "the interface id")?)
     } else {
-        endian.u32(body, ng_field::EPB_IFACE)
+        head.u32_at(ng_field::EPB_IFACE, "the interface id")?
     };
-    let caplen = endian.u32(body, ng_field::EPB_CAPLEN) as usize;
-    let room = body.len() - ng_field::EPB_DATA;
+    let caplen = head.u32_at(ng_field::EPB_CAPLEN, "the captured length")? as usize;
+    let room = body.remaining().saturating_sub(ng_field::EPB_DATA);
     if caplen > room {
         let kind = if block_type == pcapng::OPB {
             "obsolete"
@@ -965,40 +955,48 @@ fn parse_epb(endian: Endian, block_type: u32, body: &[u8]) -> Result<EpbFields, 
         ));
     }
     let data = ng_field::EPB_DATA..ng_field::EPB_DATA + caplen;
-    let opts = &body[ng_field::EPB_DATA + pad4(caplen)..];
+    let opts = options(body, ng_field::EPB_DATA + pad4(caplen))?;
     // Of the packet options only the flags (the obsolete block's `pack_flags`, same code and
     // meaning) are returned; hashes and comments are checked to fit and skipped.
     let mut flags = None;
     if !opts.is_empty() {
-        for_each_option(endian, opts, |code, v| {
+        for_each_option(opts, |code, v| {
             if code == pcapng::EPB_FLAGS {
-                if v.len() != 4 {
-                    return Err(format!("epb_flags option is {} bytes, not 4", v.len()));
+                if v.remaining() != 4 {
+                    return Err(format!(
+                        "epb_flags option is {} bytes, not 4",
+                        v.remaining()
+                    ));
                 }
-                flags = Some(PacketFlags(endian.u32(v, 0..4)));
+                flags = Some(PacketFlags(v.u32_at(0, "epb_flags")?));
             }
             Ok(())
         })?;
     }
     Ok(EpbFields {
         iface,
-        ts: endian.ts(body, ng_field::EPB_TS_HIGH, ng_field::EPB_TS_LOW),
-        orig_len: endian.u32(body, ng_field::EPB_ORIG_LEN),
+        ts: ts(
+            &head,
+            ng_field::EPB_TS_HIGH,
+            ng_field::EPB_TS_LOW,
+            "the timestamp",
+        )?,
+        orig_len: head.u32_at(ng_field::EPB_ORIG_LEN, "the original length")?,
         flags,
         data,
     })
 }
 
-/// Decodes a simple packet block body (`body.len() >= 4`). It has no captured length:
+/// Decodes a simple packet block body (at least 4 bytes). It has no captured length:
 /// that is the original length cut to the interface's snaplen, and to what the block holds.
-fn parse_spb(endian: Endian, body: &[u8], snaplen: u32) -> (u32, Range<usize>) {
-    let orig_len = endian.u32(body, ng_field::SPB_ORIG_LEN);
-    let room = body.len() - ng_field::SPB_DATA;
+fn parse_spb(body: Cursor<'_>, snaplen: u32) -> Result<(u32, Range<usize>), ShortInput> {
+    let orig_len = body.u32_at(ng_field::SPB_ORIG_LEN, "the original length")?;
+    let room = body.remaining().saturating_sub(ng_field::SPB_DATA);
     let mut caplen = (orig_len as usize).min(room);
     if snaplen != 0 {
         caplen = caplen.min(snaplen as usize);
     }
-    (orig_len, ng_field::SPB_DATA..ng_field::SPB_DATA + caplen)
+    Ok((orig_len, ng_field::SPB_DATA..ng_field::SPB_DATA + caplen))
 }
 
 /// Interface statistics as the block has them: section-local interface, raw timestamps.
@@ -1025,18 +1023,23 @@ impl RawStats {
     }
 }
 
-/// Decodes an interface statistics body (`body.len() >= 12`).
-fn parse_isb(endian: Endian, body: &[u8]) -> Result<RawStats, String> {
+/// Decodes an interface statistics body (at least 12 bytes).
+fn parse_isb(body: Cursor<'_>) -> Result<RawStats, String> {
     let mut s = RawStats {
-        iface: endian.u32(body, ng_field::ISB_IFACE),
-        ts: endian.ts(body, ng_field::ISB_TS_HIGH, ng_field::ISB_TS_LOW),
+        iface: body.u32_at(ng_field::ISB_IFACE, "the interface id")?,
+        ts: ts(
+            &body,
+            ng_field::ISB_TS_HIGH,
+            ng_field::ISB_TS_LOW,
+            "the timestamp",
+        )?,
         endtime: None,
         received: None,
         os_dropped: None,
         if_dropped: None,
         delivered: None,
     };
-    for_each_option(endian, &body[ng_field::ISB_OPTIONS..], |code, v| {
+    for_each_option(options(body, ng_field::ISB_OPTIONS)?, |code, v| {
         let slot = match code {
             pcapng::ISB_ENDTIME => &mut s.endtime,
             pcapng::ISB_IFRECV => &mut s.received,
@@ -1045,16 +1048,16 @@ fn parse_isb(endian: Endian, body: &[u8]) -> Result<RawStats, String> {
             pcapng::ISB_USRDELIV => &mut s.delivered,
             _ => return Ok(()),
         };
-        if v.len() != 8 {
+        if v.remaining() != 8 {
             return Err(format!(
                 "interface statistics option {code} is {} bytes, not 8",
-                v.len()
+                v.remaining()
             ));
         }
         *slot = Some(if code == pcapng::ISB_ENDTIME {
-            endian.ts(v, 0..4, 4..8)
+            ts(&v, 0..4, 4..8, "isb_endtime")?
         } else {
-            endian.u64(v)
+            v.u64_at(0, "an interface statistics counter")?
         });
         Ok(())
     })?;
@@ -1239,13 +1242,13 @@ mod tests {
 
     /// A little-endian pcapng block around `body` (padded to 4 bytes).
     fn block(kind: u32, body: &[u8]) -> Vec<u8> {
-        block_in(Endian::Little, kind, body)
+        block_in(ByteOrder::Little, kind, body)
     }
 
-    fn block_in(e: Endian, kind: u32, body: &[u8]) -> Vec<u8> {
+    fn block_in(e: ByteOrder, kind: u32, body: &[u8]) -> Vec<u8> {
         let w = |v: u32| match e {
-            Endian::Little => v.to_le_bytes(),
-            Endian::Big => v.to_be_bytes(),
+            ByteOrder::Little => v.to_le_bytes(),
+            ByteOrder::Big => v.to_be_bytes(),
         };
         let len = (12 + pad4(body.len())) as u32;
         let mut out = w(kind).to_vec();
@@ -1256,10 +1259,10 @@ mod tests {
         out
     }
 
-    fn shb_in(e: Endian) -> Vec<u8> {
+    fn shb_in(e: ByteOrder) -> Vec<u8> {
         let body: Vec<u8> = match e {
-            Endian::Little => [0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0].to_vec(),
-            Endian::Big => [0x1a, 0x2b, 0x3c, 0x4d, 0, 1, 0, 0].to_vec(),
+            ByteOrder::Little => [0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0].to_vec(),
+            ByteOrder::Big => [0x1a, 0x2b, 0x3c, 0x4d, 0, 1, 0, 0].to_vec(),
         };
         block_in(e, pcapng::SHB, &[body, vec![0xff; 8]].concat())
     }
@@ -1383,7 +1386,7 @@ mod tests {
 
     #[test]
     fn pcapng_sections_number_interfaces_globally() {
-        let be = Endian::Big;
+        let be = ByteOrder::Big;
         let mut f = PCAPNG_LE[..108].to_vec(); // SHB, IDB, EPB
         f.extend(shb_in(be));
         // Section 2, big-endian: IDB (linktype 101, default µs), EPB on its interface 0.
@@ -1409,7 +1412,7 @@ mod tests {
 
     #[test]
     fn pcapng_resolution_offset_spb_isb() {
-        let mut f = shb_in(Endian::Little);
+        let mut f = shb_in(ByteOrder::Little);
         // 2^-10 s units, 100 s offset, snaplen 4.
         let opts = [
             opt(pcapng::IF_TSRESOL, &[0x8a]),
@@ -1497,7 +1500,11 @@ mod tests {
         );
 
         // A simple packet block in a section without interfaces.
-        let f = [shb_in(Endian::Little), block(pcapng::SPB, &[1, 0, 0, 0, 0])].concat();
+        let f = [
+            shb_in(ByteOrder::Little),
+            block(pcapng::SPB, &[1, 0, 0, 0, 0]),
+        ]
+        .concat();
         assert!(invalid_msg(&err(&f)).contains("simple packet block names interface 0"));
 
         let e = err(&with(idb(1, 0, &opt(pcapng::IF_TSRESOL, &[6, 6]))));
@@ -1613,7 +1620,7 @@ mod tests {
 
     #[test]
     fn epb_flags_follow_the_section_byte_order() {
-        let be = Endian::Big;
+        let be = ByteOrder::Big;
         let mut f = shb_in(be);
         let mut idb = 1u16.to_be_bytes().to_vec();
         idb.extend_from_slice(&[0, 0, 0, 0, 0, 0]);

@@ -25,7 +25,8 @@ unsafe impl Send for AlignedBuf {}
 impl AlignedBuf {
     fn new(cap: usize) -> AlignedBuf {
         let layout = Layout::from_size_align(cap, ALIGN).expect("aligned buffer layout");
-        // SAFETY: non-zero size; a null return is handled.
+        assert!(cap > 0, "an aligned buffer needs a non-zero size");
+        // SAFETY: the layout has a non-zero size (checked above); a null return is handled.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
@@ -33,7 +34,8 @@ impl AlignedBuf {
         AlignedBuf { ptr, cap }
     }
     fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is valid for cap bytes and exclusively ours.
+        // SAFETY: ptr is valid for cap bytes, zero-initialised by `alloc_zeroed`, and
+        // exclusively ours (`&mut self`).
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.cap) }
     }
     fn as_ref(&self) -> &[u8] {

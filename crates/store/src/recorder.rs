@@ -96,8 +96,9 @@ pub struct Summary {
 /// about a second of a fast link), between 64 MiB and 2 GiB. Larger pools cost seconds of
 /// page zeroing at start on small machines; `--staging` sets any size.
 pub fn default_staging_bytes() -> usize {
-    // SAFETY: sysconf has no preconditions.
+    // SAFETY: sysconf has no preconditions (an unknown name returns -1, clamped below).
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    // SAFETY: as above.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     let ram = (pages.max(0) as u64).saturating_mul(page.max(0) as u64);
     (ram / 32).clamp(64 << 20, 2 << 30) as usize
@@ -325,7 +326,8 @@ fn spawn<T: Send + 'static>(
 
 /// User plus system CPU seconds of the calling thread.
 fn thread_cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we pass.
+    // SAFETY: rusage is plain integers, so all-zero is a valid value; getrusage only writes
+    // into the struct we pass (and leaves it zero if it fails).
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
         libc::getrusage(libc::RUSAGE_THREAD, &mut ru);

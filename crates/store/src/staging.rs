@@ -40,8 +40,12 @@ pub struct StagingPool {
     prefault: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-// SAFETY: the region is only reached through `Segment`, which owns its index exclusively.
+// SAFETY: the raw `base` is the only non-thread-safe field. The region behind it is only
+// reached through `Segment`, which owns its index exclusively, so moving the pool to another
+// thread moves no access with it...
 unsafe impl Send for StagingPool {}
+// SAFETY: ...and sharing the pool shares only the free list and counters (channels and
+// atomics); no two threads ever hold the same segment.
 unsafe impl Sync for StagingPool {}
 
 impl StagingPool {
@@ -231,7 +235,10 @@ impl Segment {
     /// The unfilled part, to encode the next record into; follow with [`Segment::advance`].
     #[inline]
     pub fn spare_mut(&mut self) -> &mut [u8] {
-        // SAFETY: this Segment is the only holder of its index, so the range is ours.
+        // SAFETY: this Segment is the only holder of its index, so the range is ours; it lies
+        // inside the mapping because `len <= segment_size` (`advance` enforces it); and every
+        // byte is initialised, as the mapping is anonymous (zero-filled) and is only ever
+        // written with bytes.
         unsafe {
             std::slice::from_raw_parts_mut(
                 self.region().add(self.len),
@@ -240,9 +247,15 @@ impl Segment {
         }
     }
 
+    /// Marks `n` more bytes of [`Segment::spare_mut`] as filled. Checked in release builds
+    /// too: `spare_mut` and `data` build slices from `len`, so it must never pass the segment.
     #[inline]
     pub fn advance(&mut self, n: usize) {
-        debug_assert!(self.len + n <= self.pool.segment_size);
+        assert!(
+            n <= self.room(),
+            "advance({n}) past the segment's {} free bytes",
+            self.room()
+        );
         self.len += n;
     }
 
@@ -264,6 +277,30 @@ impl Drop for Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `spare_mut` and `data` build slices from `len`: advancing past the segment must stop
+    /// there (in release builds too), not hand out memory beyond the mapping. A reused
+    /// segment starts empty, its earlier bytes still initialised.
+    #[test]
+    fn a_segment_cannot_be_advanced_past_its_end() {
+        let pool = StagingPool::new(2 * 4096, 4096).unwrap();
+        let mut a = pool.try_take().unwrap();
+        a.spare_mut().fill(0xAB);
+        a.advance(4096);
+        assert_eq!(
+            (a.room(), a.spare_mut().len(), a.data().len()),
+            (0, 0, 4096)
+        );
+        let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.advance(1)));
+        assert!(past.is_err(), "advance past the end must panic");
+        assert_eq!(a.data().len(), 4096);
+        drop(a);
+        let (mut b, mut c) = (pool.try_take().unwrap(), pool.try_take().unwrap());
+        assert!(b.is_empty() && c.is_empty());
+        // One of them is the reused segment: its spare bytes are readable as they are.
+        let sum = |s: &mut Segment| s.spare_mut().iter().map(|&x| u64::from(x)).sum::<u64>();
+        assert_eq!(sum(&mut b) + sum(&mut c), 4096 * 0xAB);
+    }
 
     #[test]
     fn segments_are_exclusive_aligned_and_come_back() {
