@@ -330,6 +330,35 @@ impl<R: Read> TraceReader<R> {
         true
     }
 
+    /// Continues at the first record (pcap) or block (pcapng) boundary at or after `offset`
+    /// from which [`RESYNC_CHAIN`] well-formed records or blocks follow one another (or
+    /// end exactly at the end of the trace): how a reader that wants only a trace's tail
+    /// finds a boundary without walking the rest. Returns where it continues. Only for a
+    /// trace read from bytes; None (and nothing changes) for a stream, or where no
+    /// boundary is found. A crafted trace can mislead it (a chain of fake records inside
+    /// packet data): the tail read from there is then wrong, never unsafe.
+    pub fn resync_from(&mut self, offset: u64) -> Option<u64> {
+        let bytes: &[u8] = match &self.input {
+            Input::Bytes { bytes, .. } => (**bytes).as_ref(),
+            Input::Stream(_) => return None,
+        };
+        if self.failed.is_some() || offset < self.offset {
+            return None;
+        }
+        let from = usize::try_from(offset).ok()?;
+        let found = match self.layout {
+            Layout::Pcap {
+                endian,
+                nanos,
+                record_len,
+            } => (from..bytes.len()).find(|&p| pcap_chain(bytes, p, endian, nanos, record_len)),
+            Layout::Pcapng { endian, .. } => (from.next_multiple_of(4)..bytes.len())
+                .step_by(4)
+                .find(|&p| pcapng_chain(bytes, p, endian)),
+        }?;
+        self.skip_to(found as u64).then_some(found as u64)
+    }
+
     /// The next packet, or `None` at a clean end of input.
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, FormatError> {
         Ok(self.next_packet_with_context()?.map(|c| c.packet))
@@ -779,6 +808,83 @@ impl<R: Read> Read for Input<R> {
     }
 }
 
+/// Records or blocks that must chain for [`TraceReader::resync_from`] to take a boundary.
+pub const RESYNC_CHAIN: usize = 8;
+
+/// Whether well-formed pcap records chain from `p`: plausible lengths and timestamps no
+/// more than a day apart, for `RESYNC_CHAIN` records or exactly to the end.
+fn pcap_chain(b: &[u8], mut p: usize, endian: ByteOrder, nanos: bool, record_len: usize) -> bool {
+    let frac_limit = if nanos { 1_000_000_000 } else { 1_000_000 };
+    let mut prev_sec: Option<u32> = None;
+    for _ in 0..RESYNC_CHAIN {
+        if p == b.len() {
+            return prev_sec.is_some();
+        }
+        let Some(h) = b.get(p..p + record_len) else {
+            return false;
+        };
+        let h = Cursor::new(h).with_order(endian);
+        let field = |r| h.u32_at(r, "").unwrap_or(u32::MAX);
+        let (sec, frac) = (field(pcap_field::TS_SEC), field(pcap_field::TS_FRAC));
+        let (caplen, orig) = (field(pcap_field::CAPLEN), field(pcap_field::ORIG_LEN));
+        if frac >= frac_limit
+            || caplen as usize > MAX_BLOCK
+            || caplen > orig
+            || prev_sec.is_some_and(|s| s.abs_diff(sec) > 86_400)
+        {
+            return false;
+        }
+        prev_sec = Some(sec);
+        p += record_len + caplen as usize;
+        if p > b.len() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether well-formed pcapng blocks chain from `p`: a known type, a length that is a
+/// multiple of 4 and repeated at the block's end, for `RESYNC_CHAIN` blocks or exactly to
+/// the end.
+fn pcapng_chain(b: &[u8], mut p: usize, endian: ByteOrder) -> bool {
+    const KNOWN: [u32; 10] = [
+        pcapng::SHB,
+        pcapng::IDB,
+        pcapng::OPB,
+        pcapng::SPB,
+        0x0000_0004, // name resolution
+        pcapng::ISB,
+        pcapng::EPB,
+        0x0000_000A, // decryption secrets
+        0x0000_0BAD, // custom
+        0x4000_0BAD, // custom, not to be copied
+    ];
+    for n in 0..RESYNC_CHAIN {
+        if p == b.len() {
+            return n > 0;
+        }
+        let Some(h) = b.get(p..p + 8) else {
+            return false;
+        };
+        let h = Cursor::new(h).with_order(endian);
+        let (kind, len) = (
+            h.u32_at(0..4, "").unwrap_or(0),
+            h.u32_at(4..8, "").unwrap_or(0) as usize,
+        );
+        if !KNOWN.contains(&kind) || len < 12 || len % 4 != 0 || len > MAX_BLOCK {
+            return false;
+        }
+        let Some(tail) = b.get(p + len - 4..p + len) else {
+            return false;
+        };
+        if Cursor::new(tail).with_order(endian).u32_at(0..4, "").ok() != Some(len as u32) {
+            return false;
+        }
+        p += len;
+    }
+    true
+}
+
 /// Where the last body is: in the input's buffer or in our own (`read_body` decides).
 fn body_of<'a, R: Read>(input: &'a Input<R>, buf: &'a [u8], in_input: bool) -> &'a [u8] {
     if in_input {
@@ -1208,6 +1314,52 @@ mod tests {
         );
         let mut s = TraceReader::new(&bytes[..]).unwrap();
         assert!(!s.skip_to(64));
+    }
+
+    #[test]
+    fn resync_finds_the_next_record_or_block_boundary() {
+        // pcap: 200 records of 1 to 300 bytes whose data is itself record-like noise.
+        let mut bytes = PCAP_LE_US[..24].to_vec();
+        let mut starts = Vec::new();
+        for i in 0..200u32 {
+            starts.push(bytes.len());
+            let len = 1 + (i * 37) % 300;
+            for v in [1000 + i / 10, (i * 4999) % 1_000_000, len, len + 10] {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            bytes.extend((0..len).map(|k| (k * 13 + i) as u8));
+        }
+        for at in [24usize, 25, 100, 1000, 17_000, starts[199] - 5] {
+            let want = *starts.iter().find(|&&s| s >= at).unwrap();
+            let mut r = TraceReader::<&[u8]>::from_bytes(Box::new(bytes.clone())).unwrap();
+            assert_eq!(r.resync_from(at as u64), Some(want as u64), "from {at}");
+            let i = starts.iter().position(|&s| s == want).unwrap() as u32;
+            let p = r.next_packet().unwrap().unwrap();
+            assert_eq!(p.ts_ns / NS_PER_S, u64::from(1000 + i / 10));
+        }
+        // pcapng: SHB, IDB, then 100 EPBs.
+        let mut ng = PCAPNG_LE[..68].to_vec();
+        let epb = &PCAPNG_LE[68..108];
+        let mut blocks = Vec::new();
+        for _ in 0..100 {
+            blocks.push(ng.len());
+            ng.extend_from_slice(epb);
+        }
+        for at in [108usize, 109, 110, 2001, ng.len() - 41] {
+            let want = *blocks.iter().find(|&&s| s >= at).unwrap();
+            let mut r = TraceReader::<&[u8]>::from_bytes(Box::new(ng.clone())).unwrap();
+            // The interface is declared before the first packet: read that far first.
+            assert!(r.next_packet().unwrap().is_some());
+            assert_eq!(r.resync_from(at as u64), Some(want as u64), "from {at}");
+            assert_eq!(
+                r.next_packet().unwrap().unwrap().data,
+                [0x11, 0x22, 0x33, 0x44, 0x55]
+            );
+        }
+        // Nothing after the last boundary; a stream cannot.
+        let mut r = TraceReader::<&[u8]>::from_bytes(Box::new(ng.clone())).unwrap();
+        assert_eq!(r.resync_from(ng.len() as u64 - 3), None);
+        assert_eq!(TraceReader::new(&ng[..]).unwrap().resync_from(100), None);
     }
 
     /// A stream that hands out one byte per read.
