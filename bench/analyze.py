@@ -22,7 +22,7 @@ plain pandas on the same Parquet and tshark's rpc,srt on a slice of the same tra
    means within 1e-9 relative); nfs_latency's calls and mean per operation against the
    generator's truth (OUT.truth.json; the same definition of latency).
 
-Results: bench/results/analyze-<UTC time>.{json,md}. Needs pandas (`pip install pandas`).
+Results: bench/results/analyze-<UTC time>.{json,md}. Needs pandas: `pip install -e 'python[bench]'`.
 """
 
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Live-capture benchmark: tapdeck against tcpdump, dumpcap and netsniff-ng on one veth pair.
 
-What it does (DESIGN.md "How performance is judged", issue 3 "The benchmark harness"):
+What it does (issue 3 "The benchmark harness"):
   * creates a network namespace tdbench-<pid> and a veth pair: the far end (generator side)
     inside the namespace, the near end (capture interface) in the root namespace; MTU 1500,
     GRO/GSO/TSO off on both ends; no addresses. Both are removed on exit, also on SIGINT/SIGTERM;

@@ -19,7 +19,7 @@
 Every run is one child process, measured with os.wait4: wall time, user+system CPU, peak RSS.
 Inputs are read once beforehand so that every tool reads from the page cache. Tools run in turn
 inside each repetition; ratios are taken within a repetition (the machine is shared and
-noisy: DESIGN.md "How performance is judged"), figures are median (min..max) over --reps.
+noisy), figures are median (min..max) over --reps.
 Results: bench/results/convert-<UTC time>.{json,md}. The work directory (a few GB; the free
 space is checked) is removed at the end unless --keep.
 """

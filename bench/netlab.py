@@ -3,7 +3,7 @@
 A Lab remembers every namespace and root-namespace link it made, so that `close()` removes
 exactly those, also after an exception or a signal. Every link is set up the same way: IPv6
 off (no router solicitations or DAD frames: only the generator's frames cross it), the MTU
-given, GRO/GSO/TSO off (DESIGN.md: otherwise the kernel merges segments and the stored frames
+given, GRO/GSO/TSO off (otherwise the kernel merges segments and the stored frames
 never crossed the wire), with a warning when an offload stays on.
 """
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Recorder benchmark (no network card): each stage isolated, peers in the same run.
 
-Stages, as DESIGN.md asks ("How performance is judged"):
+Stages, each isolated (so that the limit of each can be seen):
   disk      the disk alone: dd with O_DIRECT, the bandwidth every other figure is judged by
   pipeline  synthetic 64-byte frames at a fixed offered rate through the whole recorder,
             writing nothing (--discard), into tmpfs, and onto the disk
