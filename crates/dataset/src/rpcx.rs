@@ -177,6 +177,29 @@ pub struct RpcEngine {
 /// times faster than the standard SipHash and still resists crafted collisions.
 type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
+/// A message as it came off the wire, before parsing.
+#[derive(Clone, Copy)]
+struct Wire<'a> {
+    key: &'a FlowKey,
+    tcp: bool,
+    body: &'a [u8],
+    wire_len: u64,
+    truncated: bool,
+    meta: Meta,
+}
+
+/// What a reply found to answer.
+enum Partner {
+    /// A call of this file (or of the warm-up), with its decoded body when kept.
+    Call(CallInfo, Option<Box<Decoded>>),
+    /// A call of an earlier file, found by the stitch.
+    Remote(CallInfo),
+    /// No call (yet).
+    None,
+    /// While warming up: nothing to do.
+    Ignore,
+}
+
 /// A reply waiting for its call.
 struct Early {
     ordinal: u64,
@@ -254,12 +277,14 @@ impl RpcEngine {
                 let truncated = (h.payload.len() as u32) < h.payload_wire_len;
                 let wire_len = h.payload_wire_len as u64;
                 self.message(
-                    &key,
-                    false,
-                    h.payload,
-                    wire_len,
-                    truncated,
-                    meta,
+                    Wire {
+                        key: &key,
+                        tcp: false,
+                        body: h.payload,
+                        wire_len: wire_len,
+                        truncated: truncated,
+                        meta: meta,
+                    },
                     anon,
                     out.as_deref_mut(),
                 )?;
@@ -272,12 +297,14 @@ impl RpcEngine {
                 tcp.packet(h, meta, time_ns.max(0) as u64, &mut |k, m| {
                     if failed.is_none() {
                         let r = self.message(
-                            k,
-                            true,
-                            m.body,
-                            m.wire_len,
-                            m.truncated,
-                            m.last_meta,
+                            Wire {
+                                key: k,
+                                tcp: true,
+                                body: m.body,
+                                wire_len: m.wire_len,
+                                truncated: m.truncated,
+                                meta: m.last_meta,
+                            },
                             anon,
                             out.as_deref_mut(),
                         );
@@ -310,12 +337,14 @@ impl RpcEngine {
         let finishing = std::mem::replace(&mut self.finishing, orphan);
         self.replay_ordinal = Some(e.ordinal);
         let r = self.message(
-            &e.key,
-            e.tcp,
-            &e.body,
-            e.wire_len,
-            e.truncated,
-            e.meta,
+            Wire {
+                key: &e.key,
+                tcp: e.tcp,
+                body: &e.body,
+                wire_len: e.wire_len,
+                truncated: e.truncated,
+                meta: e.meta,
+            },
             anon,
             out,
         );
@@ -369,19 +398,14 @@ impl RpcEngine {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One RPC message: parsed, given its row, then handled as a call or a reply.
     fn message(
         &mut self,
-        key: &FlowKey,
-        tcp: bool,
-        body: &[u8],
-        wire_len: u64,
-        truncated: bool,
-        meta: Meta,
+        w: Wire<'_>,
         anon: &mut Anonymizer,
-        mut out: Option<&mut RpcSinks>,
+        out: Option<&mut RpcSinks>,
     ) -> Result<(), String> {
-        let msg = match parse_message(body) {
+        let msg = match parse_message(w.body) {
             Ok(m) => m,
             Err(e) => {
                 let reason = match e {
@@ -403,43 +427,42 @@ impl RpcEngine {
         };
         let is_call = matches!(msg.header, Header::Call(_));
         let (client, server) = if is_call {
-            (key.src, key.dst)
+            (w.key.src, w.key.dst)
         } else {
-            (key.dst, key.src)
+            (w.key.dst, w.key.src)
         };
         let conv = Conv {
-            tcp,
+            tcp: w.tcp,
             client: (client.addr, client.port),
             server: (server.addr, server.port),
-            version: key.version,
+            version: w.key.version,
         };
         let mut row = RpcRow {
-            time_ns: meta.time_ns,
+            time_ns: w.meta.time_ns,
             file_id: self.file_id,
-            record: meta.record,
+            record: w.meta.record,
             transaction_id: 0,
             direction: if is_call { "call" } else { "reply" },
-            transport: if tcp { "tcp" } else { "udp" },
-            client_addr: Some(Addr(anon.ip(to_ip(key.version, &client.addr)))),
-            server_addr: Some(Addr(anon.ip(to_ip(key.version, &server.addr)))),
+            transport: if w.tcp { "tcp" } else { "udp" },
+            client_addr: Some(Addr(anon.ip(to_ip(w.key.version, &client.addr)))),
+            server_addr: Some(Addr(anon.ip(to_ip(w.key.version, &server.addr)))),
             client_port: Some(i32::from(client.port)),
             server_port: Some(i32::from(server.port)),
             xid: i64::from(msg.xid),
-            message_len: wire_len.min(i32::MAX as u64) as i32,
-            payload_len: (wire_len.saturating_sub((body.len() - msg.body.len()) as u64))
-                .min(i32::MAX as u64) as i32,
-            truncated,
+            message_len: w.wire_len.min(i32::MAX as u64) as i32,
+            payload_len: (w
+                .wire_len
+                .saturating_sub((w.body.len() - msg.body.len()) as u64))
+            .min(i32::MAX as u64) as i32,
+            truncated: w.truncated,
             ..Default::default()
         };
         // Calls get their id here, replies from their call (or their own, without one).
-        row.transaction_id = message_id(&row, meta.time_ns, is_call);
-        let pass_two = out.is_some();
-        // Decoded calls are kept for their replies' rows, warm ones included.
-        let keep_decoded = pass_two || (self.warming && self.input.is_some());
+        row.transaction_id = message_id(&row, w.meta.time_ns, is_call);
+        let k = (conv, msg.xid);
         match &msg.header {
             Header::Call(c) => {
                 self.count("rpc.calls");
-                let info = c.info();
                 row.program = Some(c.prog as i32);
                 row.version = Some(c.vers as i32);
                 row.procedure = Some(c.proc_ as i32);
@@ -450,72 +473,8 @@ impl RpcEngine {
                     row.uid = Some(i64::from(sys.uid));
                     row.gid = Some(i64::from(sys.gid));
                 }
-                row.first_time_ns = Some(meta.time_ns);
-                let decoded = keep_decoded.then(|| decode_message(&msg, None));
-                let k = (conv, msg.xid);
-                match self.calls.get_mut(&k) {
-                    // The same xid again before any reply: a retransmission.
-                    Some(p) if p.answered_at.is_none() && p.info == info => {
-                        if !self.warming {
-                            self.counts
-                                .entry("rpc.retransmits".into())
-                                .and_modify(|v| *v += 1)
-                                .or_insert(1);
-                        }
-                        row.retransmit = true;
-                        row.transaction_id = p.tid;
-                        row.first_time_ns = Some(p.time_ns);
-                        if pass_two {
-                            p.rows.push(row.clone());
-                        }
-                    }
-                    _ => {
-                        // A new transaction (an xid reused after its reply starts a new one).
-                        if let Some(old) = self.calls.remove(&k) {
-                            if let Some(out) = out.as_deref_mut_opt() {
-                                for r in old.rows {
-                                    out.rpc.push(r)?;
-                                }
-                            }
-                        }
-                        self.calls.insert(
-                            k,
-                            Pending {
-                                tid: row.transaction_id,
-                                time_ns: meta.time_ns,
-                                info,
-                                answered_at: None,
-                                warm: self.warming,
-                                decoded: None,
-                                rows: if pass_two {
-                                    vec![row.clone()]
-                                } else {
-                                    Vec::new()
-                                },
-                            },
-                        );
-                    }
-                }
-                if let Some(d) = decoded {
-                    if let Some(out) = out.as_deref_mut_opt() {
-                        self.note_decode(&d);
-                        self.nfs_rows(out, &row, info, &d, None, anon)?;
-                    }
-                    if let Some(p) = self.calls.get_mut(&k) {
-                        if p.decoded.is_none() {
-                            p.decoded = Some(Box::new(d));
-                        }
-                    }
-                }
-                if let Some(early) = self.early.remove(&k) {
-                    // A reply processed before its call completed (held behind a hole):
-                    // paired only if the call came first in packet time.
-                    let answers = early.meta.time_ns >= meta.time_ns;
-                    if answers {
-                        self.count("rpc.reply_before_call");
-                    }
-                    self.replay_early(early, !answers, anon, out)?;
-                }
+                row.first_time_ns = Some(w.meta.time_ns);
+                self.call(k, c.info(), &msg, row, anon, out)
             }
             Header::Reply(r) => {
                 if replayed.is_none() {
@@ -525,115 +484,222 @@ impl RpcEngine {
                 row.accept_stat = r.accept_stat.map(|v| v as i32);
                 row.reject_stat = r.reject_stat.map(|v| v as i32);
                 row.auth_stat = r.auth_stat.map(|v| v as i32);
-                let k = (conv, msg.xid);
-                let mut call: Option<(CallInfo, Option<Box<Decoded>>)> = None;
-                // An answered call stays for duplicate replies for a fixed span of packet
-                // time (not until a sweep happens to run), so the result is the same
-                // wherever the files are cut.
-                if self.calls.get(&k).is_some_and(|p| {
-                    p.answered_at
-                        .is_some_and(|t| meta.time_ns - t > ANSWERED_KEEP_NS)
-                }) {
-                    self.calls.remove(&k);
+                self.reply(k, w, ordinal, &msg, row, anon, out)
+            }
+        }
+    }
+
+    /// A call: a retransmission of the transaction open on its connection and xid, or a
+    /// new transaction; then a reply that was waiting for it.
+    fn call(
+        &mut self,
+        k: (Conv, u32),
+        info: CallInfo,
+        msg: &tapdeck_rpc::RpcMessage<'_>,
+        mut row: RpcRow,
+        anon: &mut Anonymizer,
+        mut out: Option<&mut RpcSinks>,
+    ) -> Result<(), String> {
+        let pass_two = out.is_some();
+        // Decoded calls are kept for their replies' rows, warm ones included.
+        let keep_decoded = pass_two || (self.warming && self.input.is_some());
+        let decoded = keep_decoded.then(|| decode_message(msg, None));
+        let time_ns = row.time_ns;
+        match self.calls.get_mut(&k) {
+            // The same xid and procedure again before any reply: a retransmission.
+            Some(p) if p.answered_at.is_none() && p.info == info => {
+                if !self.warming {
+                    *self.counts.entry("rpc.retransmits".into()).or_default() += 1;
                 }
-                let warming = self.warming;
-                // Only a call that came before the reply in packet time.
-                let mut warm_answered = None;
-                if let Some(p) = self.calls.get_mut(&k).filter(|p| p.time_ns <= meta.time_ns) {
-                    row.transaction_id = p.tid;
-                    row.matched = true;
-                    row.first_time_ns = Some(p.time_ns);
-                    if p.answered_at.is_some() {
-                        if !warming {
-                            self.counts
-                                .entry("rpc.duplicate_replies".into())
-                                .and_modify(|v| *v += 1)
-                                .or_insert(1);
+                row.retransmit = true;
+                row.transaction_id = p.tid;
+                row.first_time_ns = Some(p.time_ns);
+                if pass_two {
+                    p.rows.push(row.clone());
+                }
+            }
+            _ => {
+                // A new transaction (an xid reused after its reply starts a new one).
+                if let Some(old) = self.calls.remove(&k) {
+                    if let Some(out) = out.as_deref_mut_opt() {
+                        for r in old.rows {
+                            out.rpc.push(r)?;
                         }
-                        row.retransmit = true;
+                    }
+                }
+                let pending = Pending {
+                    tid: row.transaction_id,
+                    time_ns,
+                    info,
+                    answered_at: None,
+                    warm: self.warming,
+                    decoded: None,
+                    rows: if pass_two {
+                        vec![row.clone()]
                     } else {
-                        if p.warm && !warming {
-                            warm_answered = Some(p.tid);
-                        }
-                        p.answered_at = Some(meta.time_ns);
-                        for r in &mut p.rows {
-                            r.matched = true;
-                        }
-                        if let Some(out) = out.as_deref_mut_opt() {
-                            for r in std::mem::take(&mut p.rows) {
-                                out.rpc.push(r)?;
-                            }
-                        }
-                    }
-                    // The decoded call is needed once, for its reply's rows; a duplicate
-                    // reply does without (keeping it would hold every call in memory).
-                    call = Some((p.info, p.decoded.take()));
-                } else if warming {
-                    // A reply of the previous file whose call is not in the warm-up span:
-                    // that file's business.
-                    return Ok(());
-                } else if let Some(remote) = self
-                    .input
-                    .as_ref()
-                    .and_then(|i| i.remote_replies.get(&row.transaction_id))
-                {
-                    row.transaction_id = remote.transaction_id;
-                    row.matched = true;
-                    row.first_time_ns = Some(remote.time_ns);
-                    call = Some((
-                        CallInfo {
-                            prog: remote.program,
-                            vers: remote.version,
-                            proc_: remote.procedure,
-                            gss_wrapped: false,
-                        },
-                        None,
-                    ));
-                } else if !self.finishing {
-                    // Perhaps its call is still held behind a hole: wait for it.
-                    let early = Early {
-                        ordinal,
-                        key: *key,
-                        tcp,
-                        body: body.to_vec(),
-                        wire_len,
-                        truncated,
-                        meta,
-                    };
-                    if let Some(older) = self.early.insert(k, early) {
-                        self.replay_early(older, true, anon, out.as_deref_mut_opt())?;
-                    }
-                    return Ok(());
-                } else {
-                    self.orphan_replies.push(OrphanReply {
-                        conv: conv.key(),
-                        xid: msg.xid,
-                        id: row.transaction_id,
-                        time_ns: meta.time_ns,
-                    });
-                    self.count("rpc.unmatched_replies");
-                }
-                if let Some(tid) = warm_answered {
-                    self.answered_warm.push(tid);
-                }
-                if let Some((info, _)) = &call {
-                    row.program = Some(info.prog as i32);
-                    row.version = Some(info.vers as i32);
-                    row.procedure = Some(info.proc_ as i32);
-                    row.program_name = tapdeck_rpc::program_name(info.prog);
-                    row.procedure_name = Some(proc_name(info.prog, info.vers, info.proc_));
-                }
-                if let Some(out) = out {
-                    out.rpc.push(row.clone())?;
-                    if let Some((info, call_decoded)) = call {
-                        let d = decode_message(&msg, Some(info));
-                        self.note_decode(&d);
-                        self.nfs_rows(out, &row, info, &d, call_decoded.as_deref(), anon)?;
-                    }
+                        Vec::new()
+                    },
+                };
+                self.calls.insert(k, pending);
+            }
+        }
+        if let Some(d) = decoded {
+            if let Some(out) = out.as_deref_mut_opt() {
+                self.note_decode(&d);
+                self.nfs_rows(out, &row, info, &d, None, anon)?;
+            }
+            if let Some(p) = self.calls.get_mut(&k) {
+                if p.decoded.is_none() {
+                    p.decoded = Some(Box::new(d));
                 }
             }
         }
+        if let Some(early) = self.early.remove(&k) {
+            // A reply processed before its call completed (held behind a hole): paired
+            // only if the call came first in packet time.
+            let answers = early.meta.time_ns >= time_ns;
+            if answers {
+                self.count("rpc.reply_before_call");
+            }
+            self.replay_early(early, !answers, anon, out)?;
+        }
         Ok(())
+    }
+
+    /// A reply: paired with its call (here, in an earlier file, or not at all), held for
+    /// a call still behind a hole, or (while warming up) dropped.
+    #[allow(clippy::too_many_arguments)]
+    fn reply(
+        &mut self,
+        k: (Conv, u32),
+        w: Wire<'_>,
+        ordinal: u64,
+        msg: &tapdeck_rpc::RpcMessage<'_>,
+        mut row: RpcRow,
+        anon: &mut Anonymizer,
+        mut out: Option<&mut RpcSinks>,
+    ) -> Result<(), String> {
+        let call = match self.pair(&k, &mut row, out.as_deref_mut_opt())? {
+            Partner::Call(info, decoded) => Some((info, decoded)),
+            Partner::Remote(info) => Some((info, None)),
+            Partner::Ignore => return Ok(()),
+            Partner::None if !self.finishing => {
+                // Perhaps its call is still held behind a hole: wait for it.
+                let early = Early {
+                    ordinal,
+                    key: *w.key,
+                    tcp: w.tcp,
+                    body: w.body.to_vec(),
+                    wire_len: w.wire_len,
+                    truncated: w.truncated,
+                    meta: w.meta,
+                };
+                if let Some(older) = self.early.insert(k, early) {
+                    self.replay_early(older, true, anon, out)?;
+                }
+                return Ok(());
+            }
+            Partner::None => {
+                self.orphan_replies.push(OrphanReply {
+                    conv: k.0.key(),
+                    xid: k.1,
+                    id: row.transaction_id,
+                    time_ns: row.time_ns,
+                });
+                self.count("rpc.unmatched_replies");
+                None
+            }
+        };
+        if let Some((info, _)) = &call {
+            row.program = Some(info.prog as i32);
+            row.version = Some(info.vers as i32);
+            row.procedure = Some(info.proc_ as i32);
+            row.program_name = tapdeck_rpc::program_name(info.prog);
+            row.procedure_name = Some(proc_name(info.prog, info.vers, info.proc_));
+        }
+        if let Some(out) = out {
+            out.rpc.push(row.clone())?;
+            if let Some((info, call_decoded)) = call {
+                let d = decode_message(msg, Some(info));
+                self.note_decode(&d);
+                self.nfs_rows(out, &row, info, &d, call_decoded.as_deref(), anon)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finds the call a reply answers: the one on its connection and xid that came before
+    /// it and is not yet answered (or was answered within `ANSWERED_KEEP_NS`: a duplicate
+    /// reply), else one an earlier file holds. Fills the reply's pairing columns, and
+    /// writes the call's rows once it is answered.
+    fn pair(
+        &mut self,
+        k: &(Conv, u32),
+        row: &mut RpcRow,
+        out: Option<&mut RpcSinks>,
+    ) -> Result<Partner, String> {
+        let time_ns = row.time_ns;
+        // An answered call stays for duplicate replies for a fixed span of packet time
+        // (not until a sweep happens to run), so the result is the same wherever the
+        // files are cut.
+        if self.calls.get(k).is_some_and(|p| {
+            p.answered_at
+                .is_some_and(|t| time_ns - t > ANSWERED_KEEP_NS)
+        }) {
+            self.calls.remove(k);
+        }
+        let warming = self.warming;
+        if let Some(p) = self.calls.get_mut(k).filter(|p| p.time_ns <= time_ns) {
+            row.transaction_id = p.tid;
+            row.matched = true;
+            row.first_time_ns = Some(p.time_ns);
+            if p.answered_at.is_some() {
+                if !warming {
+                    *self
+                        .counts
+                        .entry("rpc.duplicate_replies".into())
+                        .or_default() += 1;
+                }
+                row.retransmit = true;
+            } else {
+                if p.warm && !warming {
+                    self.answered_warm.push(p.tid);
+                }
+                p.answered_at = Some(time_ns);
+                for r in &mut p.rows {
+                    r.matched = true;
+                }
+                if let Some(out) = out {
+                    for r in std::mem::take(&mut p.rows) {
+                        out.rpc.push(r)?;
+                    }
+                }
+            }
+            // The decoded call is needed once, for its reply's rows; a duplicate reply does
+            // without (keeping it would hold every call in memory).
+            return Ok(Partner::Call(p.info, p.decoded.take()));
+        }
+        if warming {
+            // A reply of the previous file whose call is not in the warm-up span: that
+            // file's business.
+            return Ok(Partner::Ignore);
+        }
+        let remote = self
+            .input
+            .as_ref()
+            .and_then(|i| i.remote_replies.get(&row.transaction_id));
+        if let Some(remote) = remote {
+            row.transaction_id = remote.transaction_id;
+            row.matched = true;
+            row.first_time_ns = Some(remote.time_ns);
+            return Ok(Partner::Remote(CallInfo {
+                prog: remote.program,
+                vers: remote.version,
+                proc_: remote.procedure,
+                gss_wrapped: false,
+            }));
+        }
+        Ok(Partner::None)
     }
 
     /// Counts bodies that did not decode fully, per reason.
@@ -898,12 +964,14 @@ impl RpcEngine {
         // Messages completed only at the end (truncated by the end of the capture).
         for (k, body, wire_len, truncated, m) in done {
             self.message(
-                &k,
-                true,
-                &body,
-                wire_len,
-                truncated,
-                m,
+                Wire {
+                    key: &k,
+                    tcp: true,
+                    body: &body,
+                    wire_len: wire_len,
+                    truncated: truncated,
+                    meta: m,
+                },
                 anon,
                 out.as_deref_mut(),
             )?;
