@@ -88,7 +88,6 @@ pub enum Outcome {
     NotAllowed,
     Malformed,
     NoTemplate,
-    Duplicate,
 }
 
 /// Allow list, decoder and accounting: takes messages, hands out packets.
@@ -113,8 +112,8 @@ impl Intake {
     }
 
     /// Takes one message from `peer`: refused, counted and dropped, or counted and its
-    /// packets handed to `deliver` (never a duplicate's, a malformed or an unknown
-    /// template's).
+    /// packets handed to `deliver` (never a malformed or an unknown template's; a
+    /// duplicate's or an out-of-line message's are, as their sequence number proves nothing).
     pub fn take<'m>(
         &mut self,
         peer: SocketAddr,
@@ -176,13 +175,22 @@ impl Intake {
             Record::ExporterStats(s) if s.start_time_ms != 0 => Some(s.start_time_ms),
             _ => None,
         });
+        // Sequence numbers count; they never decide. Over UDP anyone can send a message with
+        // the exporter's address and any number, so a message that decodes is stored
+        // whatever its number says, and the tracker only counts (and logs an anomaly once
+        // per episode).
         let mut ledger = self.ledger.lock().unwrap();
-        let event = ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
-        if event == SequenceEvent::Duplicate {
-            return Outcome::Duplicate;
-        }
-        if let SequenceEvent::Restart { lost } = event {
-            tracing::info!("collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before");
+        let (event, log) =
+            ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
+        match event {
+            SequenceEvent::Restart { lost } => tracing::info!(
+                "collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before"
+            ),
+            e if log => tracing::warn!(
+                "collector: sequence anomaly from {peer} (domain {domain}): {e:?} at sequence {}; counted, its records stored (logged once per episode)",
+                info.header.sequence
+            ),
+            _ => {}
         }
         let mut packets = 0;
         for r in records {
@@ -596,14 +604,18 @@ mod tests {
             take_all(&mut intake, &mut table, peer, &m1).0,
             Outcome::Accepted { packets: 1 }
         );
-        // Replayed: a duplicate, nothing stored.
+        // Replayed: counted as duplicates and stored all the same (a sequence number proves
+        // nothing: a forger could as well have sent them with a fresh one).
         assert_eq!(
             take_all(&mut intake, &mut table, peer, &m1),
-            (Outcome::Duplicate, vec![])
+            (
+                Outcome::Accepted { packets: 1 },
+                vec![(3, pkt.to_vec(), 1000)]
+            )
         );
         assert_eq!(
-            take_all(&mut intake, &mut table, peer, &m0),
-            (Outcome::Duplicate, vec![])
+            take_all(&mut intake, &mut table, peer, &m0).0,
+            Outcome::Accepted { packets: 2 }
         );
         // m0 held 4 data records (interface, statistics, 2 reports), m1 one: a gap of 4.
         let m2 = message(9, false, &[(4, pkt)], 0);
@@ -615,7 +627,7 @@ mod tests {
         let snap = ledger.lock().unwrap().snapshot();
         let s = &snap.streams[0];
         assert_eq!(s.exporter, "198.18.0.1");
-        assert_eq!(s.packets, 4);
+        assert_eq!(s.packets, 7);
         assert_eq!(s.no_template, 1);
         assert_eq!(
             s.malformed, 3,

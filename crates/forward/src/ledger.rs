@@ -59,10 +59,17 @@ pub struct StreamLedger {
     /// including those of messages dropped here for want of a template.
     pub lost: u64,
     pub reordered: u64,
-    /// Messages already counted (replayed or repeated): dropped, not stored.
+    /// Messages behind the line in no known gap (replayed or repeated): stored all the same.
     pub duplicates: u64,
     pub restarts: u64,
     pub resyncs: u64,
+    /// Believed far jumps of the sequence line that were not restarts.
+    #[serde(default)]
+    pub jumps: u64,
+    /// Messages whose sequence number or restart claim did not fit the line and moved
+    /// nothing (forged, or a stray): counted here, their records stored all the same.
+    #[serde(default)]
+    pub anomalies: u64,
     /// Messages dropped: a data set whose template was never seen; malformed.
     pub no_template: u64,
     pub malformed: u64,
@@ -91,7 +98,14 @@ struct Extra {
     exporter_counts: Option<ExporterCounts>,
     /// Counts of a saved stream that could not be resumed (no expected number).
     carried: SequenceCounts,
+    /// A sequence anomaly episode is open (logged at its start); it closes after
+    /// [`EPISODE_QUIET`] messages in order.
+    episode: bool,
+    quiet: u32,
 }
+
+/// In-order messages after which a new sequence anomaly is logged again.
+const EPISODE_QUIET: u32 = 1000;
 
 /// Sequence tracking and counts for every stream, shared by a collector's sockets.
 #[derive(Default)]
@@ -140,13 +154,15 @@ impl Ledger {
                 duplicates: s.duplicates,
                 restarts: s.restarts,
                 resyncs: s.resyncs,
+                jumps: s.jumps,
+                anomalies: s.anomalies,
             };
             let mut extra = Extra {
                 no_template: s.no_template,
                 malformed: s.malformed,
                 packets: s.packets,
                 exporter_counts: s.exporter_counts,
-                carried: SequenceCounts::default(),
+                ..Extra::default()
             };
             match s.next_sequence {
                 Some(next) => {
@@ -171,7 +187,9 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// Counts a message by its sequence number; see [`SequenceTracker::observe`].
+    /// Counts a message by its sequence number; see [`SequenceTracker::observe`]. The
+    /// answer is for counting and logging: true in the second place when the event opens a
+    /// sequence anomaly episode (to log it once).
     pub fn observe(
         &mut self,
         ip: IpAddr,
@@ -179,10 +197,22 @@ impl Ledger {
         sequence: u32,
         records: u32,
         start_time_ms: Option<u64>,
-    ) -> SequenceEvent {
-        self.extra.entry((ip, domain)).or_default();
-        self.tracker
-            .observe(key(ip), domain, sequence, Some(records), start_time_ms)
+    ) -> (SequenceEvent, bool) {
+        let x = self.extra.entry((ip, domain)).or_default();
+        let event = self
+            .tracker
+            .observe(key(ip), domain, sequence, Some(records), start_time_ms);
+        let log = if event.is_anomaly() {
+            x.quiet = 0;
+            !std::mem::replace(&mut x.episode, true)
+        } else {
+            x.quiet = x.quiet.saturating_add(1);
+            if x.quiet >= EPISODE_QUIET {
+                x.episode = false;
+            }
+            false
+        };
+        (event, log)
     }
 
     /// Returns true the first time this exporter is refused (to log it once).
@@ -244,6 +274,8 @@ impl Ledger {
                     duplicates: c.duplicates + k.duplicates,
                     restarts: c.restarts + k.restarts,
                     resyncs: c.resyncs + k.resyncs,
+                    jumps: c.jumps + k.jumps,
+                    anomalies: c.anomalies + k.anomalies,
                     no_template: x.no_template,
                     malformed: x.malformed,
                     packets: x.packets,
@@ -289,8 +321,8 @@ mod tests {
         let path = dir.path().join(LEDGER_FILE);
         let ip: IpAddr = "198.18.0.1".parse().unwrap();
         let mut l = Ledger::new();
-        assert_eq!(l.observe(ip, 1, 0, 10, Some(5)), SequenceEvent::First);
-        assert_eq!(l.observe(ip, 1, 10, 10, None), SequenceEvent::InOrder);
+        assert_eq!(l.observe(ip, 1, 0, 10, Some(5)).0, SequenceEvent::First);
+        assert_eq!(l.observe(ip, 1, 10, 10, None).0, SequenceEvent::InOrder);
         l.stored(ip, 1, 20);
         assert!(l.not_allowed("198.18.9.9".parse().unwrap()));
         assert!(!l.not_allowed("198.18.9.9".parse().unwrap()));
@@ -298,7 +330,7 @@ mod tests {
 
         let mut l = Ledger::resume_from(&path).unwrap();
         // 30 records went by while the collector was down.
-        assert_eq!(l.observe(ip, 1, 50, 10, None), SequenceEvent::Gap(30));
+        assert_eq!(l.observe(ip, 1, 50, 10, None).0, SequenceEvent::Gap(30));
         let s = &l.snapshot().streams[0];
         assert_eq!(
             (s.messages, s.records, s.lost, s.packets, s.next_sequence),
