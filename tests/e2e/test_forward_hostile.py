@@ -234,3 +234,78 @@ def test_forged_sequence_numbers_and_restarts_never_cost_a_real_packet(tapdeck, 
     assert s["anomalies"] >= 7 * 19, s
     assert "sequence anomaly" in err
     assert err.count("sequence anomaly") < 20, "logged once per episode"
+
+
+def vm_hwm_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def store_files(store) -> list[Path]:
+    return [p for p in Path(store).rglob("*") if p.is_file() and ".pcap" in p.name]
+
+
+# mode, forged datagrams, extra forger arguments
+FLOODS = {
+    "templates": (3000, []),  # 60 templates each, every datagram from a new source port
+    "domains": (20000, []),  # a new observation domain in every datagram
+    "interfaces": (10000, ["--domain", 77]),  # a report on a new interface id in every one
+    "names": (2000, ["--domain", 77]),  # 40 interface names each
+}
+MEMORY_BOUND_KIB = 512 * 1024
+
+
+@pytest.mark.parametrize("mode", list(FLOODS))
+def test_state_floods_stay_bounded_and_cost_no_real_packet(tapdeck, hnet, procs, tmp_path, mode):
+    """A flood of new state (templates, observation domains, interface ids, interface names)
+    with the exporter's forged source address while the real exporter forwards 2000 frames:
+    every real frame is stored, the collector's peak resident memory (VmHWM, with
+    --staging 64MiB) stays under the 512 MiB the docs state, the store holds a bounded number
+    of files, and what went over a cap is counted under `refused`."""
+    store = tmp_path / "store"
+    c = start_collector(tapdeck, hnet, store, procs)
+    count, extra = FLOODS[mode]
+    sent = []
+
+    def attack():
+        # Let the real exporter's templates and interface arrive first, as they would.
+        wait_for(lambda: (Path(store) / "collector.json").exists()
+                 and real_stream(store)["packets"] > 0, QUICK, "the first real packets")
+        sent.append(hnet.forge(mode, "--count", count, "--pps", 8000, *extra))
+
+    t0 = time.monotonic()
+    pkts, final = run_real_exporter(tapdeck, hnet, procs, tmp_path, store, 2000, 500, attack)
+    hwm = vm_hwm_kib(c.pid)
+    err = stop(c)
+    files = store_files(store)
+    led = ledger(store)
+    refused = led.get("refused", {}).get(EXPORTER, {})
+    streams = len(led["streams"])
+    history = (Path(store) / "collector.jsonl").stat().st_size
+    print(f"flood {mode}: {sent[0]} forged datagrams in {time.monotonic() - t0:.1f}s; "
+          f"collector VmHWM {hwm / 1024:.1f} MiB; {len(files)} store files; {streams} streams; "
+          f"refused {refused}; collector.jsonl {history} bytes")
+    assert_every_frame_stored(tapdeck, store, tmp_path, pkts)
+    assert hwm < MEMORY_BOUND_KIB, f"{hwm} KiB"
+    assert len(files) <= 20, files
+    assert streams <= 32
+    if mode == "templates":
+        assert refused.get("templates", 0) > 0, led
+    elif mode == "domains":
+        assert refused.get("domains", 0) >= count - 32, led
+    elif mode == "interfaces":
+        assert refused.get("interfaces", 0) >= count - 16, led
+    else:
+        assert refused.get("names", 0) > 0, led
+    assert err.count("over the caps") <= 1 and err.count("logged once") <= 6, err[-3000:]
+
+
+def test_format_pcap_is_refused_at_start(tapdeck, tmp_path):
+    """`collect --format pcap` would have to exit on the first report of a second interface
+    (a remote shutdown): it is refused at start instead, in one line."""
+    from conftest import one_error_line
+    r = tapdeck("collect", "--listen", "127.0.0.1:0", "--store", tmp_path / "s", "--format",
+                "pcap")
+    assert r.returncode == 1 and "classic pcap holds one" in one_error_line(r.stderr), r.stderr

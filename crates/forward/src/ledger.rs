@@ -14,6 +14,94 @@ use tapdeck_ipfix::{ExporterStats, SequenceCounts, SequenceEvent, SequenceTracke
 pub const LEDGER_FILE: &str = "collector.json";
 const LEDGER_VERSION: u32 = 1;
 
+/// Streams (observation domains) one exporter address may have in the ledger.
+pub const STREAMS_PER_ADDRESS: usize = 32;
+/// Streams in the ledger in all.
+pub const STREAMS_TOTAL: usize = 4096;
+/// Addresses counted one by one under `not_allowed`, `unreadable` and `refused`; any more are
+/// counted together under [`OTHER_ADDRESSES`].
+pub const ADDRESSES_COUNTED: usize = 1024;
+/// The key that counts the addresses beyond [`ADDRESSES_COUNTED`].
+pub const OTHER_ADDRESSES: &str = "other";
+
+/// New state refused for being over a cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Messages of an observation domain over the stream caps (dropped).
+    Domains,
+    /// Messages whose templates were over the template caps (dropped).
+    Templates,
+    /// Packets stored under a catch-all interface (over the interface caps).
+    Interfaces,
+    /// Interface names not kept (over the cap).
+    Names,
+}
+
+/// What was refused for being over a cap, per exporter address.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RefusedCounts {
+    pub domains: u64,
+    pub templates: u64,
+    pub interfaces: u64,
+    pub names: u64,
+}
+
+impl RefusedCounts {
+    fn get(&mut self, r: Refusal) -> &mut u64 {
+        match r {
+            Refusal::Domains => &mut self.domains,
+            Refusal::Templates => &mut self.templates,
+            Refusal::Interfaces => &mut self.interfaces,
+            Refusal::Names => &mut self.names,
+        }
+    }
+}
+
+/// Counts by address, one by one for the first [`ADDRESSES_COUNTED`] addresses and together
+/// for the rest, so that forged source addresses cannot make it grow.
+#[derive(Debug, Clone, Default)]
+struct ByAddress<T> {
+    each: BTreeMap<IpAddr, T>,
+    other: Option<T>,
+}
+
+impl<T: Default + Clone> ByAddress<T> {
+    /// The counts of `ip`, and whether they are new (to log once).
+    fn entry(&mut self, ip: IpAddr) -> (&mut T, bool) {
+        if self.each.contains_key(&ip) {
+            return (self.each.get_mut(&ip).unwrap(), false);
+        }
+        if self.each.len() < ADDRESSES_COUNTED {
+            return (self.each.entry(ip).or_default(), true);
+        }
+        let new = self.other.is_none();
+        (self.other.get_or_insert_with(T::default), new)
+    }
+
+    fn to_map(&self) -> BTreeMap<String, T> {
+        let mut m: BTreeMap<String, T> = self
+            .each
+            .iter()
+            .map(|(ip, n)| (ip.to_string(), n.clone()))
+            .collect();
+        if let Some(o) = &self.other {
+            m.insert(OTHER_ADDRESSES.into(), o.clone());
+        }
+        m
+    }
+
+    fn load(&mut self, m: BTreeMap<String, T>) {
+        for (a, n) in m {
+            match a.parse() {
+                Ok(ip) if self.each.len() < ADDRESSES_COUNTED => {
+                    self.each.insert(ip, n);
+                }
+                _ => self.other = Some(n),
+            }
+        }
+    }
+}
+
 /// The exporter's statistics record, as last received.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ExporterCounts {
@@ -88,6 +176,9 @@ pub struct LedgerFile {
     /// Messages whose header could not even be read (no domain to count them under), and
     /// datagrams longer than the receive buffer, by exporter address.
     pub unreadable: BTreeMap<String, u64>,
+    /// New state refused for being over a cap, by exporter address.
+    #[serde(default)]
+    pub refused: BTreeMap<String, RefusedCounts>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -112,8 +203,10 @@ const EPISODE_QUIET: u32 = 1000;
 pub struct Ledger {
     tracker: SequenceTracker,
     extra: HashMap<(IpAddr, u32), Extra>,
-    not_allowed: BTreeMap<IpAddr, u64>,
-    unreadable: BTreeMap<IpAddr, u64>,
+    streams_per_address: HashMap<IpAddr, usize>,
+    not_allowed: ByAddress<u64>,
+    unreadable: ByAddress<u64>,
+    refused: ByAddress<RefusedCounts>,
 }
 
 /// Streams are keyed by the exporter's address without its port: a restarted exporter
@@ -172,18 +265,13 @@ impl Ledger {
                 }
                 None => extra.carried = counts,
             }
-            ledger.extra.insert((ip, s.domain), extra);
-        }
-        for (a, n) in file.not_allowed {
-            if let Ok(ip) = a.parse() {
-                ledger.not_allowed.insert(ip, n);
+            if ledger.admit(ip, s.domain).is_ok() {
+                ledger.extra.insert((ip, s.domain), extra);
             }
         }
-        for (a, n) in file.unreadable {
-            if let Ok(ip) = a.parse() {
-                ledger.unreadable.insert(ip, n);
-            }
-        }
+        ledger.not_allowed.load(file.not_allowed);
+        ledger.unreadable.load(file.unreadable);
+        ledger.refused.load(file.refused);
         Ok(ledger)
     }
 
@@ -215,9 +303,40 @@ impl Ledger {
         (event, log)
     }
 
+    /// Makes room for the stream (ip, domain) if it is new and under the caps
+    /// ([`STREAMS_PER_ADDRESS`], [`STREAMS_TOTAL`]); the error names the cap.
+    pub fn admit(&mut self, ip: IpAddr, domain: u32) -> Result<(), &'static str> {
+        if self.extra.contains_key(&(ip, domain)) {
+            return Ok(());
+        }
+        let n = self.streams_per_address.get(&ip).copied().unwrap_or(0);
+        if n >= STREAMS_PER_ADDRESS {
+            return Err("the cap of 32 observation domains per exporter address");
+        }
+        if self.extra.len() >= STREAMS_TOTAL {
+            return Err("the cap of 4096 ledger streams in all");
+        }
+        self.streams_per_address.insert(ip, n + 1);
+        self.extra.insert((ip, domain), Extra::default());
+        Ok(())
+    }
+
+    /// Counts one refusal; true the first time for this address and kind (to log it once).
+    pub fn refused(&mut self, ip: IpAddr, what: Refusal) -> bool {
+        self.refused_n(ip, what, 1)
+    }
+
+    pub fn refused_n(&mut self, ip: IpAddr, what: Refusal, n: u64) -> bool {
+        let (c, _) = self.refused.entry(ip);
+        let v = c.get(what);
+        let first = *v == 0;
+        *v += n;
+        first
+    }
+
     /// Returns true the first time this exporter is refused (to log it once).
     pub fn not_allowed(&mut self, ip: IpAddr) -> bool {
-        let n = self.not_allowed.entry(ip).or_default();
+        let (n, _) = self.not_allowed.entry(ip);
         *n += 1;
         *n == 1
     }
@@ -231,7 +350,7 @@ impl Ledger {
                 e.malformed == 1
             }
             None => {
-                let n = self.unreadable.entry(ip).or_default();
+                let (n, _) = self.unreadable.entry(ip);
                 *n += 1;
                 *n == 1
             }
@@ -287,16 +406,9 @@ impl Ledger {
         LedgerFile {
             version: LEDGER_VERSION,
             streams,
-            not_allowed: self
-                .not_allowed
-                .iter()
-                .map(|(ip, n)| (ip.to_string(), *n))
-                .collect(),
-            unreadable: self
-                .unreadable
-                .iter()
-                .map(|(ip, n)| (ip.to_string(), *n))
-                .collect(),
+            not_allowed: self.not_allowed.to_map(),
+            unreadable: self.unreadable.to_map(),
+            refused: self.refused.to_map(),
         }
     }
 
