@@ -577,6 +577,11 @@ pub struct CollectArgs {
     #[arg(long, value_name = "N", default_value = "1")]
     pub sockets: usize,
 
+    /// Once the sockets and output files are open, drop root privileges and run as this user
+    /// (who must be able to write the store), so that network input is never parsed as root.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+
     #[command(flatten)]
     pub output: StoreWriteArgs,
 

@@ -42,6 +42,9 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.output.format == "pcap" {
+        bail!("--format pcap: a collector stores every interface its exporters announce, and classic pcap holds one; use pcapng (the default)");
+    }
     let ladder =
         CodecLadder::parse(&args.output.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
     let (chunk_size, staging_bytes) =
@@ -54,6 +57,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     };
     std::fs::create_dir_all(&args.store)
         .with_context(|| format!("cannot create store {}", args.store.display()))?;
+    finalize_partials(&args.store);
     let ledger_path = args.store.join(LEDGER_FILE);
     let ledger = Arc::new(Mutex::new(
         Ledger::resume_from(&ledger_path).map_err(|e| anyhow::anyhow!(e))?,
@@ -138,10 +142,14 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         .append(true)
         .open(&history_path)
         .with_context(|| format!("cannot open {}", history_path.display()))?;
+    if let Some(user) = &args.user {
+        tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     tracing::info!(
         "collecting IPFIX on udp {bound} into {}",
         args.store.display()
     );
+    let mut last = LedgerFile::default();
     let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
         // The ledger is saved with every stats record, so a crash loses at most one
@@ -151,12 +159,17 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         if let Err(e) = ledger.save(&ledger_path) {
             tracing::warn!("{e}");
         }
-        let mut line = serde_json::to_value(ledger.snapshot()).expect("ledger serializes");
-        line["ts_ns"] = serde_json::json!(record.ts_ns);
-        if done {
-            line["final"] = serde_json::json!(true);
+        // Only what changed since the last line (the final line: everything), so an idle
+        // collector's history does not grow by its whole ledger every interval.
+        let snap = ledger.snapshot();
+        let line = history_line(&snap, if done { None } else { Some(&last) }, record.ts_ns);
+        if let Some(mut line) = line {
+            if done {
+                line["final"] = serde_json::json!(true);
+            }
+            let _ = writeln!(history, "{line}");
         }
-        let _ = writeln!(history, "{line}");
+        last = snap;
     })
     .map_err(|e| anyhow::anyhow!(e))?;
     if let Some(f) = &outputs.file {
@@ -171,6 +184,78 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         bail!("{fatal}");
     }
     Ok(0)
+}
+
+/// Files a killed collector left incomplete (`.NAME.partial`) are finalized before it
+/// collects again, as `verify --repair` would: every complete frame kept, the rest cut off.
+fn finalize_partials(store: &std::path::Path) {
+    let Ok(found) = tapdeck_store::read::Store::open(store) else {
+        return;
+    };
+    for partial in &found.partials {
+        match tapdeck_store::verify::repair(partial) {
+            Ok(tapdeck_store::verify::Repaired::As(done)) => tracing::warn!(
+                "collect: {} was left incomplete by an earlier run; finalized as {}",
+                partial.display(),
+                done.display()
+            ),
+            Ok(tapdeck_store::verify::Repaired::RemovedEmpty) => tracing::warn!(
+                "collect: {} was left empty by an earlier run; removed",
+                partial.display()
+            ),
+            Err(e) => tracing::warn!(
+                "collect: {} was left incomplete by an earlier run and cannot be finalized ({e}); left as it is",
+                partial.display()
+            ),
+        }
+    }
+}
+
+/// A `collector.jsonl` line: the streams and per-address counts that differ from `last`
+/// (everything when there is no `last`); None when nothing changed.
+fn history_line(
+    snap: &LedgerFile,
+    last: Option<&LedgerFile>,
+    ts_ns: u64,
+) -> Option<serde_json::Value> {
+    let streams: Vec<_> = snap
+        .streams
+        .iter()
+        .filter(|s| last.is_none_or(|l| !l.streams.contains(s)))
+        .collect();
+    // Per-address maps: the addresses whose counts changed.
+    let changed = |now: serde_json::Value, before: Option<serde_json::Value>| {
+        let now = now.as_object().cloned().unwrap_or_default();
+        let before = before
+            .and_then(|b| b.as_object().cloned())
+            .unwrap_or_default();
+        now.into_iter()
+            .filter(|(k, v)| before.get(k) != Some(v))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let json = |v: &dyn Fn(&LedgerFile) -> serde_json::Value, l: Option<&LedgerFile>| l.map(v);
+    let na = |l: &LedgerFile| serde_json::json!(l.not_allowed);
+    let un = |l: &LedgerFile| serde_json::json!(l.unreadable);
+    let re = |l: &LedgerFile| serde_json::json!(l.refused);
+    let not_allowed = changed(na(snap), json(&na, last));
+    let unreadable = changed(un(snap), json(&un, last));
+    let refused = changed(re(snap), json(&re, last));
+    if last.is_some()
+        && streams.is_empty()
+        && not_allowed.is_empty()
+        && unreadable.is_empty()
+        && refused.is_empty()
+    {
+        return None;
+    }
+    Some(serde_json::json!({
+        "version": snap.version,
+        "ts_ns": ts_ns,
+        "streams": streams,
+        "not_allowed": not_allowed,
+        "unreadable": unreadable,
+        "refused": refused,
+    }))
 }
 
 fn print_ledger(l: &LedgerFile) {
@@ -191,5 +276,11 @@ fn print_ledger(l: &LedgerFile) {
     }
     for (ip, n) in &l.unreadable {
         eprintln!("  dropped {n} unreadable datagrams from {ip}");
+    }
+    for (ip, r) in &l.refused {
+        eprintln!(
+            "  over the caps from {ip}: {} messages of refused observation domains, {} of refused templates; {} packets stored under a catch-all interface; {} interface names not kept",
+            r.domains, r.templates, r.interfaces, r.names
+        );
     }
 }

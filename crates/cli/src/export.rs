@@ -124,7 +124,15 @@ fn resolve(to: &str) -> anyhow::Result<SocketAddr> {
 /// The user's filter, less the export traffic itself: a capture interface that also
 /// carries the datagrams to a collector must not capture them (they would be exported in
 /// turn, forever).
+///
+/// A BPF load past the end of a frame rejects it, so `not (udp and dst port P)` alone would
+/// silently drop every frame too short for the fields it reads (a truncated IP header, UDP
+/// ports cut off), which are never export datagrams. The guard keeps those frames: shorter
+/// than an IPv4 header, shorter than its own IPv4 header plus the ports, or an IPv6 frame
+/// shorter than its header plus the ports.
 fn capture_filter(user: Option<&str>, collectors: &[SocketAddr]) -> String {
+    const TOO_SHORT: &str =
+        "(len < 34) or (ip and len < 18 + (ip[0] & 0xf) * 4) or (ip6 and len < 58)";
     let own: Vec<String> = collectors
         .iter()
         .map(|c| {
@@ -135,7 +143,7 @@ fn capture_filter(user: Option<&str>, collectors: &[SocketAddr]) -> String {
             )
         })
         .collect();
-    let own = own.join(" and ");
+    let own = format!("({TOO_SHORT} or ({}))", own.join(" and "));
     match user {
         Some(f) if !f.trim().is_empty() => format!("({f}) and {own}"),
         _ => own,
@@ -190,14 +198,19 @@ mod tests {
             "198.18.1.2:4739".parse().unwrap(),
             "[2001:db8::2]:9995".parse().unwrap(),
         ];
+        let guard = "(len < 34) or (ip and len < 18 + (ip[0] & 0xf) * 4) or (ip6 and len < 58)";
         assert_eq!(
             capture_filter(Some("tcp"), &c[..1]),
-            "(tcp) and not (udp and dst host 198.18.1.2 and dst port 4739)"
+            format!("(tcp) and ({guard} or (not (udp and dst host 198.18.1.2 and dst port 4739)))")
         );
         assert_eq!(
             capture_filter(None, &c),
-            "not (udp and dst host 198.18.1.2 and dst port 4739) and not (udp and dst host 2001:db8::2 and dst port 9995)"
+            format!("({guard} or (not (udp and dst host 198.18.1.2 and dst port 4739) and not (udp and dst host 2001:db8::2 and dst port 9995)))")
         );
+        // libpcap compiles it, for both families.
+        let dead = pcap::Capture::dead(pcap::Linktype::ETHERNET).unwrap();
+        dead.compile(&capture_filter(Some("tcp"), &c), true)
+            .unwrap();
     }
 
     #[test]

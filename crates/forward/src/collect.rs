@@ -17,7 +17,7 @@ use tapdeck_capture::{
 use tapdeck_ipfix::{ie, read_header, Decoder, Record, SequenceEvent};
 use tapdeck_pcap::{Format, SectionInfo};
 
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, Refusal};
 use crate::udp::{self, RecvBatch};
 
 /// Datagrams per `recvmmsg`.
@@ -31,46 +31,130 @@ pub const COLLECTED_SNAPLEN: u32 = 262_144;
 /// Where an exporter's interface lives: its address, observation domain and interface id.
 pub type InterfaceKey = (IpAddr, u32, u32);
 
+/// Store interfaces one exporter address may announce (per collector socket); the packets of
+/// any more go to its catch-all interface `ADDRESS/other`. Every new interface starts a new
+/// store file, so this also bounds the files a flood of interface ids can make.
+pub const INTERFACES_PER_ADDRESS: usize = 16;
+/// Store interfaces in all (per collector socket), catch-alls included; beyond, one last
+/// catch-all `other` takes everything new.
+pub const INTERFACES_TOTAL: usize = 256;
+/// Octets of an interface name kept (a name can be 65535 octets long on the wire).
+const NAME_MAX: usize = 64;
+
 /// The store's interfaces of one source: one per exporter interface seen, named after the
-/// exporter and the name its interface options record gave.
+/// exporter and the name its interface options record gave, within the caps above.
 #[derive(Default)]
 pub struct InterfaceTable {
     index: HashMap<InterfaceKey, u32>,
     names: HashMap<InterfaceKey, (String, u16)>,
+    /// Per address: interfaces, names.
+    per_address: HashMap<IpAddr, (usize, usize)>,
+    catch_all: HashMap<IpAddr, u32>,
+    last_catch_all: Option<u32>,
     pub interfaces: Vec<Interface>,
 }
 
 impl InterfaceTable {
+    /// The store interface of an exporter's interface, if the table has decided it (its own,
+    /// or a catch-all once its address or the table is full).
     pub fn get(&self, k: &InterfaceKey) -> Option<u32> {
-        self.index.get(k).copied()
+        if let Some(&i) = self.index.get(k) {
+            return Some(i);
+        }
+        if self.has_room(k.0) {
+            return None;
+        }
+        self.catch_all.get(&k.0).copied().or(self.last_catch_all)
     }
 
-    fn learn(&mut self, k: InterfaceKey, name: &str, frame_type: u16) {
-        self.names.insert(k, (name.to_string(), frame_type));
+    /// Whether `k` has a store interface of its own (not a catch-all).
+    pub fn is_own(&self, k: &InterfaceKey) -> bool {
+        self.index.contains_key(k)
     }
 
-    fn add(&mut self, k: InterfaceKey) -> u32 {
-        let (ip, domain, id) = k;
-        let (name, frame_type) = self
-            .names
-            .get(&k)
-            .cloned()
-            .unwrap_or_else(|| (format!("if{id}"), ie::FRAME_TYPE_ETHERNET));
-        let linktype = if frame_type == ie::FRAME_TYPE_IEEE802_11 {
-            105
-        } else {
-            1
-        };
+    fn has_room(&self, ip: IpAddr) -> bool {
+        self.per_address.get(&ip).map_or(0, |c| c.0) < INTERFACES_PER_ADDRESS
+            && self.interfaces.len() < INTERFACES_TOTAL
+    }
+
+    /// Remembers an interface's name; false when the address has named as many interfaces as
+    /// it may have (the name is not kept).
+    fn learn(&mut self, k: InterfaceKey, name: &str, frame_type: u16) -> bool {
+        let mut name = name.to_string();
+        if name.len() > NAME_MAX {
+            let mut cut = NAME_MAX;
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            name.truncate(cut);
+        }
+        if let Some(v) = self.names.get_mut(&k) {
+            *v = (name, frame_type);
+            return true;
+        }
+        let c = self.per_address.entry(k.0).or_default();
+        if c.1 >= INTERFACES_PER_ADDRESS {
+            return false;
+        }
+        c.1 += 1;
+        self.names.insert(k, (name, frame_type));
+        true
+    }
+
+    fn push(&mut self, name: String, description: String, linktype: u16) -> u32 {
         let n = self.interfaces.len() as u32;
         self.interfaces.push(Interface {
             linktype,
             snaplen: COLLECTED_SNAPLEN,
-            name: Some(format!("{ip}/{name}")),
-            description: Some(format!(
-                "IPFIX packet reports from {ip}, observation domain {domain}, interface {id} ({name})"
-            )),
+            name: Some(name),
+            description: Some(description),
         });
-        self.index.insert(k, n);
+        n
+    }
+
+    /// Decides the store interface of `k` (which [`InterfaceTable::get`] did not know).
+    fn add(&mut self, k: InterfaceKey) -> u32 {
+        let (ip, domain, id) = k;
+        if self.has_room(ip) {
+            let (name, frame_type) = self
+                .names
+                .get(&k)
+                .cloned()
+                .unwrap_or_else(|| (format!("if{id}"), ie::FRAME_TYPE_ETHERNET));
+            let linktype = if frame_type == ie::FRAME_TYPE_IEEE802_11 {
+                105
+            } else {
+                1
+            };
+            let n = self.push(
+                format!("{ip}/{name}"),
+                format!(
+                    "IPFIX packet reports from {ip}, observation domain {domain}, interface {id} ({name})"
+                ),
+                linktype,
+            );
+            self.index.insert(k, n);
+            self.per_address.entry(ip).or_default().0 += 1;
+            return n;
+        }
+        if let Some(n) = self.get(&k) {
+            return n;
+        }
+        if self.interfaces.len() < INTERFACES_TOTAL {
+            let n = self.push(
+                format!("{ip}/other"),
+                format!("IPFIX packet reports from {ip} on interfaces beyond the first {INTERFACES_PER_ADDRESS} it announced"),
+                1,
+            );
+            self.catch_all.insert(ip, n);
+            return n;
+        }
+        let n = self.push(
+            "other".into(),
+            format!("IPFIX packet reports on interfaces beyond the first {INTERFACES_TOTAL} of all exporters"),
+            1,
+        );
+        self.last_catch_all = Some(n);
         n
     }
 }
@@ -88,7 +172,8 @@ pub enum Outcome {
     NotAllowed,
     Malformed,
     NoTemplate,
-    Duplicate,
+    /// New state (an observation domain, templates) over a cap: counted, dropped.
+    Refused,
 }
 
 /// Allow list, decoder and accounting: takes messages, hands out packets.
@@ -113,8 +198,8 @@ impl Intake {
     }
 
     /// Takes one message from `peer`: refused, counted and dropped, or counted and its
-    /// packets handed to `deliver` (never a duplicate's, a malformed or an unknown
-    /// template's).
+    /// packets handed to `deliver` (never a malformed or an unknown template's; a
+    /// duplicate's or an out-of-line message's are, as their sequence number proves nothing).
     pub fn take<'m>(
         &mut self,
         peer: SocketAddr,
@@ -131,11 +216,30 @@ impl Intake {
             }
             return Outcome::NotAllowed;
         }
+        let domain = read_header(message).map(|h| h.domain);
+        if let Some(d) = domain {
+            let admitted = self.ledger.lock().unwrap().admit(ip, d);
+            if let Err(what) = admitted {
+                if self.ledger.lock().unwrap().refused(ip, Refusal::Domains) {
+                    tracing::warn!(
+                        "collector: refusing observation domain {d} of {ip}: {what} reached (counted; logged once)"
+                    );
+                }
+                return Outcome::Refused;
+            }
+        }
         let mut records = Vec::new();
         let info = match self.decoder.decode(peer, message, &mut records) {
             Ok(info) => info,
+            Err(e @ tapdeck_ipfix::Error::TemplateLimit { .. }) => {
+                if self.ledger.lock().unwrap().refused(ip, Refusal::Templates) {
+                    tracing::warn!(
+                        "collector: refusing templates from {peer}: {e}; the message is dropped and counted (logged once)"
+                    );
+                }
+                return Outcome::Refused;
+            }
             Err(e) => {
-                let domain = read_header(message).map(|h| h.domain);
                 if self.ledger.lock().unwrap().malformed(ip, domain) {
                     tracing::warn!(
                         "collector: malformed IPFIX message from {peer} ({e}); dropped and counted (logged once per exporter)"
@@ -156,9 +260,14 @@ impl Intake {
             return Outcome::NoTemplate;
         }
         let mut added = false;
+        let mut names_refused = 0;
         for r in &records {
             match r {
-                Record::Interface(i) => table.learn((ip, domain, i.id), i.name, i.frame_type),
+                Record::Interface(i) => {
+                    if !table.learn((ip, domain, i.id), i.name, i.frame_type) {
+                        names_refused += 1;
+                    }
+                }
                 Record::Packet(p) => {
                     let k = (ip, domain, p.interface);
                     if table.get(&k).is_none() {
@@ -169,6 +278,14 @@ impl Intake {
                 Record::ExporterStats(_) => {}
             }
         }
+        if names_refused > 0 {
+            let mut ledger = self.ledger.lock().unwrap();
+            if ledger.refused_n(ip, Refusal::Names, names_refused) {
+                tracing::warn!(
+                    "collector: {ip} names more than {INTERFACES_PER_ADDRESS} interfaces; further names are not kept (counted; logged once)"
+                );
+            }
+        }
         if added {
             return Outcome::NewInterfaces;
         }
@@ -176,19 +293,33 @@ impl Intake {
             Record::ExporterStats(s) if s.start_time_ms != 0 => Some(s.start_time_ms),
             _ => None,
         });
+        // Sequence numbers count; they never decide. Over UDP anyone can send a message with
+        // the exporter's address and any number, so a message that decodes is stored
+        // whatever its number says, and the tracker only counts (and logs an anomaly once
+        // per episode).
         let mut ledger = self.ledger.lock().unwrap();
-        let event = ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
-        if event == SequenceEvent::Duplicate {
-            return Outcome::Duplicate;
-        }
-        if let SequenceEvent::Restart { lost } = event {
-            tracing::info!("collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before");
+        let (event, log) =
+            ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
+        match event {
+            SequenceEvent::Restart { lost } => tracing::info!(
+                "collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before"
+            ),
+            e if log => tracing::warn!(
+                "collector: sequence anomaly from {peer} (domain {domain}): {e:?} at sequence {}; counted, its records stored (logged once per episode)",
+                info.header.sequence
+            ),
+            _ => {}
         }
         let mut packets = 0;
+        let mut caught = 0;
         for r in records {
             match r {
                 Record::Packet(p) => {
-                    let iface = table.get(&(ip, domain, p.interface)).expect("added above");
+                    let k = (ip, domain, p.interface);
+                    let iface = table.get(&k).expect("added above");
+                    if !table.is_own(&k) {
+                        caught += 1;
+                    }
                     packets += 1;
                     deliver(Packet {
                         ts_ns: p.time_ns,
@@ -203,6 +334,11 @@ impl Intake {
             }
         }
         ledger.stored(ip, domain, packets);
+        if caught > 0 && ledger.refused_n(ip, Refusal::Interfaces, caught) {
+            tracing::warn!(
+                "collector: {ip} reports on more interfaces than a collector socket keeps apart ({INTERFACES_PER_ADDRESS} per exporter, {INTERFACES_TOTAL} in all); their packets go to a catch-all interface (counted; logged once)"
+            );
+        }
         Outcome::Accepted { packets }
     }
 
@@ -596,14 +732,18 @@ mod tests {
             take_all(&mut intake, &mut table, peer, &m1).0,
             Outcome::Accepted { packets: 1 }
         );
-        // Replayed: a duplicate, nothing stored.
+        // Replayed: counted as duplicates and stored all the same (a sequence number proves
+        // nothing: a forger could as well have sent them with a fresh one).
         assert_eq!(
             take_all(&mut intake, &mut table, peer, &m1),
-            (Outcome::Duplicate, vec![])
+            (
+                Outcome::Accepted { packets: 1 },
+                vec![(3, pkt.to_vec(), 1000)]
+            )
         );
         assert_eq!(
-            take_all(&mut intake, &mut table, peer, &m0),
-            (Outcome::Duplicate, vec![])
+            take_all(&mut intake, &mut table, peer, &m0).0,
+            Outcome::Accepted { packets: 2 }
         );
         // m0 held 4 data records (interface, statistics, 2 reports), m1 one: a gap of 4.
         let m2 = message(9, false, &[(4, pkt)], 0);
@@ -615,7 +755,7 @@ mod tests {
         let snap = ledger.lock().unwrap().snapshot();
         let s = &snap.streams[0];
         assert_eq!(s.exporter, "198.18.0.1");
-        assert_eq!(s.packets, 4);
+        assert_eq!(s.packets, 7);
         assert_eq!(s.no_template, 1);
         assert_eq!(
             s.malformed, 3,
@@ -674,5 +814,83 @@ mod tests {
         let s = &ledger.lock().unwrap().snapshot().streams[0];
         assert_eq!((s.restarts, s.lost, s.duplicates, s.packets), (1, 0, 0, 3));
         assert_eq!(table.interfaces.len(), 1);
+    }
+
+    fn report_on(domain: u32, interface: u32, seq: u32) -> Vec<u8> {
+        let mut buf = vec![0u8; 1472];
+        let header = MessageHeader {
+            export_time: 1_795_000_000,
+            sequence: seq,
+            domain,
+            ..MessageHeader::default()
+        };
+        let mut b = MessageBuilder::new(&mut buf, 1472, header).unwrap();
+        b.add_templates().unwrap();
+        b.add_packet_report(&PacketReport {
+            time_ns: 5,
+            interface,
+            selector: 1,
+            frame_size: 60,
+            frame_section: &[7; 60],
+        })
+        .unwrap();
+        let n = b.finish().len;
+        buf.truncate(n);
+        buf
+    }
+
+    /// Interface ids past the cap go to one catch-all interface per address (their packets
+    /// stored and counted); observation domains past the cap are refused and counted.
+    #[test]
+    fn interfaces_and_domains_are_capped() {
+        let ledger = Arc::new(Mutex::new(Ledger::new()));
+        let mut intake = Intake::new(vec![], Arc::clone(&ledger));
+        let mut table = InterfaceTable::default();
+        let peer: SocketAddr = "198.18.0.1:40000".parse().unwrap();
+        let mut stored = 0;
+        for id in 0..100u32 {
+            let (o, got) = take_all(&mut intake, &mut table, peer, &report_on(1, id, id * 5));
+            assert_eq!(o, Outcome::Accepted { packets: 1 }, "interface {id}");
+            stored += got.len();
+        }
+        assert_eq!(stored, 100);
+        assert_eq!(table.interfaces.len(), INTERFACES_PER_ADDRESS + 1);
+        assert_eq!(
+            table.interfaces.last().unwrap().name.as_deref(),
+            Some("198.18.0.1/other")
+        );
+        // Every address gets its own up to the total cap, then one last catch-all.
+        for a in 2..40u8 {
+            let p = SocketAddr::new(IpAddr::from([198, 18, 1, a]), 1);
+            for id in 0..20u32 {
+                let (o, _) = take_all(&mut intake, &mut table, p, &report_on(1, id, id * 5));
+                assert_eq!(o, Outcome::Accepted { packets: 1 });
+            }
+        }
+        assert_eq!(table.interfaces.len(), INTERFACES_TOTAL + 1);
+        assert_eq!(
+            table.interfaces.last().unwrap().name.as_deref(),
+            Some("other")
+        );
+        let snap = ledger.lock().unwrap().snapshot();
+        assert_eq!(snap.refused["198.18.0.1"].interfaces, 100 - 16);
+
+        for d in 2..100u32 {
+            let o = take_all(&mut intake, &mut table, peer, &report_on(d, 0, 0)).0;
+            let want = if d <= crate::ledger::STREAMS_PER_ADDRESS as u32 {
+                Outcome::Accepted { packets: 1 }
+            } else {
+                Outcome::Refused
+            };
+            assert_eq!(o, want, "domain {d}");
+        }
+        let snap = ledger.lock().unwrap().snapshot();
+        let mine = snap
+            .streams
+            .iter()
+            .filter(|s| s.exporter == "198.18.0.1")
+            .count();
+        assert_eq!(mine, crate::ledger::STREAMS_PER_ADDRESS);
+        assert_eq!(snap.refused["198.18.0.1"].domains, 99 - 32);
     }
 }

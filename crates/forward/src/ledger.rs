@@ -14,6 +14,94 @@ use tapdeck_ipfix::{ExporterStats, SequenceCounts, SequenceEvent, SequenceTracke
 pub const LEDGER_FILE: &str = "collector.json";
 const LEDGER_VERSION: u32 = 1;
 
+/// Streams (observation domains) one exporter address may have in the ledger.
+pub const STREAMS_PER_ADDRESS: usize = 32;
+/// Streams in the ledger in all.
+pub const STREAMS_TOTAL: usize = 4096;
+/// Addresses counted one by one under `not_allowed`, `unreadable` and `refused`; any more are
+/// counted together under [`OTHER_ADDRESSES`].
+pub const ADDRESSES_COUNTED: usize = 1024;
+/// The key that counts the addresses beyond [`ADDRESSES_COUNTED`].
+pub const OTHER_ADDRESSES: &str = "other";
+
+/// New state refused for being over a cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Messages of an observation domain over the stream caps (dropped).
+    Domains,
+    /// Messages whose templates were over the template caps (dropped).
+    Templates,
+    /// Packets stored under a catch-all interface (over the interface caps).
+    Interfaces,
+    /// Interface names not kept (over the cap).
+    Names,
+}
+
+/// What was refused for being over a cap, per exporter address.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RefusedCounts {
+    pub domains: u64,
+    pub templates: u64,
+    pub interfaces: u64,
+    pub names: u64,
+}
+
+impl RefusedCounts {
+    fn get(&mut self, r: Refusal) -> &mut u64 {
+        match r {
+            Refusal::Domains => &mut self.domains,
+            Refusal::Templates => &mut self.templates,
+            Refusal::Interfaces => &mut self.interfaces,
+            Refusal::Names => &mut self.names,
+        }
+    }
+}
+
+/// Counts by address, one by one for the first [`ADDRESSES_COUNTED`] addresses and together
+/// for the rest, so that forged source addresses cannot make it grow.
+#[derive(Debug, Clone, Default)]
+struct ByAddress<T> {
+    each: BTreeMap<IpAddr, T>,
+    other: Option<T>,
+}
+
+impl<T: Default + Clone> ByAddress<T> {
+    /// The counts of `ip`, and whether they are new (to log once).
+    fn entry(&mut self, ip: IpAddr) -> (&mut T, bool) {
+        if self.each.contains_key(&ip) {
+            return (self.each.get_mut(&ip).unwrap(), false);
+        }
+        if self.each.len() < ADDRESSES_COUNTED {
+            return (self.each.entry(ip).or_default(), true);
+        }
+        let new = self.other.is_none();
+        (self.other.get_or_insert_with(T::default), new)
+    }
+
+    fn to_map(&self) -> BTreeMap<String, T> {
+        let mut m: BTreeMap<String, T> = self
+            .each
+            .iter()
+            .map(|(ip, n)| (ip.to_string(), n.clone()))
+            .collect();
+        if let Some(o) = &self.other {
+            m.insert(OTHER_ADDRESSES.into(), o.clone());
+        }
+        m
+    }
+
+    fn load(&mut self, m: BTreeMap<String, T>) {
+        for (a, n) in m {
+            match a.parse() {
+                Ok(ip) if self.each.len() < ADDRESSES_COUNTED => {
+                    self.each.insert(ip, n);
+                }
+                _ => self.other = Some(n),
+            }
+        }
+    }
+}
+
 /// The exporter's statistics record, as last received.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ExporterCounts {
@@ -59,10 +147,17 @@ pub struct StreamLedger {
     /// including those of messages dropped here for want of a template.
     pub lost: u64,
     pub reordered: u64,
-    /// Messages already counted (replayed or repeated): dropped, not stored.
+    /// Messages behind the line in no known gap (replayed or repeated): stored all the same.
     pub duplicates: u64,
     pub restarts: u64,
     pub resyncs: u64,
+    /// Believed far jumps of the sequence line that were not restarts.
+    #[serde(default)]
+    pub jumps: u64,
+    /// Messages whose sequence number or restart claim did not fit the line and moved
+    /// nothing (forged, or a stray): counted here, their records stored all the same.
+    #[serde(default)]
+    pub anomalies: u64,
     /// Messages dropped: a data set whose template was never seen; malformed.
     pub no_template: u64,
     pub malformed: u64,
@@ -81,6 +176,9 @@ pub struct LedgerFile {
     /// Messages whose header could not even be read (no domain to count them under), and
     /// datagrams longer than the receive buffer, by exporter address.
     pub unreadable: BTreeMap<String, u64>,
+    /// New state refused for being over a cap, by exporter address.
+    #[serde(default)]
+    pub refused: BTreeMap<String, RefusedCounts>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -91,15 +189,24 @@ struct Extra {
     exporter_counts: Option<ExporterCounts>,
     /// Counts of a saved stream that could not be resumed (no expected number).
     carried: SequenceCounts,
+    /// A sequence anomaly episode is open (logged at its start); it closes after
+    /// [`EPISODE_QUIET`] messages in order.
+    episode: bool,
+    quiet: u32,
 }
+
+/// In-order messages after which a new sequence anomaly is logged again.
+const EPISODE_QUIET: u32 = 1000;
 
 /// Sequence tracking and counts for every stream, shared by a collector's sockets.
 #[derive(Default)]
 pub struct Ledger {
     tracker: SequenceTracker,
     extra: HashMap<(IpAddr, u32), Extra>,
-    not_allowed: BTreeMap<IpAddr, u64>,
-    unreadable: BTreeMap<IpAddr, u64>,
+    streams_per_address: HashMap<IpAddr, usize>,
+    not_allowed: ByAddress<u64>,
+    unreadable: ByAddress<u64>,
+    refused: ByAddress<RefusedCounts>,
 }
 
 /// Streams are keyed by the exporter's address without its port: a restarted exporter
@@ -140,13 +247,15 @@ impl Ledger {
                 duplicates: s.duplicates,
                 restarts: s.restarts,
                 resyncs: s.resyncs,
+                jumps: s.jumps,
+                anomalies: s.anomalies,
             };
             let mut extra = Extra {
                 no_template: s.no_template,
                 malformed: s.malformed,
                 packets: s.packets,
                 exporter_counts: s.exporter_counts,
-                carried: SequenceCounts::default(),
+                ..Extra::default()
             };
             match s.next_sequence {
                 Some(next) => {
@@ -156,22 +265,19 @@ impl Ledger {
                 }
                 None => extra.carried = counts,
             }
-            ledger.extra.insert((ip, s.domain), extra);
-        }
-        for (a, n) in file.not_allowed {
-            if let Ok(ip) = a.parse() {
-                ledger.not_allowed.insert(ip, n);
+            if ledger.admit(ip, s.domain).is_ok() {
+                ledger.extra.insert((ip, s.domain), extra);
             }
         }
-        for (a, n) in file.unreadable {
-            if let Ok(ip) = a.parse() {
-                ledger.unreadable.insert(ip, n);
-            }
-        }
+        ledger.not_allowed.load(file.not_allowed);
+        ledger.unreadable.load(file.unreadable);
+        ledger.refused.load(file.refused);
         Ok(ledger)
     }
 
-    /// Counts a message by its sequence number; see [`SequenceTracker::observe`].
+    /// Counts a message by its sequence number; see [`SequenceTracker::observe`]. The
+    /// answer is for counting and logging: true in the second place when the event opens a
+    /// sequence anomaly episode (to log it once).
     pub fn observe(
         &mut self,
         ip: IpAddr,
@@ -179,15 +285,58 @@ impl Ledger {
         sequence: u32,
         records: u32,
         start_time_ms: Option<u64>,
-    ) -> SequenceEvent {
-        self.extra.entry((ip, domain)).or_default();
-        self.tracker
-            .observe(key(ip), domain, sequence, Some(records), start_time_ms)
+    ) -> (SequenceEvent, bool) {
+        let x = self.extra.entry((ip, domain)).or_default();
+        let event = self
+            .tracker
+            .observe(key(ip), domain, sequence, Some(records), start_time_ms);
+        let log = if event.is_anomaly() {
+            x.quiet = 0;
+            !std::mem::replace(&mut x.episode, true)
+        } else {
+            x.quiet = x.quiet.saturating_add(1);
+            if x.quiet >= EPISODE_QUIET {
+                x.episode = false;
+            }
+            false
+        };
+        (event, log)
+    }
+
+    /// Makes room for the stream (ip, domain) if it is new and under the caps
+    /// ([`STREAMS_PER_ADDRESS`], [`STREAMS_TOTAL`]); the error names the cap.
+    pub fn admit(&mut self, ip: IpAddr, domain: u32) -> Result<(), &'static str> {
+        if self.extra.contains_key(&(ip, domain)) {
+            return Ok(());
+        }
+        let n = self.streams_per_address.get(&ip).copied().unwrap_or(0);
+        if n >= STREAMS_PER_ADDRESS {
+            return Err("the cap of 32 observation domains per exporter address");
+        }
+        if self.extra.len() >= STREAMS_TOTAL {
+            return Err("the cap of 4096 ledger streams in all");
+        }
+        self.streams_per_address.insert(ip, n + 1);
+        self.extra.insert((ip, domain), Extra::default());
+        Ok(())
+    }
+
+    /// Counts one refusal; true the first time for this address and kind (to log it once).
+    pub fn refused(&mut self, ip: IpAddr, what: Refusal) -> bool {
+        self.refused_n(ip, what, 1)
+    }
+
+    pub fn refused_n(&mut self, ip: IpAddr, what: Refusal, n: u64) -> bool {
+        let (c, _) = self.refused.entry(ip);
+        let v = c.get(what);
+        let first = *v == 0;
+        *v += n;
+        first
     }
 
     /// Returns true the first time this exporter is refused (to log it once).
     pub fn not_allowed(&mut self, ip: IpAddr) -> bool {
-        let n = self.not_allowed.entry(ip).or_default();
+        let (n, _) = self.not_allowed.entry(ip);
         *n += 1;
         *n == 1
     }
@@ -201,7 +350,7 @@ impl Ledger {
                 e.malformed == 1
             }
             None => {
-                let n = self.unreadable.entry(ip).or_default();
+                let (n, _) = self.unreadable.entry(ip);
                 *n += 1;
                 *n == 1
             }
@@ -244,6 +393,8 @@ impl Ledger {
                     duplicates: c.duplicates + k.duplicates,
                     restarts: c.restarts + k.restarts,
                     resyncs: c.resyncs + k.resyncs,
+                    jumps: c.jumps + k.jumps,
+                    anomalies: c.anomalies + k.anomalies,
                     no_template: x.no_template,
                     malformed: x.malformed,
                     packets: x.packets,
@@ -255,16 +406,9 @@ impl Ledger {
         LedgerFile {
             version: LEDGER_VERSION,
             streams,
-            not_allowed: self
-                .not_allowed
-                .iter()
-                .map(|(ip, n)| (ip.to_string(), *n))
-                .collect(),
-            unreadable: self
-                .unreadable
-                .iter()
-                .map(|(ip, n)| (ip.to_string(), *n))
-                .collect(),
+            not_allowed: self.not_allowed.to_map(),
+            unreadable: self.unreadable.to_map(),
+            refused: self.refused.to_map(),
         }
     }
 
@@ -289,8 +433,8 @@ mod tests {
         let path = dir.path().join(LEDGER_FILE);
         let ip: IpAddr = "198.18.0.1".parse().unwrap();
         let mut l = Ledger::new();
-        assert_eq!(l.observe(ip, 1, 0, 10, Some(5)), SequenceEvent::First);
-        assert_eq!(l.observe(ip, 1, 10, 10, None), SequenceEvent::InOrder);
+        assert_eq!(l.observe(ip, 1, 0, 10, Some(5)).0, SequenceEvent::First);
+        assert_eq!(l.observe(ip, 1, 10, 10, None).0, SequenceEvent::InOrder);
         l.stored(ip, 1, 20);
         assert!(l.not_allowed("198.18.9.9".parse().unwrap()));
         assert!(!l.not_allowed("198.18.9.9".parse().unwrap()));
@@ -298,7 +442,7 @@ mod tests {
 
         let mut l = Ledger::resume_from(&path).unwrap();
         // 30 records went by while the collector was down.
-        assert_eq!(l.observe(ip, 1, 50, 10, None), SequenceEvent::Gap(30));
+        assert_eq!(l.observe(ip, 1, 50, 10, None).0, SequenceEvent::Gap(30));
         let s = &l.snapshot().streams[0];
         assert_eq!(
             (s.messages, s.records, s.lost, s.packets, s.next_sequence),

@@ -2,7 +2,8 @@
 //! changes any template, so a malformed message leaves no trace but its error.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use crate::ie::{self, VARLEN};
 use crate::wire::{
@@ -11,8 +12,8 @@ use crate::wire::{
 };
 use crate::{time, Error, ExporterStats, InterfaceInfo, PacketReport, Record};
 
-/// Templates kept per exporter unless [`Decoder::with_template_limit`] says otherwise.
-pub const DEFAULT_TEMPLATE_LIMIT: usize = 4096;
+/// Templates kept per exporter address unless [`Decoder::with_template_limit`] says otherwise.
+pub const DEFAULT_TEMPLATE_LIMIT: usize = 1024;
 
 /// What a field of a template means to this decoder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,46 +267,209 @@ impl KindSeen {
 
 type DomainKey = (SocketAddr, u32);
 
-/// Templates per (exporter, observation domain), bounded per exporter.
+/// What one decoder keeps at most, so that no sender — an allowed exporter's address can be
+/// forged over UDP — makes it grow without bound. A template costs about 120 octets plus 4
+/// per field, so the defaults bound one decoder to about 4 MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TemplateLimits {
+    /// Templates per exporter address (all its ports and observation domains).
+    pub per_address: usize,
+    /// Field specifiers per exporter address.
+    pub fields_per_address: usize,
+    /// Templates in all.
+    pub total: usize,
+    /// Field specifiers in all.
+    pub fields_total: usize,
+    /// A session (address, port, domain) that decoded nothing for this long gives its
+    /// templates up when another needs the room.
+    pub idle: Duration,
+}
+
+impl Default for TemplateLimits {
+    fn default() -> Self {
+        TemplateLimits {
+            per_address: DEFAULT_TEMPLATE_LIMIT,
+            fields_per_address: 32_768,
+            total: 16_384,
+            fields_total: 524_288,
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The templates of one session: an exporter's address, port and observation domain.
+struct Session {
+    templates: HashMap<u16, Template>,
+    last_used: Instant,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    templates: usize,
+    fields: usize,
+}
+
+impl Usage {
+    fn add(&mut self, t: &Template) {
+        self.templates += 1;
+        self.fields += t.fields.len();
+    }
+
+    fn sub(&mut self, t: &Template) {
+        self.templates -= 1;
+        self.fields -= t.fields.len();
+    }
+}
+
+/// Templates per (exporter, observation domain), bounded per exporter address and in all
+/// ([`TemplateLimits`]).
 #[derive(Default)]
 pub struct TemplateStore {
-    domains: HashMap<DomainKey, HashMap<u16, Template>>,
-    per_exporter: HashMap<SocketAddr, usize>,
+    domains: HashMap<DomainKey, Session>,
+    per_address: HashMap<IpAddr, Usage>,
+    total: Usage,
+    limits: TemplateLimits,
+    /// When idle sessions were last looked for (at most once a second).
+    last_expiry: Option<Instant>,
 }
 
 impl TemplateStore {
     pub fn get(&self, exporter: SocketAddr, domain: u32, id: u16) -> Option<&Template> {
-        self.domains.get(&(exporter, domain))?.get(&id)
+        self.domains.get(&(exporter, domain))?.templates.get(&id)
     }
 
-    /// Templates held for one exporter, all domains.
+    /// Templates held for one exporter address (all its ports and domains).
     pub fn count(&self, exporter: SocketAddr) -> usize {
-        self.per_exporter.get(&exporter).copied().unwrap_or(0)
+        self.per_address
+            .get(&exporter.ip())
+            .map_or(0, |u| u.templates)
+    }
+
+    /// Templates held in all, and their field specifiers.
+    pub fn total(&self) -> (usize, usize) {
+        (self.total.templates, self.total.fields)
+    }
+
+    /// Sessions (address, port, domain) with templates.
+    pub fn sessions(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// Whether a new template `t` fits under the limits (after giving up idle sessions'
+    /// templates if it would not); the error names the limit.
+    fn admit(&mut self, key: DomainKey, t: &Template) -> Result<(), Error> {
+        for attempt in 0..2 {
+            let a = self
+                .per_address
+                .get(&key.0.ip())
+                .copied()
+                .unwrap_or_default();
+            let over = if a.templates + 1 > self.limits.per_address {
+                Some(("templates per exporter address", self.limits.per_address))
+            } else if a.fields + t.fields.len() > self.limits.fields_per_address {
+                Some((
+                    "template fields per exporter address",
+                    self.limits.fields_per_address,
+                ))
+            } else if self.total.templates + 1 > self.limits.total {
+                Some(("templates in all", self.limits.total))
+            } else if self.total.fields + t.fields.len() > self.limits.fields_total {
+                Some(("template fields in all", self.limits.fields_total))
+            } else {
+                None
+            };
+            match over {
+                None => return Ok(()),
+                Some((what, limit)) if attempt == 1 || !self.expire_idle(key) => {
+                    return Err(Error::TemplateLimit { what, limit })
+                }
+                Some(_) => {}
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// Drops the templates of sessions idle for longer than the limit (never `keep`'s);
+    /// looks at most once a second. Returns whether it dropped any.
+    fn expire_idle(&mut self, keep: DomainKey) -> bool {
+        let now = Instant::now();
+        if self
+            .last_expiry
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.last_expiry = Some(now);
+        let idle = self.limits.idle;
+        let stale: Vec<DomainKey> = self
+            .domains
+            .iter()
+            .filter(|(k, s)| **k != keep && now.duration_since(s.last_used) > idle)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in &stale {
+            self.drop_session(*k);
+        }
+        !stale.is_empty()
+    }
+
+    fn drop_session(&mut self, key: DomainKey) {
+        if let Some(s) = self.domains.remove(&key) {
+            for t in s.templates.values() {
+                self.unaccount(key, t);
+            }
+        }
+    }
+
+    fn unaccount(&mut self, key: DomainKey, t: &Template) {
+        self.total.sub(t);
+        if let Some(u) = self.per_address.get_mut(&key.0.ip()) {
+            u.sub(t);
+            if u.templates == 0 {
+                self.per_address.remove(&key.0.ip());
+            }
+        }
     }
 
     fn put(&mut self, key: DomainKey, t: Template) -> Option<Template> {
-        let old = self.domains.entry(key).or_default().insert(t.id, t);
-        if old.is_none() {
-            *self.per_exporter.entry(key.0).or_default() += 1;
+        self.total.add(&t);
+        self.per_address.entry(key.0.ip()).or_default().add(&t);
+        let session = self.domains.entry(key).or_insert_with(|| Session {
+            templates: HashMap::new(),
+            last_used: Instant::now(),
+        });
+        let old = session.templates.insert(t.id, t);
+        if let Some(o) = &old {
+            self.unaccount(key, o);
         }
         old
     }
 
     fn take(&mut self, key: DomainKey, id: u16) -> Option<Template> {
-        let old = self.domains.get_mut(&key)?.remove(&id);
-        if old.is_some() {
-            if let Some(n) = self.per_exporter.get_mut(&key.0) {
-                *n -= 1;
-            }
+        let session = self.domains.get_mut(&key)?;
+        let old = session.templates.remove(&id);
+        if session.templates.is_empty() {
+            self.domains.remove(&key);
+        }
+        if let Some(o) = &old {
+            self.unaccount(key, o);
         }
         old
+    }
+
+    /// Marks a session as in use (a message of it decoded).
+    fn touch(&mut self, key: DomainKey) {
+        if let Some(s) = self.domains.get_mut(&key) {
+            s.last_used = Instant::now();
+        }
     }
 
     fn ids(&self, key: DomainKey, options: bool) -> Vec<u16> {
         self.domains
             .get(&key)
             .map(|m| {
-                m.values()
+                m.templates
+                    .values()
                     .filter(|t| (t.scope != 0) == options)
                     .map(|t| t.id)
                     .collect()
@@ -313,10 +477,17 @@ impl TemplateStore {
             .unwrap_or_default()
     }
 
-    /// Forgets everything an exporter sent (a collector does this when it drops an exporter).
+    /// Forgets everything an exporter (address and port) sent.
     pub fn forget(&mut self, exporter: SocketAddr) {
-        self.domains.retain(|k, _| k.0 != exporter);
-        self.per_exporter.remove(&exporter);
+        let keys: Vec<DomainKey> = self
+            .domains
+            .keys()
+            .filter(|k| k.0 == exporter)
+            .copied()
+            .collect();
+        for k in keys {
+            self.drop_session(k);
+        }
     }
 }
 
@@ -349,7 +520,6 @@ enum Undo {
 /// A strict IPFIX message decoder with a [`TemplateStore`].
 pub struct Decoder {
     store: TemplateStore,
-    limit: usize,
     undo: Vec<Undo>,
 }
 
@@ -361,15 +531,24 @@ impl Default for Decoder {
 
 impl Decoder {
     pub fn new() -> Self {
-        Decoder::with_template_limit(DEFAULT_TEMPLATE_LIMIT)
+        Decoder::with_limits(TemplateLimits::default())
     }
 
-    /// At most `limit` templates kept per exporter; a message that would pass it is rejected
-    /// with [`Error::TemplateLimit`].
+    /// At most `limit` templates kept per exporter address (other limits the defaults); a
+    /// message that would pass it is rejected with [`Error::TemplateLimit`].
     pub fn with_template_limit(limit: usize) -> Self {
+        Decoder::with_limits(TemplateLimits {
+            per_address: limit,
+            ..TemplateLimits::default()
+        })
+    }
+
+    pub fn with_limits(limits: TemplateLimits) -> Self {
         Decoder {
-            store: TemplateStore::default(),
-            limit,
+            store: TemplateStore {
+                limits,
+                ..TemplateStore::default()
+            },
             undo: Vec::new(),
         }
     }
@@ -395,9 +574,12 @@ impl Decoder {
         out.clear();
         self.undo.clear();
         let result = self.decode_inner(exporter, message, &mut |r| out.push(r));
-        if result.is_err() {
-            out.clear();
-            self.rollback();
+        match &result {
+            Ok(info) => self.store.touch((exporter, info.header.domain)),
+            Err(_) => {
+                out.clear();
+                self.rollback();
+            }
         }
         self.undo.clear();
         result
@@ -418,8 +600,9 @@ impl Decoder {
         self.rollback();
         dry?;
         let result = self.decode_inner(exporter, message, &mut f);
-        if result.is_err() {
-            self.rollback();
+        match &result {
+            Ok(info) => self.store.touch((exporter, info.header.domain)),
+            Err(_) => self.rollback(),
         }
         self.undo.clear();
         result
@@ -576,9 +759,8 @@ impl Decoder {
                 continue;
             }
             let (t, next) = parse_template(b, at, end, options)?;
-            if self.store.get(key.0, key.1, t.id).is_none() && self.store.count(key.0) >= self.limit
-            {
-                return Err(Error::TemplateLimit(self.limit));
+            if self.store.get(key.0, key.1, t.id).is_none() {
+                self.store.admit(key, &t)?;
             }
             let id = t.id;
             let prev = self.store.put(key, t);
@@ -1170,7 +1352,55 @@ mod tests {
         run(&mut d, exporter(), &msg(&[(2, &t(257))])).unwrap();
         assert_eq!(
             run(&mut d, exporter(), &msg(&[(2, &t(258))])),
-            Err(Error::TemplateLimit(2))
+            Err(Error::TemplateLimit {
+                what: "templates per exporter address",
+                limit: 2
+            })
         );
+    }
+
+    /// Other ports of one address share its limit; the total limit holds across addresses;
+    /// an idle session gives its templates up to a newcomer.
+    #[test]
+    fn template_limits_per_address_and_in_all() {
+        let t = |id: u16| {
+            let mut v = id.to_be_bytes().to_vec();
+            v.extend_from_slice(&[0, 1, 0, 1, 0, 8]);
+            v
+        };
+        let mut d = Decoder::with_limits(TemplateLimits {
+            per_address: 3,
+            fields_per_address: 100,
+            total: 5,
+            fields_total: 100,
+            idle: Duration::from_secs(3600),
+        });
+        let at = |ip: &str, port: u16| SocketAddr::new(ip.parse().unwrap(), port);
+        for port in 0..3 {
+            run(&mut d, at("198.18.0.1", port), &msg(&[(2, &t(256))])).unwrap();
+        }
+        let full = run(&mut d, at("198.18.0.1", 9), &msg(&[(2, &t(256))]));
+        assert!(
+            matches!(full, Err(Error::TemplateLimit { what, .. }) if what.contains("address")),
+            "{full:?}"
+        );
+        run(
+            &mut d,
+            at("198.18.0.2", 1),
+            &msg(&[(2, &[t(256), t(257)].concat())]),
+        )
+        .unwrap();
+        let full = run(&mut d, at("198.18.0.3", 1), &msg(&[(2, &t(256))]));
+        assert!(
+            matches!(full, Err(Error::TemplateLimit { what, .. }) if what.contains("in all")),
+            "{full:?}"
+        );
+        assert_eq!(d.templates().total(), (5, 5));
+        // Idle sessions (here: any, with a zero idle time) make room.
+        d.templates_mut().limits.idle = Duration::ZERO;
+        d.templates_mut().last_expiry = None;
+        run(&mut d, at("198.18.0.3", 1), &msg(&[(2, &t(256))])).unwrap();
+        assert_eq!(d.templates().total(), (1, 1));
+        assert_eq!(d.templates().sessions(), 1);
     }
 }

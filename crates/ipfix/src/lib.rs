@@ -22,7 +22,7 @@ pub mod time;
 pub mod wire;
 
 pub use builder::{max_section_len, BuildError, Built, MessageBuilder};
-pub use decoder::{Decoder, MessageInfo, Template, TemplateKind, TemplateStore};
+pub use decoder::{Decoder, MessageInfo, Template, TemplateKind, TemplateLimits, TemplateStore};
 pub use file::{messages, write_message, FileError, FileReader};
 pub use sequence::{SequenceCounts, SequenceEvent, SequenceTracker, StreamState};
 pub use wire::{read_header, set_sequence, MessageHeader};
@@ -37,8 +37,8 @@ pub enum Error {
     Truncated { what: &'static str, at: usize },
     #[error("invalid {what} at offset {at}")]
     Invalid { what: &'static str, at: usize },
-    #[error("template limit of {0} per exporter reached")]
-    TemplateLimit(usize),
+    #[error("template limit reached: {limit} {what}")]
+    TemplateLimit { what: &'static str, limit: usize },
 }
 
 impl Error {

@@ -70,6 +70,8 @@ impl DirectFile {
                 .read(true)
                 .write(true)
                 .create_new(true)
+                // Packets are private: owner and group read them, others do not.
+                .mode(0o640)
                 .custom_flags(flags)
                 .open(path)
         };
