@@ -291,7 +291,13 @@ fn a_retransmitted_call_is_marked_and_the_reply_timed_from_the_first() {
 /// A call in the segment right after a capture gap on its connection (the segment before
 /// it reached the server, not the capture), then much later data: the call is timed by its
 /// own segment, and its reply pairs with it. `acks`: whether the server's segments carry
-/// the ACK flag (without it, the hole is only known lost at the end).
+/// the ACK flag (without it, the hole is only known lost when the buffer bound forces it).
+///
+/// The bug this guards (issue 13, a real multi-client trace with 46 capture gaps): bytes
+/// behind such a gap waited in the reassembler until 16 MiB of later data forced the hole
+/// open, and were then stamped with the time and record of the segment that forced it,
+/// seconds later; the reply, processed in time, was paired with a call that seemed to come
+/// after it (negative latencies).
 fn call_after_a_gap(acks: bool) {
     let mut c = Conn::new(900);
     let mut pkts = vec![
