@@ -1,10 +1,12 @@
 """Analyses of tapdeck datasets: each a plain function of a dataset returning an Arrow table."""
 
 from .burstiness import burstiness
-from .dataset import Dataset, DatasetError, IncompleteDatasetError, open_dataset
+from .dataset import Dataset
+from .errors import DatasetError, IncompleteDatasetError
 from .files import files
 from .nfs_latency import nfs_latency
 from .nfs_ops import nfs_ops
+from .opening import open_dataset
 from .rates import rates
 from .recency import recency
 from .rpc_matching import rpc_matching

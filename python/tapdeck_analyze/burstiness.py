@@ -11,7 +11,7 @@ from functools import reduce
 
 import pyarrow as pa
 
-from .dataset import as_dataset
+from .opening import as_dataset
 from .sqlkit import PERCENTILES, nearest_rank
 from .times import parse_duration
 

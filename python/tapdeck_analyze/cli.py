@@ -5,8 +5,9 @@ import sys
 
 from . import output
 from .analyses import ANALYSES
-from .dataset import DatasetError, IncompleteDatasetError, open_dataset
 from .engine import QueryError
+from .errors import DatasetError, IncompleteDatasetError
+from .opening import open_dataset
 from .times import TimeFormatError, zone
 
 PROG = "tapdeck-analyze"

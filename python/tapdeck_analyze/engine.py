@@ -10,7 +10,8 @@ import sys
 import pyarrow as pa
 
 from . import schema
-from .dataset import Dataset, DatasetError, check_file_versions, empty_select, table_files
+from .dataset import Dataset, check_file_versions, empty_select, table_files
+from .errors import DatasetError
 
 
 def _sql_list(files) -> str:
@@ -30,7 +31,6 @@ class DuckDBEngine:
         all_files = []
         for name, sch in schema.TABLES.items():
             files = table_files(ds.path, name)
-            ds.tables_present[name] = bool(files)
             all_files += files
             hive = "true" if name in schema.TIMED_TABLES else "false"
             raw[name] = (
@@ -41,7 +41,6 @@ class DuckDBEngine:
             )
         for name, sch in schema.CATALOG.items():
             file = ds.path / "catalog" / f"{name}.parquet"
-            ds.tables_present[name] = file.exists()
             raw[name] = (
                 f"SELECT * FROM read_parquet('{file}')" if file.exists() else empty_select(sch)
             )
@@ -198,7 +197,6 @@ class SparkEngine:
         self.spark.sparkContext.setLogLevel("ERROR")
         for name, sch in schema.TABLES.items():
             files = table_files(ds.path, name)
-            ds.tables_present[name] = bool(files)
             if files:
                 # mergeSchema: files converted before a column was added lack it.
                 df = (
@@ -212,7 +210,6 @@ class SparkEngine:
             df.createOrReplaceTempView(f"raw_{name}")
         for name, sch in schema.CATALOG.items():
             file = ds.path / "catalog" / f"{name}.parquet"
-            ds.tables_present[name] = file.exists()
             if file.exists():
                 df = _with_added_columns(self.spark.read.parquet(str(file)), name)
             else:

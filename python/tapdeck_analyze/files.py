@@ -9,8 +9,8 @@ the same kind (read or write) to the same file.
 
 import pyarrow as pa
 
-from .dataset import as_dataset
 from .names import NameKey, key_for
+from .opening import as_dataset
 from .sqlkit import last_row, latest
 
 ACCESSES = """

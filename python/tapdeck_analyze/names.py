@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dataset import DatasetError
+from .errors import DatasetError
 
 LABEL = b"tapdeck-anon name v1"
 KEY_ID_LABEL = b"tapdeck-anon key id v1\0"

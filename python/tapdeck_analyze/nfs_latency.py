@@ -9,7 +9,7 @@ belongs to the time range by its call.
 
 import pyarrow as pa
 
-from .dataset import as_dataset
+from .opening import as_dataset
 from .sqlkit import MINUTE_NS, bucket, percentiles_disc
 
 NFS_PROGRAM = 100003

@@ -7,8 +7,8 @@ bytes are those the server's first reply returned (READ) or acknowledged writing
 
 import pyarrow as pa
 
-from .dataset import as_dataset
 from .nfs_latency import TRANSACTIONS
+from .opening import as_dataset
 from .sqlkit import MINUTE_NS, bucket
 
 # nfsstat3 / nfsstat4 names of the statuses seen most (RFC 1813, RFC 8881).

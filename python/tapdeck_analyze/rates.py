@@ -7,7 +7,8 @@ minimum of 0 rather than disappearing.
 
 import pyarrow as pa
 
-from .dataset import DatasetError, as_dataset
+from .errors import DatasetError
+from .opening import as_dataset
 from .times import parse_duration
 
 COLUMNS = [

@@ -13,8 +13,8 @@ import math
 
 import pyarrow as pa
 
-from .dataset import as_dataset
 from .files import ACCESSES
+from .opening import as_dataset
 
 BLOCK = 4096
 MIB = 1 << 20

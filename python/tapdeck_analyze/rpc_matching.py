@@ -8,7 +8,7 @@ after the capture stopped.
 
 import pyarrow as pa
 
-from .dataset import as_dataset
+from .opening import as_dataset
 from .sqlkit import MINUTE_NS, bucket
 
 MESSAGES = """

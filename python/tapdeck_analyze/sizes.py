@@ -3,7 +3,7 @@ mix, top talkers and top flows by bytes. Sizes are lengths on the wire."""
 
 import pyarrow as pa
 
-from .dataset import as_dataset
+from .opening import as_dataset
 from .sqlkit import first_row
 
 PROTOCOL_NAMES = {1: "ICMP", 2: "IGMP", 6: "TCP", 17: "UDP", 47: "GRE", 50: "ESP", 58: "ICMPv6",
