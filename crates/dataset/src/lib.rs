@@ -4,6 +4,7 @@
 pub mod anonymize;
 pub mod columns;
 pub mod convert;
+mod nfsrows;
 pub mod packets;
 pub mod rpcx;
 pub mod sink;

@@ -19,13 +19,11 @@ use std::path::Path;
 use tapdeck_decode::rpc_framing::{probe_rpc_header, Probe, Strictness};
 use tapdeck_decode::{FlowKey, Headers, TcpRpcTracker, TrackerConfig, Transport};
 use tapdeck_rpc::names::proc_name;
-use tapdeck_rpc::{
-    decode_message, parse_message, resolve_names, AttrObject, CallInfo, Decoded, Header, NameRole,
-    NfsOp, Outcome, PROG_MOUNT, PROG_NFS,
-};
+use tapdeck_rpc::{decode_message, parse_message, CallInfo, Decoded, Header, Outcome};
 
 use crate::anonymize::Anonymizer;
-use crate::columns::{Addr, Hex};
+use crate::columns::Addr;
+use crate::nfsrows;
 use crate::sink::TableSink;
 use crate::state::{OpenCall, OrphanReply, PassTwoInput};
 use crate::tables::{MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, RowGroupRow, RpcRow};
@@ -546,7 +544,7 @@ impl RpcEngine {
         if let Some(d) = decoded {
             if let Some(out) = out.as_deref_mut_opt() {
                 self.note_decode(&d);
-                self.nfs_rows(out, &row, info, &d, None, anon)?;
+                nfsrows::write(out, &row, info, &d, None, anon)?;
             }
             if let Some(p) = self.calls.get_mut(&k) {
                 if p.decoded.is_none() {
@@ -622,7 +620,7 @@ impl RpcEngine {
             if let Some((info, call_decoded)) = call {
                 let d = decode_message(msg, Some(info));
                 self.note_decode(&d);
-                self.nfs_rows(out, &row, info, &d, call_decoded.as_deref(), anon)?;
+                nfsrows::write(out, &row, info, &d, call_decoded.as_deref(), anon)?;
             }
         }
         Ok(())
@@ -718,226 +716,6 @@ impl RpcEngine {
         if d.undecoded_op.is_some() {
             self.count("failed.v4_undecoded_op");
         }
-    }
-
-    /// The nfs_* and mount rows of one decoded message. For a reply, `call` is the decoded
-    /// call when it was seen in this file.
-    fn nfs_rows(
-        &mut self,
-        out: &mut RpcSinks,
-        row: &RpcRow,
-        info: CallInfo,
-        d: &Decoded,
-        call: Option<&Decoded>,
-        anon: &mut Anonymizer,
-    ) -> Result<(), String> {
-        let is_call = row.direction == "call";
-        let base = (
-            row.time_ns,
-            row.file_id,
-            row.record,
-            row.transaction_id,
-            row.direction,
-        );
-        if info.prog == PROG_MOUNT {
-            if let Some(m) = &d.mount {
-                out.mount.push(MountRow {
-                    time_ns: base.0,
-                    file_id: base.1,
-                    record: base.2,
-                    transaction_id: base.3,
-                    direction: base.4,
-                    client_addr: row.client_addr,
-                    server_addr: row.server_addr,
-                    procedure_name: m.proc_name,
-                    dirpath: m.dirpath.as_deref().map(|p| anon.path(p)),
-                    status: m.status.map(|s| s as i32),
-                    fh: m.fh.clone().map(Hex),
-                })?;
-            }
-            return Ok(());
-        }
-        if info.prog != PROG_NFS || !matches!(info.vers, 3 | 4) || d.outcome != Outcome::Decoded {
-            return Ok(());
-        }
-        let vers = info.vers as i8;
-        let minor = d
-            .compound
-            .as_ref()
-            .and_then(|c| c.minorversion)
-            .map(|m| m as i8);
-        let call_op = |op: &NfsOp| -> Option<&NfsOp> {
-            call.and_then(|c| c.ops.iter().find(|o| o.index == op.index && o.op == op.op))
-        };
-        for op in &d.ops {
-            let cop = call_op(op);
-            // The handle the operation acts on: the call's, or for a reply the call's when
-            // known (a v3 reply carries the object, not the directory, for name operations).
-            let fh = if is_call {
-                op.fh.clone()
-            } else {
-                cop.and_then(|c| c.fh.clone()).or_else(|| op.fh.clone())
-            };
-            out.nfs_ops.push(NfsOpRow {
-                time_ns: base.0,
-                file_id: base.1,
-                record: base.2,
-                transaction_id: base.3,
-                direction: base.4,
-                client_addr: row.client_addr,
-                server_addr: row.server_addr,
-                nfs_version: vers,
-                minor_version: minor,
-                op_index: op.index as i16,
-                op_num: op.op as i32,
-                operation: op.op_name,
-                status: op.status.map(|s| s as i32),
-                fh: fh.clone().map(Hex),
-            })?;
-            if let Some(rw) = &op.rw {
-                if matches!(op.op_name, "READ" | "WRITE") {
-                    out.nfs_rw.push(NfsRwRow {
-                        time_ns: base.0,
-                        file_id: base.1,
-                        record: base.2,
-                        transaction_id: base.3,
-                        direction: base.4,
-                        nfs_version: vers,
-                        op_index: op.index as i16,
-                        operation: op.op_name,
-                        fh: fh.clone().map(Hex),
-                        offset: rw.offset.map(|v| v as i64).or_else(|| {
-                            cop.and_then(|c| c.rw)
-                                .and_then(|r| r.offset)
-                                .map(|v| v as i64)
-                        }),
-                        count: rw.count.map(i64::from).or_else(|| {
-                            cop.and_then(|c| c.rw).and_then(|r| r.count).map(i64::from)
-                        }),
-                        bytes: rw.returned.map(i64::from),
-                        eof: rw.eof,
-                        stable: rw.stable.or(rw.committed).map(|v| v as i8),
-                    })?;
-                }
-            }
-            for a in &op.attrs {
-                let afh = match a.object {
-                    AttrObject::Object => {
-                        if is_call {
-                            op.fh.clone()
-                        } else {
-                            op.fh.clone().or_else(|| cop.and_then(|c| c.fh.clone()))
-                        }
-                    }
-                    AttrObject::Directory | AttrObject::FromDirectory => {
-                        cop.and_then(|c| c.fh.clone())
-                    }
-                    AttrObject::ToDirectory => cop.and_then(|c| {
-                        c.names
-                            .iter()
-                            .find(|n| n.role == NameRole::RenameTo)
-                            .and_then(|n| n.dir_fh.clone())
-                    }),
-                    AttrObject::Entry(i) => op
-                        .names
-                        .get(i as usize)
-                        .and_then(|n| n.fh.clone())
-                        .or_else(|| a.fh.clone()),
-                };
-                out.nfs_attrs.push(NfsAttrRow {
-                    time_ns: base.0,
-                    file_id: base.1,
-                    record: base.2,
-                    transaction_id: base.3,
-                    nfs_version: vers,
-                    operation: op.op_name,
-                    fh: afh.map(Hex),
-                    ftype: a.ftype.map(|v| v as i8),
-                    mode: a.mode.map(|v| v as i32),
-                    nlink: a.nlink.map(i64::from),
-                    uid: a.uid.map(i64::from),
-                    gid: a.gid.map(i64::from),
-                    owner: a
-                        .owner
-                        .as_deref()
-                        .map(|o| String::from_utf8_lossy(o).into_owned()),
-                    owner_group: a
-                        .owner_group
-                        .as_deref()
-                        .map(|o| String::from_utf8_lossy(o).into_owned()),
-                    size: a.size.map(|v| v as i64),
-                    used: a.used.map(|v| v as i64),
-                    fileid: a.fileid.map(|v| v as i64),
-                    atime_ns: a.atime_ns,
-                    mtime_ns: a.mtime_ns,
-                    ctime_ns: a.ctime_ns,
-                })?;
-            }
-        }
-        // Names: a call's as sent; a reply's are the call's with the handles the reply
-        // reveals, plus directory listing entries.
-        let names: Vec<(&'static str, tapdeck_rpc::NameEntry)> = if is_call {
-            d.ops
-                .iter()
-                .flat_map(|op| op.names.iter().map(move |n| (op.op_name, n.clone())))
-                .collect()
-        } else {
-            let mut v: Vec<(&'static str, tapdeck_rpc::NameEntry)> = Vec::new();
-            if let Some(c) = call {
-                for n in resolve_names(c, d) {
-                    let op = c
-                        .ops
-                        .iter()
-                        .find(|o| o.names.iter().any(|x| x.name == n.name))
-                        .map_or("", |o| o.op_name);
-                    v.push((op, n));
-                }
-            }
-            for op in &d.ops {
-                for n in op.names.iter().filter(|n| n.role == NameRole::DirEntry) {
-                    let mut n = n.clone();
-                    if n.dir_fh.is_none() {
-                        n.dir_fh = call_op(op).and_then(|c| c.fh.clone());
-                    }
-                    v.push((op.op_name, n));
-                }
-            }
-            v
-        };
-        let mut rename_to: Option<(Option<Vec<u8>>, Vec<u8>)> = None;
-        for (_, n) in &names {
-            if n.role == NameRole::RenameTo {
-                rename_to = Some((n.dir_fh.clone(), n.name.clone()));
-            }
-        }
-        for (op_name, n) in names {
-            if n.role == NameRole::RenameTo {
-                continue; // Written with its RenameFrom, as to_dir_fh / to_name.
-            }
-            let (to_dir, to_name) = if n.role == NameRole::RenameFrom {
-                rename_to
-                    .clone()
-                    .map_or((None, None), |(d, nm)| (d, Some(nm)))
-            } else {
-                (None, None)
-            };
-            out.nfs_names.push(NfsNameRow {
-                time_ns: base.0,
-                file_id: base.1,
-                record: base.2,
-                transaction_id: base.3,
-                direction: base.4,
-                nfs_version: vers,
-                operation: op_name,
-                dir_fh: n.dir_fh.map(Hex),
-                name: Some(anon.name(&n.name)),
-                fh: n.fh.map(Hex),
-                fileid: n.fileid.map(|v| v as i64),
-                to_dir_fh: to_dir.map(Hex),
-                to_name: to_name.map(|t| anon.name(&t)),
-            })?;
-        }
-        Ok(())
     }
 
     pub fn finish(
