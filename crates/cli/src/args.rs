@@ -387,8 +387,10 @@ pub struct ConvertArgs {
     #[arg(long, short = 'j', value_name = "N")]
     pub jobs: Option<usize>,
 
-    /// Convert only every N-th source starting at I (`--shard I/N`), so several processes
-    /// or machines can share the work; ids line up whatever the split.
+    /// Convert only every N-th source file starting at I (`--shard I/N`), so several
+    /// processes or machines can share the work, one after another or at the same time,
+    /// into one dataset; the rows are the same whatever the split. It splits by file (one
+    /// file is one shard's work). `dataset.json` says `complete` once every shard has run.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
 
