@@ -203,7 +203,10 @@ pub fn convert(
             report.skipped += 1;
             continue;
         }
-        if let Some(d) = &done {
+        // Each id's parts are removed only by the shard that converts the source now
+        // holding that id (before it writes them), so shards running at the same time never
+        // delete each other's rows when a new source renumbers the others.
+        if let Some(d) = done.filter(|d| d.input.file_id as usize >= plan.len()) {
             remove_parts(&opts.out, d.input.file_id)?;
         }
         remove_parts(&opts.out, input.file_id)?;
