@@ -97,18 +97,7 @@ pub fn convert(
     let state = StateDir::new(&opts.out);
     let mut report = Report::default();
 
-    // Every source of the dataset: this run's and (as they are now on disk) earlier runs'.
-    let mut known: Vec<SourceFile> = sources.clone();
-    for p in state.all_pass_one() {
-        if let Ok(now) = SourceFile::stat(Path::new(&p.source.path)) {
-            known.push(now);
-        }
-    }
-    known.sort_by(|a, b| a.path.cmp(&b.path));
-    known.dedup_by(|a, b| a.path == b.path);
-    let spans = plain_spans(&known, &state, opts.jobs)?;
-    let paths: Vec<String> = known.iter().map(|s| s.path.clone()).collect();
-    let chains = Chains::new(&paths, &spans);
+    let (known, chains) = known_sources(&sources, &state, opts.jobs)?;
     // Pass one again where a file or its neighbours changed (a new file next to an
     // earlier one changes what the earlier one's end pairs with).
     let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
@@ -183,35 +172,7 @@ pub fn convert(
     let inputs2 = stitch(&plan, anon.key_id(), opts.anonymization.addresses);
     report.sources = plan.len();
 
-    // Pass two for sources whose inputs changed (or were never converted).
-    let mut work = Vec::new();
-    for (i, (p, input)) in plan.iter().zip(&inputs2).enumerate() {
-        if single.as_ref().is_some_and(|w| w.source == p.source) {
-            debug_assert!(single.as_ref().is_some_and(|w| w.input == *input));
-            continue;
-        }
-        if let Some((k, n)) = opts.shard {
-            if i % n != k {
-                continue;
-            }
-        }
-        let done = state.pass_two(&p.source);
-        if done
-            .as_ref()
-            .is_some_and(|d| d.input == *input && parts_exist(&opts.out, d))
-        {
-            report.skipped += 1;
-            continue;
-        }
-        // Each id's parts are removed only by the shard that converts the source now
-        // holding that id (before it writes them), so shards running at the same time never
-        // delete each other's rows when a new source renumbers the others.
-        if let Some(d) = done.filter(|d| d.input.file_id as usize >= plan.len()) {
-            remove_parts(&opts.out, d.input.file_id)?;
-        }
-        remove_parts(&opts.out, input.file_id)?;
-        work.push((p.source.clone(), input.clone()));
-    }
+    let work = pass_two_work(&plan, &inputs2, single.as_ref(), opts, &state, &mut report)?;
     if let Some((k, n)) = opts.shard {
         if k >= plan.len() {
             warn(format!(
@@ -255,6 +216,65 @@ pub fn convert(
     report.missing_sources = missing;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Every source of the dataset: this run's and (as they are now on disk) earlier runs', and
+/// which of them continue one another.
+fn known_sources(
+    sources: &[SourceFile],
+    state: &StateDir,
+    jobs: usize,
+) -> Result<(Vec<SourceFile>, Chains), String> {
+    let mut known: Vec<SourceFile> = sources.to_vec();
+    for p in state.all_pass_one() {
+        if let Ok(now) = SourceFile::stat(Path::new(&p.source.path)) {
+            known.push(now);
+        }
+    }
+    known.sort_by(|a, b| a.path.cmp(&b.path));
+    known.dedup_by(|a, b| a.path == b.path);
+    let spans = plain_spans(&known, state, jobs)?;
+    let paths: Vec<String> = known.iter().map(|s| s.path.clone()).collect();
+    Ok((known, Chains::new(&paths, &spans)))
+}
+
+/// The sources pass two converts in this run (this shard's, whose inputs changed or that
+/// were never converted), their stale parts removed.
+fn pass_two_work(
+    plan: &[PassOne],
+    inputs: &[PassTwoInput],
+    single: Option<&PassTwo>,
+    opts: &ConvertOptions,
+    state: &StateDir,
+    report: &mut Report,
+) -> Result<Vec<(SourceFile, PassTwoInput)>, String> {
+    let mut work = Vec::new();
+    for (i, (p, input)) in plan.iter().zip(inputs).enumerate() {
+        if single.is_some_and(|w| w.source == p.source) {
+            debug_assert!(single.is_some_and(|w| w.input == *input));
+            continue;
+        }
+        if opts.shard.is_some_and(|(k, n)| i % n != k) {
+            continue;
+        }
+        let done = state.pass_two(&p.source);
+        if done
+            .as_ref()
+            .is_some_and(|d| d.input == *input && parts_exist(&opts.out, d))
+        {
+            report.skipped += 1;
+            continue;
+        }
+        // Each id's parts are removed only by the shard that converts the source now
+        // holding that id (before it writes them), so shards running at the same time never
+        // delete each other's rows when a new source renumbers the others.
+        if let Some(d) = done.filter(|d| d.input.file_id as usize >= plan.len()) {
+            remove_parts(&opts.out, d.input.file_id)?;
+        }
+        remove_parts(&opts.out, input.file_id)?;
+        work.push((p.source.clone(), input.clone()));
+    }
+    Ok(work)
 }
 
 /// The spans of the plain (not stored) trace files among `sources`, when there are at
