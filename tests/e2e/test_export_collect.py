@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import fwdtools
 import pytest
 from conftest import (
     CORPUS,
@@ -37,6 +38,7 @@ from conftest import (
     wait_for,
     write_pcap,
 )
+from fwdtools import last_stats, ledger, sh, stop
 
 SNAP = 128
 PORT = 4739
@@ -49,9 +51,6 @@ TCP_FILES = ["mptcp-v0.pcap", "ssh.pcap", "bgp-4byte-asn.pcap", "dns_tcp.pcap", 
 NFS_FILES = ["nfs-write-verf-cookie.pcapng", "nfs-seg-fault-1.pcapng", "unaligned-nfs-1.pcap",
              "nfs-cannot-pad-32-bit.pcap"]
 
-
-def sh(*args, check=True, timeout=QUICK):
-    return run([*args], check=check, timeout=timeout)
 
 
 class Net:
@@ -115,13 +114,7 @@ class Net:
 def net(procs):
     n = Net()
     yield n
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            try:
-                p.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+    fwdtools.kill_all(procs)
     n.close()
 
 
@@ -151,33 +144,9 @@ def start_collector(tapdeck, net, k, store, procs, *extra, stdout=subprocess.DEV
 
 
 def start_exporter(tapdeck, net, stats, procs, *args):
-    p = net.popen("e", tapdeck.bin, "export", "-i", "cap", "--snaplen", SNAP, "--stats", stats,
-                  "--stats-interval", "0.2", "--template-interval", "0.5", *args,
-                  stdout=subprocess.DEVNULL)
-    procs.append(p)
-    wait_for(lambda: Path(stats).exists() and Path(stats).read_text().strip() or p.poll() is not None,
-             10, "the exporter's first stats record")
-    assert p.poll() is None, p.communicate()[1].decode()
-    return p
+    return fwdtools.start_exporter(tapdeck, net, stats, procs, SNAP, *args)
 
 
-def last_stats(path) -> dict:
-    lines = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
-    return lines[-1]
-
-
-def stop(p, timeout=QUICK) -> str:
-    p.send_signal(signal.SIGINT)
-    try:
-        _, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
-        pytest.fail(f"{p.args} did not stop within {timeout}s:\n{err.decode()[-2000:]}")
-    err = err.decode(errors="replace")
-    assert p.returncode == 0, err
-    assert "panicked" not in err
-    return err
 
 
 def replay(net, pcap, pps=None):
@@ -192,9 +161,6 @@ def store_packets(tapdeck, store, tmp_path) -> list[Pkt]:
     assert r.returncode == 0, r.describe()
     return read_packets(out)
 
-
-def ledger(store) -> dict:
-    return json.loads((Path(store) / "collector.json").read_text())
 
 
 def flow_of(data: bytes):

@@ -15,17 +15,17 @@ length, whatever the attacker sends.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+import fwdtools
 import pytest
 from conftest import QUICK, SLOW, gen_packets, need, run, wait_for, write_pcap
+from fwdtools import last_stats, ledger, sh, stop
 
 HERE = Path(__file__).resolve().parent
 SNAP = 128
@@ -34,9 +34,6 @@ EXPORTER = "198.18.51.1"
 COLLECTOR = "198.18.52.2"
 ATTACKER = "198.18.53.1"
 
-
-def sh(*args, check=True, timeout=QUICK):
-    return run([*args], check=check, timeout=timeout)
 
 
 class HostileNet:
@@ -101,13 +98,7 @@ def hnet(procs):
     need("tcpreplay")
     n = HostileNet()
     yield n
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            try:
-                p.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+    fwdtools.kill_all(procs)
     n.close()
 
 
@@ -124,36 +115,11 @@ def start_collector(tapdeck, net, store, procs, *extra):
 
 
 def start_exporter(tapdeck, net, stats, procs, *args):
-    p = net.popen("e", tapdeck.bin, "export", "-i", "cap", "--snaplen", SNAP, "--stats", stats,
-                  "--stats-interval", "0.2", "--template-interval", "0.5", "--to",
-                  f"{COLLECTOR}:{PORT}", *args, stdout=subprocess.DEVNULL)
-    procs.append(p)
-    wait_for(lambda: Path(stats).exists() and Path(stats).read_text().strip() or p.poll() is not None,
-             10, "the exporter's first stats record")
-    assert p.poll() is None, p.communicate()[1].decode()
-    return p
+    return fwdtools.start_exporter(tapdeck, net, stats, procs, SNAP, "--to",
+                                   f"{COLLECTOR}:{PORT}", *args)
 
 
-def last_stats(path) -> dict:
-    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()][-1]
 
-
-def stop(p, timeout=QUICK) -> str:
-    p.send_signal(signal.SIGINT)
-    try:
-        _, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
-        pytest.fail(f"{p.args} did not stop within {timeout}s:\n{err.decode()[-2000:]}")
-    err = err.decode(errors="replace")
-    assert p.returncode == 0, err
-    assert "panicked" not in err
-    return err
-
-
-def ledger(store) -> dict:
-    return json.loads((Path(store) / "collector.json").read_text())
 
 
 def real_stream(store) -> dict:
