@@ -576,18 +576,23 @@ def finish(proc: subprocess.Popen, timeout: float = QUICK) -> tuple[int, str, st
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
-@pytest.fixture
-def procs():
-    """Processes a test starts; any still running at the end are killed (by pid)."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
+def kill_all(procs) -> None:
+    """Kills (by pid) the processes still running, and reaps them."""
+    for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             try:
                 p.communicate(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+@pytest.fixture
+def procs():
+    """Processes a test starts; any still running at the end are killed (by pid)."""
+    started: list[subprocess.Popen] = []
+    yield started
+    kill_all(started)
 
 
 def pcapng_blocks(buf: bytes):

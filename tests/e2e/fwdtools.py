@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, run, wait_for
+from conftest import QUICK, kill_all, run, wait_for  # noqa: F401 (kill_all: for the tests)
 
 
 def sh(*args, check=True, timeout=QUICK):
@@ -51,14 +51,3 @@ def stop(p, timeout=QUICK) -> str:
 
 def ledger(store) -> dict:
     return json.loads((Path(store) / "collector.json").read_text())
-
-
-def kill_all(procs) -> None:
-    """Kills (by pid) the processes still running; before a test's namespaces go."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            try:
-                p.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
