@@ -7,6 +7,7 @@
 //! segment is free the packet is dropped and counted.
 
 pub mod affinity;
+pub mod controller;
 pub mod direct;
 pub mod extract;
 pub mod ladder;
