@@ -25,6 +25,9 @@
 //! Everything is a pure function of what it is fed, times included: tests drive it with a
 //! simulated clock, pool, compressors and disk.
 
+use std::sync::Mutex;
+use std::time::Instant;
+
 use serde::Serialize;
 use tapdeck_pcap::container::Codec;
 
@@ -310,6 +313,31 @@ impl LadderController {
         }
     }
 
+    /// A compressor takes a chunk `planned` at submission; the backlog may have grown while it
+    /// waited, so the backlog ladder caps it again. Its raw rung applies only while the disk
+    /// has headroom: a raw copy to a disk that is the limit would only slow the drain.
+    pub fn at_compressor(&self, now: f64, planned: Decision, backlog: f64) -> Decision {
+        let capped = self.ladder.choose(backlog);
+        if capped == Codec::Raw {
+            if self.disk_busy(now) < DISK_BUSY_MAX {
+                return Decision {
+                    codec: Codec::Raw,
+                    reason: Reason::DiskHeadroom,
+                };
+            }
+            return planned;
+        }
+        let codec = self.cheaper(planned.codec, capped, true);
+        if codec == planned.codec {
+            planned
+        } else {
+            Decision {
+                codec,
+                reason: Reason::Backlog,
+            }
+        }
+    }
+
     /// The cheaper (later) of the plan's rung and the backlog ladder's; with `compress`,
     /// never raw.
     fn cheaper(&self, plan: Codec, capped: Codec, compress: bool) -> Codec {
@@ -384,6 +412,57 @@ impl LadderController {
                 })
                 .collect(),
         }
+    }
+}
+
+/// The controller of one stream, shared by its capture loop, the compressors and its writer,
+/// on the recorder's clock. Locked once per chunk by each: never per packet.
+pub struct SharedController {
+    start: Instant,
+    inner: Mutex<LadderController>,
+}
+
+impl SharedController {
+    pub fn new(controller: LadderController) -> SharedController {
+        SharedController {
+            start: Instant::now(),
+            inner: Mutex::new(controller),
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    pub fn decide(&self, bytes: usize, fill: f64, queued: usize) -> Decision {
+        let now = self.now();
+        self.inner.lock().unwrap().decide(now, bytes, fill, queued)
+    }
+
+    pub fn at_compressor(&self, planned: Decision, backlog: f64) -> Decision {
+        let now = self.now();
+        self.inner
+            .lock()
+            .unwrap()
+            .at_compressor(now, planned, backlog)
+    }
+
+    pub fn compressed(&self, codec: Codec, bytes_in: usize, bytes_out: usize, seconds: f64) {
+        let now = self.now();
+        self.inner
+            .lock()
+            .unwrap()
+            .compressed(now, codec, bytes_in, bytes_out, seconds)
+    }
+
+    pub fn written(&self, bytes: usize, seconds: f64) {
+        let now = self.now();
+        self.inner.lock().unwrap().written(now, bytes, seconds)
+    }
+
+    pub fn view(&self) -> ControllerView {
+        let now = self.now();
+        self.inner.lock().unwrap().view(now)
     }
 }
 

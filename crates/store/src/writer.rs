@@ -14,6 +14,7 @@ use tapdeck_pcap::container::{
 };
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
+use crate::controller::SharedController;
 use crate::direct::DirectFile;
 use crate::meta::{self, FileMeta, InterfaceMeta};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -97,6 +98,8 @@ pub struct StreamWriter {
     file_seq: u64,
     counts: Vec<WriterCounts>,
     warned_buffered: bool,
+    /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
+    controller: Option<Arc<SharedController>>,
 }
 
 impl StreamWriter {
@@ -118,7 +121,13 @@ impl StreamWriter {
             file_seq: 1,
             counts: Vec::new(),
             warned_buffered: false,
+            controller: None,
         }
+    }
+
+    pub fn with_controller(mut self, controller: Arc<SharedController>) -> StreamWriter {
+        self.controller = Some(controller);
+        self
     }
 
     /// Consumes the stream's items until the compressors hang up.
@@ -246,6 +255,7 @@ impl StreamWriter {
             self.publish();
             return;
         }
+        let started = std::time::Instant::now();
         let written = loop {
             if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
                 break None;
@@ -284,6 +294,9 @@ impl StreamWriter {
         self.grow_counts(chunk.per_iface.len());
         match written {
             Some(bytes_out) => {
+                if let Some(c) = &self.controller {
+                    c.written(bytes_out, started.elapsed().as_secs_f64());
+                }
                 self.stats.add_codec(codec, data.len(), bytes_out);
                 for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                     c.stored += u64::from(n);
