@@ -268,7 +268,9 @@ pub fn record<S: PacketSource + 'static>(
     let start = Instant::now();
     let fill = || pools.iter().map(|p| p.fill()).fold(0.0, f64::max);
     let snapshot = || {
-        stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill())
+        let mut record = stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill());
+        record.controller = controllers.iter().map(|c| c.view()).collect();
+        record
     };
     let mut next_report = start + cfg.stats_interval;
     let mut errors = Vec::new();

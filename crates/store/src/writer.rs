@@ -248,6 +248,8 @@ impl StreamWriter {
                 data.len(),
                 if frame_len > 0 { frame_len } else { data.len() },
             );
+            self.stats
+                .add_decision(codec, chunk.decision.reason, data.len());
             self.grow_counts(chunk.per_iface.len());
             for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                 c.stored += u64::from(n);
@@ -298,6 +300,8 @@ impl StreamWriter {
                     c.written(bytes_out, started.elapsed().as_secs_f64());
                 }
                 self.stats.add_codec(codec, data.len(), bytes_out);
+                self.stats
+                    .add_decision(codec, chunk.decision.reason, data.len());
                 for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                     c.stored += u64::from(n);
                 }
