@@ -208,6 +208,11 @@ pub struct RecordArgs {
     #[arg(long)]
     pub discard: bool,
 
+    /// Benchmarks only: the writer writes at most this much per second (e.g. 400MB), as a
+    /// slower disk would; a token bucket in the writer, not a real limit on the device.
+    #[arg(long, value_name = "SIZE")]
+    pub bench_disk_limit: Option<String>,
+
     /// No live progress line.
     #[arg(short, long)]
     pub quiet: bool,

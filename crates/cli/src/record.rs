@@ -85,6 +85,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         },
         direct: !args.output.no_direct,
         discard: args.discard,
+        disk_limit: args
+            .bench_disk_limit
+            .as_deref()
+            .map(|v| parse_size("--bench-disk-limit", v))
+            .transpose()?,
         flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         duration: args

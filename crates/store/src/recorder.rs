@@ -69,6 +69,8 @@ pub struct RecorderConfig {
     pub direct: bool,
     /// Write nothing (benchmarks): see `WriterConfig::discard`.
     pub discard: bool,
+    /// Benchmarks only: see `WriterConfig::disk_limit`.
+    pub disk_limit: Option<u64>,
     pub flush_interval: Duration,
     pub stats_interval: Duration,
     pub duration: Option<Duration>,
@@ -213,6 +215,7 @@ pub fn record<S: PacketSource + 'static>(
                 write_buffer: 2 * cfg.chunk_size + (1 << 20),
                 section: section.clone(),
                 discard: cfg.discard,
+                disk_limit: cfg.disk_limit,
             },
             Arc::clone(&data_dirs),
             Arc::clone(&retention),
@@ -421,14 +424,14 @@ fn compress_loop(
             Codec::Raw => Encoded::Raw,
             codec => {
                 let mut bytes = Vec::new();
-                let started = Instant::now();
+                let (started, cpu_before) = (Instant::now(), thread_cpu_seconds());
                 match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
                     Ok(codec) => {
                         let data = chunk.segment.data().len();
                         controller.compressed(
                             codec,
-                            data,
-                            bytes.len(),
+                            (data, bytes.len()),
+                            thread_cpu_seconds() - cpu_before,
                             started.elapsed().as_secs_f64(),
                         );
                         Encoded::Frame { bytes, codec }

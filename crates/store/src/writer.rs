@@ -71,6 +71,27 @@ pub struct WriterConfig {
     /// Write nothing: every chunk is counted as if stored, no file is created. Isolates
     /// the pipeline from the disk in benchmarks (the papers' "drop all" runs).
     pub discard: bool,
+    /// Benchmarks only: write at most this many bytes per second, as a slower disk would
+    /// (our machines have no cgroup io.max).
+    pub disk_limit: Option<u64>,
+}
+
+/// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
+/// taken its bytes at the set rate.
+struct DiskThrottle {
+    bytes_per_s: f64,
+    free_at: std::time::Instant,
+}
+
+impl DiskThrottle {
+    fn take(&mut self, bytes: usize) {
+        let now = std::time::Instant::now();
+        let start = self.free_at.max(now);
+        self.free_at = start + std::time::Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
+        if self.free_at > now {
+            std::thread::sleep(self.free_at - now);
+        }
+    }
 }
 
 struct CurrentFile {
@@ -100,6 +121,7 @@ pub struct StreamWriter {
     warned_buffered: bool,
     /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
     controller: Option<Arc<SharedController>>,
+    throttle: Option<DiskThrottle>,
 }
 
 impl StreamWriter {
@@ -110,7 +132,12 @@ impl StreamWriter {
         stats: Arc<StatsHub>,
         control: Arc<Control>,
     ) -> StreamWriter {
+        let throttle = cfg.disk_limit.map(|rate| DiskThrottle {
+            bytes_per_s: rate.max(1) as f64,
+            free_at: std::time::Instant::now(),
+        });
         StreamWriter {
+            throttle,
             cfg,
             dirs,
             retention,
@@ -296,6 +323,9 @@ impl StreamWriter {
         self.grow_counts(chunk.per_iface.len());
         match written {
             Some(bytes_out) => {
+                if let Some(t) = &mut self.throttle {
+                    t.take(bytes_out);
+                }
                 if let Some(c) = &self.controller {
                     c.written(bytes_out, started.elapsed().as_secs_f64());
                 }
