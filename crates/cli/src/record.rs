@@ -415,32 +415,6 @@ pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bytes_in_decimal_units() {
-        let cases = [
-            (0, "0 B"),
-            (999, "999 B"),
-            (1000, "1.00 kB"),
-            (2_346, "2.35 kB"),
-            (12_345, "12.3 kB"),
-            (123_456, "123 kB"),
-            (1_234_567_890, "1.23 GB"),
-            (5_000_000_000_000_000, "5000 TB"),
-        ];
-        for (n, want) in cases {
-            assert_eq!(decimal_bytes(n), want, "{n}");
-        }
-        assert_eq!(
-            cut_line("headers", 62, 1000, "captured bytes"),
-            "  headers: kept 6.2 % of captured bytes (saved 938 B)"
-        );
-    }
-}
-
 /// Which rung (or raw) took how many bytes per second, and why the controller chose it;
 /// then what the controller believed at the end (see `tapdeck_store::controller`).
 fn print_ladder(s: &Summary, elapsed: f64) {
@@ -482,6 +456,32 @@ fn print_ladder(s: &Summary, elapsed: f64) {
             } else {
                 rungs.join(", ")
             }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_in_decimal_units() {
+        let cases = [
+            (0, "0 B"),
+            (999, "999 B"),
+            (1000, "1.00 kB"),
+            (2_346, "2.35 kB"),
+            (12_345, "12.3 kB"),
+            (123_456, "123 kB"),
+            (1_234_567_890, "1.23 GB"),
+            (5_000_000_000_000_000, "5000 TB"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(decimal_bytes(n), want, "{n}");
+        }
+        assert_eq!(
+            cut_line("headers", 62, 1000, "captured bytes"),
+            "  headers: kept 6.2 % of captured bytes (saved 938 B)"
         );
     }
 }

@@ -774,7 +774,10 @@ mod tests {
         ctl.compressed(0.0, Codec::Zstd(1), (4_000_000, 2_000_000), 0.01, 0.1);
         let v = ctl.view(0.0);
         assert!((v.rungs[0].bytes_per_s.unwrap() - 4e8).abs() < 1.0, "{v:?}");
-        assert!((v.compressor_cpu_share.unwrap() - 0.1).abs() < 1e-9, "{v:?}");
+        assert!(
+            (v.compressor_cpu_share.unwrap() - 0.1).abs() < 1e-9,
+            "{v:?}"
+        );
     }
 
     #[test]
