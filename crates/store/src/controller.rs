@@ -781,6 +781,27 @@ mod tests {
     }
 
     #[test]
+    fn at_the_compressor_the_raw_rung_needs_disk_headroom() {
+        let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 100);
+        let planned = Decision {
+            codec: Codec::Zstd(1),
+            reason: Reason::Plan,
+        };
+        // An idle disk: a backlog past 90 % still sends the chunk raw, as before.
+        let d = ctl.at_compressor(0.0, planned, 0.95);
+        assert_eq!((d.codec, d.reason), (Codec::Raw, Reason::DiskHeadroom));
+        // A disk busy all the time: raw would only slow the drain, so compress.
+        for i in 0..100 {
+            ctl.written(f64::from(i) * 0.01, 1 << 20, 0.01);
+        }
+        assert_eq!(ctl.at_compressor(1.0, planned, 0.95), planned);
+        // Below 90 % the backlog ladder caps the rung as it did.
+        let d = ctl.at_compressor(1.0, planned, 0.6);
+        assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Backlog));
+    }
+
+    #[test]
     fn explicit_thresholds_still_cap_the_rung() {
         let ladder = CodecLadder::parse("zstd:1@0.1,lz4").unwrap();
         let mut ctl = LadderController::new(ladder, 8, 100);
