@@ -89,7 +89,10 @@ pub struct Decision {
     pub reason: Reason,
 }
 
-/// An amount per second, decaying over about `TAU`: a rate that forgets smoothly.
+/// An amount per second, decaying over about `TAU`: a rate that forgets smoothly. Times
+/// count from the controller's start; while that is younger than a few `TAU` the sum is
+/// divided by the shorter window it covers, so a young rate is not underestimated (a raw
+/// flood at the start went to a slow disk while the bytes sent to it still looked few).
 #[derive(Debug, Clone, Copy, Default)]
 struct DecayingRate {
     sum: f64,
@@ -98,12 +101,13 @@ struct DecayingRate {
 
 impl DecayingRate {
     fn add(&mut self, now: f64, amount: f64) {
-        self.sum = self.at(now) * TAU + amount;
+        self.sum = self.sum * (-(now - self.last).max(0.0) / TAU).exp() + amount;
         self.last = self.last.max(now);
     }
 
     fn at(&self, now: f64) -> f64 {
-        self.sum * (-(now - self.last).max(0.0) / TAU).exp() / TAU
+        let window = TAU * (1.0 - (-now.max(1e-3) / TAU).exp());
+        self.sum * (-(now - self.last).max(0.0) / TAU).exp() / window
     }
 }
 
@@ -789,15 +793,16 @@ mod tests {
             reason: Reason::Plan,
         };
         // An idle disk: a backlog past 90 % still sends the chunk raw, as before.
-        let d = ctl.at_compressor(0.0, planned, 0.95);
+        ctl.written(0.5, 1 << 20, 0.001);
+        let d = ctl.at_compressor(0.5, planned, 0.95);
         assert_eq!((d.codec, d.reason), (Codec::Raw, Reason::DiskHeadroom));
         // A disk busy all the time: raw would only slow the drain, so compress.
-        for i in 0..100 {
-            ctl.written(f64::from(i) * 0.01, 1 << 20, 0.01);
+        for i in 1..100 {
+            ctl.written(0.5 + f64::from(i) * 0.01, 1 << 20, 0.01);
         }
-        assert_eq!(ctl.at_compressor(1.0, planned, 0.95), planned);
+        assert_eq!(ctl.at_compressor(1.5, planned, 0.95), planned);
         // Below 90 % the backlog ladder caps the rung as it did.
-        let d = ctl.at_compressor(1.0, planned, 0.6);
+        let d = ctl.at_compressor(1.5, planned, 0.6);
         assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Backlog));
     }
 
@@ -823,7 +828,8 @@ mod tests {
     fn unmeasured_rungs_are_probed_once_while_the_pool_is_empty() {
         let ladder = CodecLadder::parse("zstd:3,zstd:1,lz4,raw").unwrap();
         let mut ctl = LadderController::new(ladder, 1, 100);
-        let first = ctl.decide(0.0, 1 << 20, 0.0, 0);
+        // A second after the start: a trickle, so the plan is the strongest rung.
+        let first = ctl.decide(1.0, 1 << 20, 0.0, 0);
         assert_eq!(
             first,
             Decision {
@@ -831,8 +837,8 @@ mod tests {
                 reason: Reason::Plan
             }
         );
-        assert_eq!(ctl.decide(0.01, 1 << 20, 0.0, 0).codec, Codec::Zstd(1));
-        assert_eq!(ctl.decide(0.02, 1 << 20, 0.0, 0).codec, Codec::Lz4);
-        assert_eq!(ctl.decide(0.03, 1 << 20, 0.0, 0).reason, Reason::Plan);
+        assert_eq!(ctl.decide(1.01, 1 << 20, 0.0, 0).codec, Codec::Zstd(1));
+        assert_eq!(ctl.decide(1.02, 1 << 20, 0.0, 0).codec, Codec::Lz4);
+        assert_eq!(ctl.decide(1.03, 1 << 20, 0.0, 0).reason, Reason::Plan);
     }
 }
