@@ -2,11 +2,12 @@
 //! the staging pool from filling, knowing both limits the backlog alone cannot tell apart:
 //! how fast the compressors go at each rung, and how fast the disk takes bytes.
 //!
-//! It is fed measurements (each compressed chunk: rung, bytes in and out, seconds; each
-//! written chunk: bytes and seconds in the write) and, per chunk, the time, the pool's fill
-//! and how many chunks wait for a compressor. From these it keeps decaying averages of the
-//! offered rate, each rung's speed and ratio, the disk's speed and how busy it is, and the
-//! pool's trend. The decision, in order:
+//! It is fed measurements (each compressed chunk: rung, bytes in and out, CPU and wall
+//! seconds; each written chunk: bytes and seconds in the write) and, per chunk, the time, the
+//! pool's fill and how many chunks wait for a compressor. From these it keeps decaying
+//! averages of the offered rate, each rung's speed per CPU second and ratio, the compressors'
+//! share of the CPU, the disk's speed and how busy it is, the bytes recently sent to it, and
+//! the pool's trend. The decision, in order:
 //!
 //! 1. *Plan*: for each rung, predict what the disk would get if the compressors took what they
 //!    can at that rung and the rest went raw. Of the rungs that keep up with the offered rate
@@ -23,8 +24,9 @@
 //! 4. Otherwise the planned rung, but never stronger than the backlog ladder allows (its
 //!    thresholds, `zstd:1@0.5`, still cap the rung, as before the controller).
 //!
-//! Everything is a pure function of what it is fed, times included: tests drive it with a
-//! simulated clock, pool, compressors and disk.
+//! `LadderController` is a pure function of what it is fed, times included: tests drive it
+//! with a simulated clock, pool, compressors and disk. `SharedController` puts it on the
+//! recorder's clock behind a mutex, locked once per chunk by each thread that feeds it.
 
 use std::sync::Mutex;
 use std::time::Instant;
