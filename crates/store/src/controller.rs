@@ -16,7 +16,7 @@
 //! 2. *Probe*: a rung not measured for `PROBE_EVERY` gets one chunk (unless the pool is
 //!    nearly full), so that its estimate follows the traffic, under load too.
 //! 3. *Compressors behind* (more chunks queued than they can start, the pool projected full
-//!    within a horizon at its trend, or the backlog ladder at its raw rung): raw when the disk
+//!    within a horizon at its trend or half full, or the backlog ladder at its raw rung): raw when the disk
 //!    has headroom (busy less than `DISK_BUSY_MAX` of the time, and the bytes recently sent
 //!    its way below that share of its speed) — at once, not only when the pool is nearly
 //!    full; otherwise the chunk queues for a compressor and the pool absorbs the burst (raw
@@ -44,8 +44,11 @@ const MARGIN: f64 = 0.1;
 const QUEUE_PER_COMPRESSOR: usize = 2;
 /// The disk has headroom while it is busy less than this fraction of the time.
 pub const DISK_BUSY_MAX: f64 = 0.8;
-/// Compressors are behind when the pool, at its trend, would be full within this.
+/// Compressors are behind when the pool, at its trend, would be full within this...
 const HORIZON_S: f64 = 1.0;
+/// ...or when it is this full: the writer takes chunks in order, so raw chunks wait behind
+/// the compressed ones, and a starved compressor holds the whole pool up.
+const BEHIND_FILL: f64 = 0.5;
 /// A rung not measured for this long gets a chunk (seconds)...
 const PROBE_EVERY: f64 = 2.0;
 /// ...while the pool is less full than this.
@@ -318,6 +321,7 @@ impl LadderController {
         let filling_soon = self.trend > 0.0 && (1.0 - fill) / self.trend < HORIZON_S;
         let behind = queued >= QUEUE_PER_COMPRESSOR * self.compressors
             || filling_soon
+            || fill >= BEHIND_FILL
             || capped == Codec::Raw;
         if behind {
             if self.disk_has_headroom(now) {
@@ -343,11 +347,12 @@ impl LadderController {
     }
 
     /// A compressor takes a chunk `planned` at submission; the backlog may have grown while it
-    /// waited, so the backlog ladder caps it again. Its raw rung applies only while the disk
-    /// has headroom: a raw copy to a disk that is the limit would only slow the drain.
-    pub fn at_compressor(&self, now: f64, planned: Decision, backlog: f64) -> Decision {
+    /// waited, so the backlog ladder caps it again. Its raw rung, or a pool more than half
+    /// full, sends the chunk raw, but only while the disk has headroom: a raw copy to a disk
+    /// that is the limit would only slow the drain.
+    pub fn at_compressor(&self, now: f64, planned: Decision, backlog: f64, fill: f64) -> Decision {
         let capped = self.ladder.choose(backlog);
-        if capped == Codec::Raw {
+        if capped == Codec::Raw || fill >= BEHIND_FILL {
             if self.disk_has_headroom(now) {
                 return Decision {
                     codec: Codec::Raw,
@@ -488,12 +493,12 @@ impl SharedController {
         self.inner.lock().unwrap().decide(now, bytes, fill, queued)
     }
 
-    pub fn at_compressor(&self, planned: Decision, backlog: f64) -> Decision {
+    pub fn at_compressor(&self, planned: Decision, backlog: f64, fill: f64) -> Decision {
         let now = self.now();
         self.inner
             .lock()
             .unwrap()
-            .at_compressor(now, planned, backlog)
+            .at_compressor(now, planned, backlog, fill)
     }
 
     pub fn compressed(&self, codec: Codec, bytes: (usize, usize), cpu: f64, wall: f64) {
@@ -796,15 +801,15 @@ mod tests {
         };
         // An idle disk: a backlog past 90 % still sends the chunk raw, as before.
         ctl.written(0.5, 1 << 20, 0.001);
-        let d = ctl.at_compressor(0.5, planned, 0.95);
+        let d = ctl.at_compressor(0.5, planned, 0.95, 0.95);
         assert_eq!((d.codec, d.reason), (Codec::Raw, Reason::DiskHeadroom));
         // A disk busy all the time: raw would only slow the drain, so compress.
         for i in 1..100 {
             ctl.written(0.5 + f64::from(i) * 0.01, 1 << 20, 0.01);
         }
-        assert_eq!(ctl.at_compressor(1.5, planned, 0.95), planned);
-        // Below 90 % the backlog ladder caps the rung as it did.
-        let d = ctl.at_compressor(1.5, planned, 0.6);
+        assert_eq!(ctl.at_compressor(1.5, planned, 0.95, 0.95), planned);
+        // Below 90 % (and a pool less than half full) the backlog ladder caps the rung.
+        let d = ctl.at_compressor(1.5, planned, 0.45, 0.45);
         assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Backlog));
     }
 

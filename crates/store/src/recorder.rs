@@ -417,8 +417,9 @@ fn compress_loop(
         let controller = &controllers[stream as usize];
         // The backlog may have grown while this chunk waited: decide again.
         if !chunk.source_waits {
-            chunk.decision = controller
-                .at_compressor(chunk.decision, pools[stream as usize].compression_backlog());
+            let pool = &pools[stream as usize];
+            chunk.decision =
+                controller.at_compressor(chunk.decision, pool.compression_backlog(), pool.fill());
         }
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,
