@@ -208,6 +208,11 @@ pub struct RecordArgs {
     #[arg(long)]
     pub discard: bool,
 
+    /// Benchmarks only: the writer writes at most this much per second (e.g. 400MB), as a
+    /// slower disk would; a token bucket in the writer, not a real limit on the device.
+    #[arg(long, value_name = "SIZE")]
+    pub bench_disk_limit: Option<String>,
+
     /// No live progress line.
     #[arg(short, long)]
     pub quiet: bool,
@@ -220,11 +225,14 @@ pub struct StoreWriteArgs {
     #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
     pub format: String,
 
-    /// Codec ladder, strongest first: `zstd:3,zstd:1,lz4,raw`. Each chunk uses the first rung
-    /// whose threshold is above the compression backlog (`zstd:6@0.2` = while less than 20 %
-    /// of the staging pool waits for a compressor); rungs without one are spread evenly below
-    /// 75 %, and a raw rung is used from 90 %. A slow disk does not step the ladder down. A
-    /// file source (-r) always gets the first rung. `none` (or `raw` alone) writes plain files.
+    /// Codec ladder, strongest first: `zstd:3,zstd:1,lz4,raw`. Per chunk a controller picks
+    /// the rung that writes the fewest bytes while keeping up, from the measured speed of each
+    /// rung and of the disk; chunks go raw at once when the compressors fall behind and the
+    /// disk has headroom, and queue in the staging pool when the disk is the limit. A threshold
+    /// caps a rung by the compression backlog (`zstd:6@0.2` = not while 20 % or more of the
+    /// staging pool waits for a compressor); rungs without one are spread evenly below 75 %,
+    /// and a raw rung applies from 90 % (when the disk has headroom). A file source (-r)
+    /// always gets the first rung. `none` (or `raw` alone) writes plain files.
     #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
     pub codec: String,
 

@@ -107,6 +107,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         pinning: Pinning::default(),
         direct: !args.output.no_direct,
         discard: false,
+        disk_limit: None,
         flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         duration: args

@@ -181,6 +181,7 @@ fn merged_inputs(args: &ConvertArgs) -> anyhow::Result<PathBuf> {
         pinning: Default::default(),
         direct: false,
         discard: false,
+        disk_limit: None,
         flush_interval: std::time::Duration::from_secs(2),
         stats_interval: std::time::Duration::from_secs(3600),
         duration: None,

@@ -63,6 +63,7 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
         pinning: Pinning::default(),
         direct: !args.no_direct,
         discard: false,
+        disk_limit: None,
         flush_interval: Duration::from_secs(2),
         stats_interval: Duration::from_secs(5),
         duration: None,

@@ -85,6 +85,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         },
         direct: !args.output.no_direct,
         discard: args.discard,
+        disk_limit: args
+            .bench_disk_limit
+            .as_deref()
+            .map(|v| parse_size("--bench-disk-limit", v))
+            .transpose()?,
         flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         duration: args
@@ -296,6 +301,7 @@ pub(crate) fn print_summary(s: &Summary) {
             c.bytes_in as f64 / c.bytes_out.max(1) as f64
         );
     }
+    print_ladder(s, elapsed);
     if !s.stats.cpu_seconds.is_empty() && t.stored > 0 {
         let per_million = |cpu: f64| cpu / (t.stored.max(1) as f64 / 1e6);
         let roles: Vec<String> = s
@@ -407,6 +413,51 @@ pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     }
     .context("cannot install signal handlers")?;
     Ok(())
+}
+
+/// Which rung (or raw) took how many bytes per second, and why the controller chose it;
+/// then what the controller believed at the end (see `tapdeck_store::controller`).
+fn print_ladder(s: &Summary, elapsed: f64) {
+    let mb_s = |bytes: u64| bytes as f64 / elapsed / 1e6;
+    for (codec, reasons) in &s.stats.ladder {
+        let total: u64 = reasons.values().sum();
+        let why: Vec<String> = reasons
+            .iter()
+            .map(|(reason, &b)| format!("{reason} {:.1}", mb_s(b)))
+            .collect();
+        eprintln!(
+            "  ladder {codec:<8} {:>8.1} MB/s of capture data ({})",
+            mb_s(total),
+            why.join(", ")
+        );
+    }
+    for (i, c) in s.stats.controller.iter().enumerate() {
+        let rungs: Vec<String> = c
+            .rungs
+            .iter()
+            .filter_map(|r| {
+                Some(format!(
+                    "{} {:.0} MB/s {:.2}:1",
+                    r.codec,
+                    r.bytes_per_s? / 1e6,
+                    1.0 / r.ratio?.max(1e-9)
+                ))
+            })
+            .collect();
+        eprintln!(
+            "  controller[{i}]: offered {:.1} MB/s, disk {} (busy {:.0} %), plan {}; per compressor: {}",
+            c.offered_bytes_per_s / 1e6,
+            c.disk_bytes_per_s
+                .map_or("unmeasured".to_string(), |d| format!("{:.0} MB/s", d / 1e6)),
+            c.disk_busy * 100.0,
+            c.plan,
+            if rungs.is_empty() {
+                "unmeasured".to_string()
+            } else {
+                rungs.join(", ")
+            }
+        );
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! ones as that backlog grows, a raw copy when it is nearly the whole pool — the gzip -9 /
 //! -1 / lzf / copy ladder of the HP papers, with zstd and lz4. The backlog is measured
 //! at the compressors only: when the disk is what is behind, compressing less would only
-//! add bytes to its queue.
+//! add bytes to its queue. The recorder's `controller` plans the rung from measured speeds
+//! and uses this backlog ladder as a cap (and its raw rung only while the disk has headroom).
 
 use tapdeck_pcap::container::{Codec, Container};
 

@@ -1,12 +1,14 @@
 //! The recorder and the trace store it writes.
 //!
 //! Data path: a source's packets are copied by the capture loop into segments of a
-//! preallocated staging pool; full segments go to a pool of compressors, which pick a codec
-//! from the backlog; a writer per stream lays the frames down with large aligned O_DIRECT
-//! writes, rotates files and applies retention. The capture loop never waits: when no
+//! preallocated staging pool; full segments go to a pool of compressors, or raw to the
+//! writer, as the ladder controller decides from measured compressor and disk speeds; a
+//! writer per stream lays the frames down with large aligned O_DIRECT writes, rotates files
+//! and applies retention. The capture loop never waits: when no
 //! segment is free the packet is dropped and counted.
 
 pub mod affinity;
+pub mod controller;
 pub mod direct;
 pub mod extract;
 pub mod ladder;

@@ -874,6 +874,7 @@ mod tests {
             pinning: Default::default(),
             direct: false,
             discard: false,
+            disk_limit: None,
             flush_interval: std::time::Duration::from_secs(1),
             stats_interval: std::time::Duration::from_secs(60),
             duration: None,

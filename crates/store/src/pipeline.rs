@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use tapdeck_pcap::container::Codec;
 use tapdeck_pcap::Interface;
 
+use crate::controller::Decision;
 use crate::staging::Segment;
 use crate::stats::CaptureCounts;
 
@@ -37,6 +38,8 @@ pub struct Chunk {
     /// The source waits for the recorder (a file), so there is no backlog to shed: use
     /// the strongest codec of the ladder rather than the one the pool's fill calls for.
     pub source_waits: bool,
+    /// The codec chosen for it and why (a compressor may still choose a cheaper one).
+    pub decision: Decision,
 }
 
 /// Finish the current file; the counters go into its statistics block.

@@ -16,6 +16,7 @@ use tapdeck_pcap::container::{Codec, FrameEncoder};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::affinity::{cpu_for, pin_current_thread, Pinning};
+use crate::controller::{Decision, LadderController, Reason, SharedController};
 use crate::ladder::CodecLadder;
 use crate::meta::{self, InterfaceMeta, Manifest, MergeManifest};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -68,6 +69,8 @@ pub struct RecorderConfig {
     pub direct: bool,
     /// Write nothing (benchmarks): see `WriterConfig::discard`.
     pub discard: bool,
+    /// Benchmarks only: see `WriterConfig::disk_limit`.
+    pub disk_limit: Option<u64>,
     pub flush_interval: Duration,
     pub stats_interval: Duration,
     pub duration: Option<Duration>,
@@ -154,6 +157,16 @@ pub fn record<S: PacketSource + 'static>(
             )
         })?;
 
+    let controllers: Vec<Arc<SharedController>> = pools
+        .iter()
+        .map(|p| {
+            Arc::new(SharedController::new(LadderController::new(
+                cfg.ladder.clone(),
+                cfg.compressors.max(1),
+                p.segments(),
+            )))
+        })
+        .collect();
     let container = cfg.ladder.container();
     let data_dirs = Arc::new(DataDirs::new(abs_dirs.clone()));
     let started_ns = now_ns();
@@ -202,12 +215,14 @@ pub fn record<S: PacketSource + 'static>(
                 write_buffer: 2 * cfg.chunk_size + (1 << 20),
                 section: section.clone(),
                 discard: cfg.discard,
+                disk_limit: cfg.disk_limit,
             },
             Arc::clone(&data_dirs),
             Arc::clone(&retention),
             Arc::clone(&stats),
             Arc::clone(&control),
-        );
+        )
+        .with_controller(Arc::clone(&controllers[stream]));
         let cpus = cpu_for(&cfg.pinning.writers, stream);
         threads.push(spawn(format!("writer-{stream}"), &stats, move || {
             // The writer frees staging segments; it must keep pace with capture.
@@ -221,13 +236,14 @@ pub fn record<S: PacketSource + 'static>(
         let txs = writer_txs.clone();
         let pools = pools.clone();
         let ladder = cfg.ladder.clone();
+        let controllers = controllers.clone();
         let hub = Arc::clone(&stats);
         let cpus = cfg.pinning.compressors.clone();
         threads.push(spawn(format!("compress-{i}"), &stats, move || {
             // Compression yields to capture: a burst must never starve the capture loop.
             set_nice(19);
             pin(&cpus);
-            compress_loop(rx, txs, pools, ladder, hub)
+            compress_loop(rx, txs, (pools, controllers), ladder, hub)
         }));
     }
     drop(work_rx);
@@ -238,7 +254,7 @@ pub fn record<S: PacketSource + 'static>(
         let capture = CaptureLoop::new(
             stream as u32,
             &cfg,
-            Arc::clone(&pools[stream]),
+            (Arc::clone(&pools[stream]), Arc::clone(&controllers[stream])),
             (work_tx.clone(), writer_txs[stream].clone()),
             Arc::clone(&control),
             Arc::clone(&stats),
@@ -254,15 +270,17 @@ pub fn record<S: PacketSource + 'static>(
 
     let start = Instant::now();
     let fill = || pools.iter().map(|p| p.fill()).fold(0.0, f64::max);
+    let snapshot = || {
+        let mut record = stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill());
+        record.controller = controllers.iter().map(|c| c.view()).collect();
+        record
+    };
     let mut next_report = start + cfg.stats_interval;
     let mut errors = Vec::new();
     while capture_threads.iter().any(|t| !t.is_finished()) {
         thread::sleep(Duration::from_millis(50));
         if Instant::now() >= next_report {
-            report(
-                &stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill()),
-                false,
-            );
+            report(&snapshot(), false);
             next_report += cfg.stats_interval;
         }
     }
@@ -278,7 +296,7 @@ pub fn record<S: PacketSource + 'static>(
             errors.push("a writer or compressor thread panicked".into());
         }
     }
-    let last = stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill());
+    let last = snapshot();
     report(&last, true);
     manifest.finished_ns = Some(now_ns());
     if let Err(e) = write_manifest(&cfg, &manifest) {
@@ -385,7 +403,7 @@ fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), Strin
 fn compress_loop(
     rx: Receiver<Sequenced<Chunk>>,
     txs: Vec<Sender<Sequenced<Done>>>,
-    pools: Vec<Arc<StagingPool>>,
+    (pools, controllers): (Vec<Arc<StagingPool>>, Vec<Arc<SharedController>>),
     ladder: CodecLadder,
     stats: Arc<StatsHub>,
 ) {
@@ -393,23 +411,35 @@ fn compress_loop(
     for Sequenced {
         stream,
         seq,
-        item: chunk,
+        item: mut chunk,
     } in rx
     {
-        // The backlog may have grown while this chunk waited: decide now.
-        let codec = if chunk.source_waits {
-            ladder.strongest()
-        } else {
-            ladder.choose(pools[stream as usize].compression_backlog())
-        };
-        let encoded = match codec {
+        let controller = &controllers[stream as usize];
+        // The backlog may have grown while this chunk waited: decide again.
+        if !chunk.source_waits {
+            let pool = &pools[stream as usize];
+            chunk.decision =
+                controller.at_compressor(chunk.decision, pool.compression_backlog(), pool.fill());
+        }
+        let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,
             codec => {
                 let mut bytes = Vec::new();
+                let (started, cpu_before) = (Instant::now(), thread_cpu_seconds());
                 match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
-                    Ok(codec) => Encoded::Frame { bytes, codec },
+                    Ok(codec) => {
+                        let data = chunk.segment.data().len();
+                        controller.compressed(
+                            codec,
+                            (data, bytes.len()),
+                            thread_cpu_seconds() - cpu_before,
+                            started.elapsed().as_secs_f64(),
+                        );
+                        Encoded::Frame { bytes, codec }
+                    }
                     Err(e) => {
                         tracing::warn!("{codec} failed on a chunk ({e}); storing it raw");
+                        chunk.decision.reason = Reason::Fallback;
                         Encoded::Raw
                     }
                 }
@@ -436,6 +466,7 @@ struct CaptureLoop {
     stream: u32,
     format: Format,
     pool: Arc<StagingPool>,
+    controller: Arc<SharedController>,
     to_compress: Sender<Sequenced<Chunk>>,
     to_writer: Sender<Sequenced<Done>>,
     ladder: CodecLadder,
@@ -474,7 +505,7 @@ impl CaptureLoop {
     fn new(
         stream: u32,
         cfg: &RecorderConfig,
-        pool: Arc<StagingPool>,
+        (pool, controller): (Arc<StagingPool>, Arc<SharedController>),
         (to_compress, to_writer): (Sender<Sequenced<Chunk>>, Sender<Sequenced<Done>>),
         control: Arc<Control>,
         hub: Arc<StatsHub>,
@@ -483,6 +514,7 @@ impl CaptureLoop {
             stream,
             format: cfg.format,
             pool,
+            controller,
             to_compress,
             to_writer,
             ladder: cfg.ladder.clone(),
@@ -667,6 +699,20 @@ impl CaptureLoop {
         // Publish first, so no stats record ever shows a packet stored before received.
         self.publish_counts();
         let per_iface = std::mem::replace(&mut self.seg_per_iface, vec![0; self.counts.len()]);
+        // When the controller calls for a raw copy, the compressors are skipped altogether:
+        // at idle priority they may be the very thing that is behind.
+        let decision = if self.live {
+            self.controller.decide(
+                segment.data().len(),
+                self.pool.fill(),
+                self.pool.awaiting_compression(),
+            )
+        } else {
+            Decision {
+                codec: self.ladder.strongest(),
+                reason: Reason::SourceWaits,
+            }
+        };
         let chunk = Chunk {
             segment,
             min_ts_ns: self.seg_min_ts,
@@ -674,15 +720,9 @@ impl CaptureLoop {
             packets: self.seg_packets,
             per_iface,
             source_waits: !self.live,
+            decision,
         };
-        // When the backlog calls for a raw copy, the compressors are skipped altogether:
-        // at idle priority they may be the very thing that is behind.
-        let codec = if self.live {
-            self.ladder.choose(self.pool.compression_backlog())
-        } else {
-            self.ladder.strongest()
-        };
-        if codec == Codec::Raw {
+        if decision.codec == Codec::Raw {
             self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));
         } else {
             let seq = self.next_seq();

@@ -146,6 +146,11 @@ impl StagingPool {
         self.awaiting_compression.load(Ordering::Relaxed) as f64 / self.segments as f64
     }
 
+    /// Segments waiting for (or in) a compressor.
+    pub fn awaiting_compression(&self) -> usize {
+        self.awaiting_compression.load(Ordering::Relaxed)
+    }
+
     /// A segment was queued for compression (`true`) or left the compressor (`false`).
     pub fn note_compression(&self, queued: bool) {
         if queued {

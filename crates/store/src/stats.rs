@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use tapdeck_pcap::container::Codec;
 
+use crate::controller::{ControllerView, Reason};
 use crate::meta::InterfaceCounts;
 
 /// What the capture loop of one stream knows, per interface.
@@ -84,6 +85,10 @@ pub fn combine(capture: &[CaptureCounts], writer: &[WriterCounts]) -> Vec<Interf
 pub struct StatsHub {
     pub streams: Vec<StreamStats>,
     pub codecs: Mutex<BTreeMap<String, CodecBytes>>,
+    /// Capture bytes per codec and per reason the ladder controller gave.
+    pub ladder: Mutex<LadderBytes>,
+    /// The ladder bytes and elapsed time of the last snapshot, for per-second rates.
+    last_ladder: Mutex<(f64, LadderBytes)>,
     pub bytes_written: AtomicU64,
     pub files_written: AtomicU64,
     pub files_deleted: AtomicU64,
@@ -118,6 +123,39 @@ impl StatsHub {
         c.bytes_out += bytes_out as u64;
     }
 
+    pub fn add_decision(&self, codec: Codec, reason: Reason, bytes_in: usize) {
+        *self
+            .ladder
+            .lock()
+            .unwrap()
+            .entry(codec.to_string())
+            .or_default()
+            .entry(reason.name().to_string())
+            .or_default() += bytes_in as u64;
+    }
+
+    /// Ladder bytes per second since the previous snapshot (or the start).
+    fn ladder_per_s(&self, elapsed_s: f64, now: &LadderBytes) -> LadderRates {
+        let mut last = self.last_ladder.lock().unwrap();
+        let dt = (elapsed_s - last.0).max(1e-9);
+        let rates = now
+            .iter()
+            .map(|(codec, reasons)| {
+                let before = last.1.get(codec);
+                let per_reason = reasons
+                    .iter()
+                    .map(|(reason, &bytes)| {
+                        let was = before.and_then(|b| b.get(reason)).copied().unwrap_or(0);
+                        (reason.clone(), (bytes - was) as f64 / dt)
+                    })
+                    .collect();
+                (codec.clone(), per_reason)
+            })
+            .collect();
+        *last = (elapsed_s, now.clone());
+        rates
+    }
+
     pub fn snapshot(&self, ts_ns: u64, elapsed_s: f64, staging_fill: f64) -> StatsRecord {
         let mut total = Totals::default();
         let mut streams = Vec::new();
@@ -143,7 +181,11 @@ impl StatsHub {
                 interfaces: counts,
             });
         }
+        let ladder = self.ladder.lock().unwrap().clone();
         StatsRecord {
+            ladder_per_s: self.ladder_per_s(elapsed_s, &ladder),
+            ladder,
+            controller: Vec::new(),
             ts_ns,
             elapsed_s,
             staging_fill,
@@ -159,6 +201,11 @@ impl StatsHub {
         }
     }
 }
+
+/// Capture bytes by codec, then by the controller's reason (`plan`, `disk_headroom`, ...).
+pub type LadderBytes = BTreeMap<String, BTreeMap<String, u64>>;
+/// The same per second.
+pub type LadderRates = BTreeMap<String, BTreeMap<String, f64>>;
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Drops {
@@ -215,8 +262,39 @@ pub struct StatsRecord {
     pub bytes_deleted: u64,
     pub write_errors: u64,
     pub codecs: BTreeMap<String, CodecBytes>,
+    /// Capture bytes each rung (or raw) took, by why the ladder controller chose it.
+    pub ladder: LadderBytes,
+    /// The same in bytes per second since the previous record: the controller's decisions
+    /// over time.
+    pub ladder_per_s: LadderRates,
+    /// Per stream, what the controller believes: offered rate, disk speed and busy time,
+    /// each rung's speed and ratio, the pool's trend and the planned rung.
+    pub controller: Vec<ControllerView>,
     /// CPU seconds per thread role (capture, compress, writer) of threads that finished;
     /// complete in the final record.
     pub cpu_seconds: BTreeMap<String, f64>,
     pub streams: Vec<StreamRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ladder_bytes_by_reason_and_per_second_since_the_last_record() {
+        let hub = StatsHub::new(1);
+        hub.add_decision(Codec::Raw, Reason::DiskHeadroom, 4_000_000);
+        hub.add_decision(Codec::Lz4, Reason::Plan, 1_000_000);
+        let r = hub.snapshot(0, 2.0, 0.0);
+        assert_eq!(r.ladder["raw"]["disk_headroom"], 4_000_000);
+        assert_eq!(r.ladder_per_s["raw"]["disk_headroom"], 2e6);
+        assert_eq!(r.ladder_per_s["lz4"]["plan"], 5e5);
+        hub.add_decision(Codec::Raw, Reason::DiskHeadroom, 1_000_000);
+        let r = hub.snapshot(0, 3.0, 0.0);
+        assert_eq!(r.ladder["raw"]["disk_headroom"], 5_000_000);
+        assert_eq!(r.ladder_per_s["raw"]["disk_headroom"], 1e6);
+        assert_eq!(r.ladder_per_s["lz4"]["plan"], 0.0);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["ladder_per_s"]["raw"]["disk_headroom"], 1e6);
+    }
 }

@@ -14,6 +14,7 @@ use tapdeck_pcap::container::{
 };
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
+use crate::controller::SharedController;
 use crate::direct::DirectFile;
 use crate::meta::{self, FileMeta, InterfaceMeta};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -70,6 +71,27 @@ pub struct WriterConfig {
     /// Write nothing: every chunk is counted as if stored, no file is created. Isolates
     /// the pipeline from the disk in benchmarks (the papers' "drop all" runs).
     pub discard: bool,
+    /// Benchmarks only: write at most this many bytes per second, as a slower disk would
+    /// (our machines have no cgroup io.max).
+    pub disk_limit: Option<u64>,
+}
+
+/// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
+/// taken its bytes at the set rate.
+struct DiskThrottle {
+    bytes_per_s: f64,
+    free_at: std::time::Instant,
+}
+
+impl DiskThrottle {
+    fn take(&mut self, bytes: usize) {
+        let now = std::time::Instant::now();
+        let start = self.free_at.max(now);
+        self.free_at = start + std::time::Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
+        if self.free_at > now {
+            std::thread::sleep(self.free_at - now);
+        }
+    }
 }
 
 struct CurrentFile {
@@ -97,6 +119,9 @@ pub struct StreamWriter {
     file_seq: u64,
     counts: Vec<WriterCounts>,
     warned_buffered: bool,
+    /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
+    controller: Option<Arc<SharedController>>,
+    throttle: Option<DiskThrottle>,
 }
 
 impl StreamWriter {
@@ -107,7 +132,12 @@ impl StreamWriter {
         stats: Arc<StatsHub>,
         control: Arc<Control>,
     ) -> StreamWriter {
+        let throttle = cfg.disk_limit.map(|rate| DiskThrottle {
+            bytes_per_s: rate.max(1) as f64,
+            free_at: std::time::Instant::now(),
+        });
         StreamWriter {
+            throttle,
             cfg,
             dirs,
             retention,
@@ -118,7 +148,13 @@ impl StreamWriter {
             file_seq: 1,
             counts: Vec::new(),
             warned_buffered: false,
+            controller: None,
         }
+    }
+
+    pub fn with_controller(mut self, controller: Arc<SharedController>) -> StreamWriter {
+        self.controller = Some(controller);
+        self
     }
 
     /// Consumes the stream's items until the compressors hang up.
@@ -239,6 +275,8 @@ impl StreamWriter {
                 data.len(),
                 if frame_len > 0 { frame_len } else { data.len() },
             );
+            self.stats
+                .add_decision(codec, chunk.decision.reason, data.len());
             self.grow_counts(chunk.per_iface.len());
             for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                 c.stored += u64::from(n);
@@ -246,6 +284,7 @@ impl StreamWriter {
             self.publish();
             return;
         }
+        let started = std::time::Instant::now();
         let written = loop {
             if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
                 break None;
@@ -284,7 +323,15 @@ impl StreamWriter {
         self.grow_counts(chunk.per_iface.len());
         match written {
             Some(bytes_out) => {
+                if let Some(t) = &mut self.throttle {
+                    t.take(bytes_out);
+                }
+                if let Some(c) = &self.controller {
+                    c.written(bytes_out, started.elapsed().as_secs_f64());
+                }
                 self.stats.add_codec(codec, data.len(), bytes_out);
+                self.stats
+                    .add_decision(codec, chunk.decision.reason, data.len());
                 for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                     c.stored += u64::from(n);
                 }
