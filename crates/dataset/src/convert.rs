@@ -123,14 +123,7 @@ pub fn convert(
         let s = todo.pop().expect("one source");
         let mut input = base_input(0, anon.key_id(), anon.addresses);
         input.neighbours = chains.neighbours(&s.path);
-        {
-            let _lock = DatasetLock::take(&opts.out)?;
-            write_dataset_json(
-                &opts.out,
-                &opts.anonymization,
-                std::slice::from_ref(&s.path),
-            )?;
-        }
+        mark_incomplete(opts, std::slice::from_ref(&s.path))?;
         remove_parts(&opts.out, 0)?;
         let (two, one) = pass_two(&s, &input, &opts.out, anon, opts.packets, &chains)?;
         if let Some(p) = &opts.progress {
@@ -183,11 +176,8 @@ pub fn convert(
         }
     }
     if !work.is_empty() {
-        // Until the last rows are written and checked, the dataset is incomplete: an
-        // interrupted run leaves it marked so.
-        let _lock = DatasetLock::take(&opts.out)?;
         let missing: Vec<String> = work.iter().map(|(s, _)| s.path.clone()).collect();
-        write_dataset_json(&opts.out, &opts.anonymization, &missing)?;
+        mark_incomplete(opts, &missing)?;
     }
     let written = parallel(
         &work,
@@ -216,6 +206,13 @@ pub fn convert(
     report.missing_sources = missing;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Before any rows are written: until the last are written and checked the dataset is
+/// incomplete, and an interrupted run leaves it marked so.
+fn mark_incomplete(opts: &ConvertOptions, missing: &[String]) -> Result<(), String> {
+    let _lock = DatasetLock::take(&opts.out)?;
+    write_dataset_json(&opts.out, &opts.anonymization, missing)
 }
 
 /// Every source of the dataset: this run's and (as they are now on disk) earlier runs', and
@@ -933,7 +930,14 @@ pub struct Chains {
     next: HashMap<String, String>,
     /// Plain files' spans (stored files have a chunk index instead).
     spans: HashMap<String, Span>,
+    /// Stored files' first and last packet times from their chunk index, read once per
+    /// run however often a warm-up plan is asked for (None: unreadable, which ends a
+    /// warm-up there).
+    stored_spans: Mutex<HashMap<String, Option<TimeSpan>>>,
 }
+
+/// First and last packet time, where known.
+type TimeSpan = (Option<u64>, Option<u64>);
 
 impl Chains {
     /// `paths`: every source of the dataset; `spans`: those of its plain files.
@@ -976,17 +980,18 @@ impl Chains {
             .iter()
             .map(|s| (s.source.path.clone(), s.clone()))
             .collect();
-        Chains { prev, next, spans }
+        Chains {
+            prev,
+            next,
+            spans,
+            stored_spans: Mutex::default(),
+        }
     }
 
     /// What a file's rows depend on besides its own bytes: the earlier files its warm-up
     /// reads (latest first) and the file that continues it.
     pub fn neighbours(&self, path: &str) -> (Vec<String>, Option<String>) {
-        let (files, _) = self.warm_plan(path);
-        (
-            files.into_iter().map(|(p, _)| p).collect(),
-            self.next.get(path).cloned(),
-        )
+        (self.warm_plan(path).0, self.next.get(path).cloned())
     }
 
     /// Feeds the last `WARM_UP_NS` of the capture before `path` into `engine` (from as
@@ -1000,24 +1005,35 @@ impl Chains {
     ) -> Result<(), String> {
         engine.set_continued(self.next.contains_key(path));
         let (files, from) = self.warm_plan(path);
-        for (path, stored) in files.iter().rev() {
-            match stored {
-                Some(file) => warm_up_stored(file, from, engine, anon)?,
+        for path in files.iter().rev() {
+            match self.spans.get(path) {
+                Some(span) => warm_up_plain(path, span.warm_offset, from, engine, anon)?,
                 None => {
-                    let offset = self.spans.get(path).and_then(|s| s.warm_offset);
-                    warm_up_plain(path, offset, from, engine, anon)?
+                    if let Ok(file) = StoredFile::open(Path::new(path)) {
+                        warm_up_stored(&file, from, engine, anon)?;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// The files before `path` that cover the warm-up span (latest first; stored files
-    /// opened), and the time the warm-up starts at.
-    #[allow(clippy::type_complexity)]
-    fn warm_plan(&self, path: &str) -> (Vec<(String, Option<StoredFile>)>, u64) {
+    /// A stored file's packet time span, from its chunk index (read once).
+    fn stored_span(&self, path: &str) -> Option<TimeSpan> {
+        let mut known = self.stored_spans.lock().expect("not poisoned");
+        *known.entry(path.to_string()).or_insert_with(|| {
+            let file = StoredFile::open(Path::new(path)).ok()?;
+            let first = file.packet_chunks().map(|e| e.first_ts_ns).min();
+            let last = file.packet_chunks().map(|e| e.last_ts_ns).max();
+            Some((first, last))
+        })
+    }
+
+    /// The files before `path` that cover the warm-up span (latest first), and the time
+    /// the warm-up starts at.
+    fn warm_plan(&self, path: &str) -> (Vec<String>, u64) {
         // Walk back until the files cover the warm-up span (bounded).
-        let mut files: Vec<(String, Option<StoredFile>)> = Vec::new();
+        let mut files: Vec<String> = Vec::new();
         let mut cursor = path.to_string();
         let mut end: Option<u64> = None;
         let mut plain_bytes = 0u64;
@@ -1025,25 +1041,20 @@ impl Chains {
             let Some(prev) = self.prev.get(&cursor).cloned() else {
                 break;
             };
-            let (stored, first, last) = match self.spans.get(&prev) {
+            let (first, last) = match self.spans.get(&prev) {
                 Some(s) => (
-                    None,
                     s.first_time_ns.map(|t| t.max(0) as u64),
                     s.last_time_ns.map(|t| t.max(0) as u64),
                 ),
-                None => {
-                    let Ok(file) = StoredFile::open(Path::new(&prev)) else {
-                        break;
-                    };
-                    let first = file.packet_chunks().map(|e| e.first_ts_ns).min();
-                    let last = file.packet_chunks().map(|e| e.last_ts_ns).max();
-                    (Some(file), first, last)
-                }
+                None => match self.stored_span(&prev) {
+                    Some(span) => span,
+                    None => break,
+                },
             };
             let stream_end = *end.get_or_insert(last.unwrap_or(0));
             // Plain files: enough once they hold the byte bound.
             plain_bytes += self.spans.get(&prev).map_or(0, |s| s.source.size);
-            files.push((prev.clone(), stored));
+            files.push(prev.clone());
             if plain_bytes >= WARM_UP_BYTES
                 || first.is_some_and(|f| f <= stream_end.saturating_sub(WARM_UP_NS))
             {
