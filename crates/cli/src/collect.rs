@@ -10,11 +10,11 @@ use anyhow::{bail, Context};
 use tapdeck_forward::collect::{CollectorSource, LiveStream, MessageFile, Outputs};
 use tapdeck_forward::ledger::{Ledger, LedgerFile, LEDGER_FILE};
 use tapdeck_pcap::Format;
-use tapdeck_store::affinity::Pinning;
-use tapdeck_store::ladder::CodecLadder;
-use tapdeck_store::pipeline::Control;
-use tapdeck_store::recorder::{self, RecorderConfig, Rotation, StatsWriter};
-use tapdeck_store::retention::RetentionPolicy;
+use tapdeck_recorder::affinity::Pinning;
+use tapdeck_recorder::ladder::CodecLadder;
+use tapdeck_recorder::pipeline::Control;
+use tapdeck_recorder::recorder::{self, RecorderConfig, Rotation, StatsWriter};
+use tapdeck_recorder::retention::RetentionPolicy;
 
 use crate::args::CollectArgs;
 use crate::record::{chunk_and_staging, install_signals, parse_size, print_summary};

@@ -8,11 +8,11 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use tapdeck_anon::KeyFile;
 use tapdeck_dataset::{convert as conv, Anonymization, ConvertOptions};
-use tapdeck_store::ladder::CodecLadder;
-use tapdeck_store::merge::{self, MergeOptions};
+use tapdeck_recorder::ladder::CodecLadder;
+use tapdeck_recorder::merge::{self, MergeOptions};
+use tapdeck_recorder::pipeline::Control;
+use tapdeck_recorder::recorder::RecorderConfig;
 use tapdeck_store::meta;
-use tapdeck_store::pipeline::Control;
-use tapdeck_store::recorder::RecorderConfig;
 
 use crate::args::{AnalyzeArgs, ConvertArgs, DecryptArgs, KeygenArgs};
 

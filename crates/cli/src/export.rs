@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tapdeck_capture::{AfPacketConfig, AfPacketSource};
 use tapdeck_forward::export::{self, Balance, ExportConfig, ExportStats};
-use tapdeck_store::recorder::HeaderDepth;
+use tapdeck_recorder::recorder::HeaderDepth;
 
 use crate::args::ExportArgs;
 use crate::record::parse_size;

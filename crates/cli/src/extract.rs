@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tapdeck_pcap::{Format, Packet};
+use tapdeck_recorder::merge::{parse_offset, InputSpec};
 use tapdeck_store::extract::{self, ExtractError, StoreInput, TimeWindow};
-use tapdeck_store::merge::{parse_offset, InputSpec};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 

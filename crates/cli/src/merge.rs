@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tapdeck_pcap::Format;
-use tapdeck_store::affinity::Pinning;
-use tapdeck_store::ladder::CodecLadder;
-use tapdeck_store::merge::{self, MergeOptions, MergeReport};
+use tapdeck_recorder::affinity::Pinning;
+use tapdeck_recorder::ladder::CodecLadder;
+use tapdeck_recorder::merge::{self, MergeOptions, MergeReport};
+use tapdeck_recorder::pipeline::Control;
+use tapdeck_recorder::recorder::{RecorderConfig, Rotation, StatsWriter};
+use tapdeck_recorder::retention::RetentionPolicy;
 use tapdeck_store::meta::ClockSync;
-use tapdeck_store::pipeline::Control;
 use tapdeck_store::read::format_time;
-use tapdeck_store::recorder::{RecorderConfig, Rotation, StatsWriter};
-use tapdeck_store::retention::RetentionPolicy;
 
 use crate::args::MergeArgs;
 use crate::extract::{input_specs, window};

@@ -9,12 +9,14 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tapdeck_capture::{AfPacketConfig, AfPacketSource, FileSource, PacketSource, SyntheticSource};
 use tapdeck_pcap::Format;
-use tapdeck_store::affinity::{parse_cpu_list, Pinning};
-use tapdeck_store::ladder::CodecLadder;
-use tapdeck_store::pipeline::Control;
-use tapdeck_store::recorder::{self, HeaderDepth, RecorderConfig, Rotation, StatsWriter, Summary};
-use tapdeck_store::retention::RetentionPolicy;
-use tapdeck_store::stats::StatsRecord;
+use tapdeck_recorder::affinity::{parse_cpu_list, Pinning};
+use tapdeck_recorder::ladder::CodecLadder;
+use tapdeck_recorder::pipeline::Control;
+use tapdeck_recorder::recorder::{
+    self, HeaderDepth, RecorderConfig, Rotation, StatsWriter, Summary,
+};
+use tapdeck_recorder::retention::RetentionPolicy;
+use tapdeck_recorder::stats::StatsRecord;
 
 use crate::args::RecordArgs;
 
@@ -416,7 +418,7 @@ pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
 }
 
 /// Which rung (or raw) took how many bytes per second, and why the controller chose it;
-/// then what the controller believed at the end (see `tapdeck_store::controller`).
+/// then what the controller believed at the end (see `tapdeck_recorder::controller`).
 fn print_ladder(s: &Summary, elapsed: f64) {
     let mb_s = |bytes: u64| bytes as f64 / elapsed / 1e6;
     for (codec, reasons) in &s.stats.ladder {

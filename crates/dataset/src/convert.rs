@@ -1135,9 +1135,6 @@ fn warm_up_plain(
 fn chain_key(path: &str) -> Option<(PathBuf, u32, u64)> {
     let p = Path::new(path);
     let name = p.file_name()?.to_str()?;
-    if !tapdeck_store::meta::is_data_file(name) {
-        return None;
-    }
-    let (stream, seq) = tapdeck_store::read::stream_and_seq_of_name(name)?;
-    Some((p.parent()?.to_path_buf(), stream, seq))
+    let name = tapdeck_store::meta::DataName::parse(name)?;
+    Some((p.parent()?.to_path_buf(), name.stream, name.seq))
 }

@@ -1,24 +1,11 @@
-//! The recorder and the trace store it writes.
-//!
-//! Data path: a source's packets are copied by the capture loop into segments of a
-//! preallocated staging pool; full segments go to a pool of compressors, or raw to the
-//! writer, as the ladder controller decides from measured compressor and disk speeds; a
-//! writer per stream lays the frames down with large aligned O_DIRECT writes, rotates files
-//! and applies retention. The capture loop never waits: when no
-//! segment is free the packet is dropped and counted.
+//! Reading the trace stores that `tapdeck-recorder` writes: the manifest and file names
+//! (`meta`), opening stored files from their chunk index (`read`), merging files and stores
+//! into one time-ordered packet stream (`extract`), and checking and finalizing damaged or
+//! unfinished files (`verify`, `finalize`). Nothing here records; the recorder depends on
+//! this crate, never the reverse.
 
-pub mod affinity;
-pub mod controller;
-pub mod direct;
 pub mod extract;
-pub mod ladder;
-pub mod merge;
+pub mod finalize;
 pub mod meta;
-pub mod pipeline;
 pub mod read;
-pub mod recorder;
-pub mod retention;
-pub mod staging;
-pub mod stats;
 pub mod verify;
-pub mod writer;

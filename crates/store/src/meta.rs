@@ -172,23 +172,6 @@ pub fn write_manifest(store: &std::path::Path, manifest: &Manifest) -> Result<()
         })
 }
 
-/// The kernel's view of its clock, or `None` where adjtimex is refused.
-// c_long is i64 only on 64-bit targets: the conversion is needed elsewhere.
-#[allow(clippy::useless_conversion)]
-pub fn read_clock_sync(now_ns: u64) -> Option<ClockSync> {
-    // SAFETY: with modes = 0 adjtimex only fills the struct we pass.
-    let (state, tx) = unsafe {
-        let mut tx: libc::timex = std::mem::zeroed();
-        (libc::adjtimex(&mut tx), tx)
-    };
-    (state >= 0).then_some(ClockSync {
-        synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
-        max_error_us: i64::from(tx.maxerror),
-        est_error_us: i64::from(tx.esterror),
-        read_ns: now_ns,
-    })
-}
-
 pub fn format_name(f: Format) -> &'static str {
     f.extension()
 }
@@ -243,17 +226,62 @@ pub fn sidecar_name(data_name: &str) -> String {
 
 /// Is `name` a complete data file of a store?
 pub fn is_data_file(name: &str) -> bool {
-    !name.starts_with('.')
-        && [
-            ".pcapng",
-            ".pcap",
-            ".pcapng.zst",
-            ".pcap.zst",
-            ".pcapng.lz4",
-            ".pcap.lz4",
-        ]
-        .iter()
-        .any(|s| name.ends_with(s))
+    DataName::parse(name).is_some()
+}
+
+/// Format and container of a capture file from its extension alone (`.pcap`, `.pcapng`,
+/// then `.zst` or `.lz4` or nothing), whatever the rest of its name.
+pub fn kind_of_name(name: &str) -> Option<(Format, Container)> {
+    let container = Container::from_suffix(name);
+    let base = name.strip_suffix(container.suffix())?;
+    let format = if base.ends_with(".pcapng") {
+        Format::Pcapng
+    } else if base.ends_with(".pcap") {
+        Format::Pcap
+    } else {
+        return None;
+    };
+    Some((format, container))
+}
+
+/// A complete data file's name as `file_name` writes it, parsed: the one place that reads
+/// stored file names (`FIRST-TIME-sSS-SEQUENCE.FORMAT[.CONTAINER]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataName {
+    pub stream: u32,
+    pub seq: u64,
+    pub format: Format,
+    pub container: Container,
+}
+
+impl DataName {
+    /// `None` for anything else: hidden (partial) names, sidecars, other files.
+    pub fn parse(name: &str) -> Option<DataName> {
+        if name.starts_with('.') {
+            return None;
+        }
+        let (format, container) = kind_of_name(name)?;
+        let stem = name
+            .strip_suffix(container.suffix())?
+            .strip_suffix(format.extension())?
+            .strip_suffix('.')?;
+        let mut parts = stem.rsplitn(3, '-');
+        let seq = parts.next()?.parse().ok()?;
+        let stream = parts.next()?.strip_prefix('s')?.parse().ok()?;
+        parts.next()?;
+        Some(DataName {
+            stream,
+            seq,
+            format,
+            container,
+        })
+    }
+
+    /// The name of a partial file (`.NAME.partial`) and what it will be called when final.
+    pub fn of_partial(name: &str) -> Option<(DataName, &str)> {
+        let final_name = final_name_of_partial(name)?;
+        Some((DataName::parse(final_name)?, final_name))
+    }
 }
 
 /// `YYYYMMDDTHHMMSS.nnnnnnnnnZ` for nanoseconds since the epoch.
@@ -294,6 +322,28 @@ mod tests {
         let name = file_name(ts, 1, 7, Format::Pcapng, Container::Zstd);
         assert_eq!(name, "20261123T055734.000000123Z-s01-000007.pcapng.zst");
         assert!(is_data_file(&name));
+        assert_eq!(
+            DataName::parse(&name),
+            Some(DataName {
+                stream: 1,
+                seq: 7,
+                format: Format::Pcapng,
+                container: Container::Zstd
+            })
+        );
+        assert_eq!(
+            DataName::of_partial(&partial_name(&name)).map(|(_, n)| n),
+            Some(name.as_str())
+        );
+        for other in [
+            "capture.pcap",
+            "x-s01.pcap",
+            "a-sx-000001.pcap",
+            "a-s01-000001.txt",
+            "a-s01-000001.pcap.idx",
+        ] {
+            assert!(DataName::parse(other).is_none(), "{other}");
+        }
         let partial = partial_name(&name);
         assert!(!is_data_file(&partial));
         assert_eq!(final_name_of_partial(&partial), Some(name.as_str()));

@@ -75,27 +75,6 @@ impl FileError {
     }
 }
 
-/// The capture format a data file name says it holds (`x.pcapng.zst` → pcapng).
-pub fn format_of_name(name: &str) -> Option<Format> {
-    let base = name.strip_suffix(Container::from_suffix(name).suffix())?;
-    if base.ends_with(".pcapng") {
-        Some(Format::Pcapng)
-    } else if base.ends_with(".pcap") {
-        Some(Format::Pcap)
-    } else {
-        None
-    }
-}
-
-/// Stream and sequence number from a data file name (`…-s01-000007.pcapng.zst`).
-pub fn stream_and_seq_of_name(name: &str) -> Option<(u32, u64)> {
-    let stem = name.split('.').take(2).collect::<Vec<_>>().join(".");
-    let mut parts = stem.rsplitn(3, '-');
-    let seq = parts.next()?.parse().ok()?;
-    let stream = parts.next()?.strip_prefix('s')?.parse().ok()?;
-    Some((stream, seq))
-}
-
 /// One complete stored file, opened from its trailer: nothing is decoded until asked.
 #[derive(Debug)]
 pub struct StoredFile {
@@ -114,8 +93,7 @@ pub struct StoredFile {
 impl StoredFile {
     pub fn open(path: &Path) -> Result<StoredFile, FileError> {
         let name = file_name_of(path);
-        let container = Container::from_suffix(&name);
-        let format = format_of_name(&name).ok_or_else(|| {
+        let (format, container) = meta::kind_of_name(&name).ok_or_else(|| {
             FileError::whole(
                 path,
                 "not a capture file name (.pcap or .pcapng, then .zst or .lz4)",
@@ -469,7 +447,7 @@ impl Store {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if meta::is_data_file(&name) {
                     files.push(entry.path());
-                } else if meta::final_name_of_partial(&name).is_some_and(meta::is_data_file) {
+                } else if meta::DataName::of_partial(&name).is_some() {
                     partials.push(entry.path());
                 }
             }
@@ -502,8 +480,8 @@ pub fn format_time(ts_ns: u64) -> String {
     )
 }
 
-#[cfg(test)]
-pub(crate) mod testutil {
+#[cfg(any(test, feature = "testutil"))]
+pub mod testutil {
     //! Builds small stored files by hand, the way the recorder lays them out.
 
     use super::*;
@@ -730,7 +708,10 @@ mod tests {
                     (f.meta.stream, f.meta.seq, f.format, f.container),
                     (3, 9, format, container)
                 );
-                assert_eq!(stream_and_seq_of_name(&f.name()), Some((3, 9)));
+                assert_eq!(
+                    meta::DataName::parse(&f.name()).map(|n| (n.stream, n.seq)),
+                    Some((3, 9))
+                );
                 let header = f.read_header().unwrap();
                 assert_eq!(header.interfaces.len(), 1);
                 let mut scratch = Vec::new();

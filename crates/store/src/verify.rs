@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Write};
+use std::io::BufReader;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,7 @@ use tapdeck_pcap::container::{self, ChunkEntry, ChunkIndex, Codec, Container, Fr
 use tapdeck_pcap::validate::Validator;
 use tapdeck_pcap::{Format, TraceReader};
 
+use crate::finalize::{finalize, SalvagedEnd};
 use crate::meta::{self, FileMeta, InterfaceMeta, STORE_VERSION};
 use crate::read::{self, ChunkPackets, FileError, Header, StoredFile};
 
@@ -400,7 +401,7 @@ fn check_header(f: &StoredFile, header: &Header) -> Result<(), FileError> {
         ));
     }
     let name = f.name();
-    if let Some((stream, seq)) = read::stream_and_seq_of_name(&name) {
+    if let Some(meta::DataName { stream, seq, .. }) = meta::DataName::parse(&name) {
         if (stream, seq) != (m.stream, m.seq) {
             return Err(FileError::whole(
                 path,
@@ -475,24 +476,21 @@ pub fn repair(partial: &Path) -> Result<Repaired, FileError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let final_name = meta::final_name_of_partial(&name)
-        .filter(|n| meta::is_data_file(n))
-        .ok_or_else(|| {
-            FileError::whole(
-                partial,
-                "not the name of an incomplete data file (.NAME.partial)",
-            )
-        })?
-        .to_string();
-    let (stream, seq) = read::stream_and_seq_of_name(&final_name).ok_or_else(|| {
+    let (
+        meta::DataName {
+            stream,
+            seq,
+            format,
+            container,
+        },
+        final_name,
+    ) = meta::DataName::of_partial(&name).ok_or_else(|| {
         FileError::whole(
             partial,
-            "its name does not say its stream and sequence number",
+            "not the name of an incomplete data file (.NAME.partial)",
         )
     })?;
-    let container = Container::from_suffix(&final_name);
-    let format = read::format_of_name(&final_name).expect("is_data_file checked the extension");
-    let final_path = partial.with_file_name(&final_name);
+    let final_path = partial.with_file_name(final_name);
     if final_path.exists() {
         return Err(FileError::whole(
             partial,
@@ -552,24 +550,9 @@ pub fn repair(partial: &Path) -> Result<Repaired, FileError> {
         meta: serde_json::to_string(&meta).expect("metadata serializes"),
         entries,
     };
-    let io = |e: std::io::Error| FileError::whole(partial, format!("cannot finalize: {e}"));
-    file.set_len(end).map_err(io)?;
-    if container == Container::Plain {
-        // The sidecar goes first: a data file must never be visible without its index.
-        let sidecar = partial.with_file_name(meta::sidecar_name(&final_name));
-        let mut s = File::create(&sidecar).map_err(io)?;
-        s.write_all(&index.encode_trailer()).map_err(io)?;
-        s.sync_all().map_err(io)?;
-    } else {
-        file.write_all_at(&index.encode_trailer(), end)
-            .map_err(io)?;
-    }
-    file.sync_all().map_err(io)?;
-    std::fs::rename(partial, &final_path).map_err(io)?;
-    if let Some(dir) = final_path.parent() {
-        // Make the rename itself durable; failing here loses nothing already written.
-        let _ = File::open(dir).and_then(|d| d.sync_all());
-    }
+    let end = SalvagedEnd { file: &file, end };
+    finalize(end, partial, &final_path, container, &index)
+        .map_err(|e| FileError::whole(partial, format!("cannot finalize: {e}")))?;
     Ok(Repaired::As(final_path))
 }
 

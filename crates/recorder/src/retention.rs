@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use crate::meta;
 use crate::stats::StatsHub;
+use tapdeck_store::meta;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RetentionPolicy {

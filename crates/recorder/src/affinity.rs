@@ -112,6 +112,22 @@ pub(crate) fn cpu_for(cpus: &[usize], i: usize) -> Vec<usize> {
     }
 }
 
+/// Pins the calling thread; a failure is a warning, not a reason to stop recording.
+pub fn pin(cpus: &[usize]) {
+    if let Err(e) = pin_current_thread(cpus) {
+        tracing::warn!("{e}");
+    }
+}
+
+/// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
+pub fn set_nice(nice: i32) {
+    // SAFETY: setpriority on our own thread id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

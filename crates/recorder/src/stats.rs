@@ -11,7 +11,7 @@ use serde::Serialize;
 use tapdeck_pcap::container::Codec;
 
 use crate::controller::{ControllerView, Reason};
-use crate::meta::InterfaceCounts;
+use tapdeck_store::meta::InterfaceCounts;
 
 /// What the capture loop of one stream knows, per interface.
 #[derive(Debug, Clone, Copy, Default)]

@@ -101,7 +101,7 @@ impl StagingPool {
                 // that it is never swapped out.
                 let (base, len) = region.into_parts();
                 // Zeroing gigabytes is work for a spare core, never the capture thread's.
-                crate::recorder::set_nice(19);
+                crate::affinity::set_nice(19);
                 let mut ok = true;
                 for start in (0..len).step_by(PREFAULT_STEP) {
                     if stop.load(Ordering::Relaxed) {

@@ -9,6 +9,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
+use tapdeck_store::finalize::DataEnd;
+
 /// O_DIRECT needs offsets, lengths and memory aligned to the logical block size; 4 KiB
 /// covers every disk we meet.
 pub const ALIGN: usize = 4096;
@@ -207,6 +209,17 @@ impl DirectFile {
         }
         self.direct = false;
         Ok(())
+    }
+}
+
+/// A file the writer finishes goes through the store's one finalizer.
+impl DataEnd for DirectFile {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        DirectFile::append(self, bytes)
+    }
+
+    fn sync(self) -> io::Result<()> {
+        self.finish().map(drop)
     }
 }
 

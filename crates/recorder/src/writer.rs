@@ -4,7 +4,7 @@
 //! one that fails is reported and skipped, and the chunk goes to the next.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -16,10 +16,11 @@ use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
 use crate::controller::SharedController;
 use crate::direct::DirectFile;
-use crate::meta::{self, FileMeta, InterfaceMeta};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::Retention;
 use crate::stats::{StatsHub, WriterCounts};
+use tapdeck_store::finalize::finalize;
+use tapdeck_store::meta::{self, DataName, FileMeta, InterfaceMeta};
 
 /// The data directories of a store, shared by every stream's writer.
 pub struct DataDirs {
@@ -485,7 +486,7 @@ impl StreamWriter {
         let meta = FileMeta {
             store_version: meta::STORE_VERSION,
             stream: self.cfg.stream,
-            seq: seq_from_name(&cur.name),
+            seq: DataName::parse(&cur.name).map_or(0, |n| n.seq),
             format: meta::format_name(self.cfg.format).into(),
             container: meta::container_name(self.cfg.container).into(),
             first_ts_ns: cur.first_ts_ns,
@@ -504,23 +505,14 @@ impl StreamWriter {
             meta: serde_json::to_string(&meta).expect("meta serializes"),
             entries: cur.entries,
         };
-        let trailer = index.encode_trailer();
-        let dir = self.dirs.paths[cur.dir].clone();
-        let final_path = dir.join(&cur.name);
-        let result = (|| -> std::io::Result<()> {
-            if self.cfg.container == Container::Plain {
-                let sidecar = dir.join(meta::sidecar_name(&cur.name));
-                write_new(
-                    &dir.join(meta::partial_name(&meta::sidecar_name(&cur.name))),
-                    &trailer,
-                    &sidecar,
-                )?;
-            } else {
-                cur.out.append(&trailer)?;
-            }
-            cur.out.finish()?;
-            std::fs::rename(&cur.partial, &final_path)
-        })();
+        let final_path = self.dirs.paths[cur.dir].join(&cur.name);
+        let result = finalize(
+            cur.out,
+            &cur.partial,
+            &final_path,
+            self.cfg.container,
+            &index,
+        );
         if let Err(e) = result {
             self.dirs.fail(
                 cur.dir,
@@ -555,19 +547,4 @@ impl StreamWriter {
             .lock()
             .unwrap() = self.counts.clone();
     }
-}
-
-fn seq_from_name(name: &str) -> u64 {
-    name.split('-')
-        .nth(2)
-        .and_then(|s| s.split('.').next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Writes a small file under a temporary name and renames it into place.
-fn write_new(tmp: &Path, bytes: &[u8], dest: &Path) -> std::io::Result<()> {
-    std::fs::write(tmp, bytes)?;
-    std::fs::File::open(tmp)?.sync_all()?;
-    std::fs::rename(tmp, dest)
 }

@@ -17,12 +17,12 @@ use serde::Serialize;
 use tapdeck_capture::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
 use tapdeck_pcap::{Interface, Packet};
 
-use crate::extract::{self, corrected, Merger, StoreInput, TimeWindow};
-use crate::meta::{self, ClockSync, InterfaceCounts, MergeManifest, MergedInput};
 use crate::pipeline::Control;
-use crate::read::{FileError, Store, StoredFile};
 use crate::recorder::{self, RecorderConfig, Summary};
 use crate::stats::StatsRecord;
+use tapdeck_store::extract::{self, corrected, Merger, StoreInput, TimeWindow};
+use tapdeck_store::meta::{self, ClockSync, InterfaceCounts, MergeManifest, MergedInput};
+use tapdeck_store::read::{FileError, Store, StoredFile};
 
 /// Packets handed to the recorder per poll.
 const BATCH: usize = 512;
@@ -633,9 +633,9 @@ pub fn parse_nanos(value: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::testutil::*;
     use tapdeck_pcap::container::{Codec, Container};
     use tapdeck_pcap::Format;
+    use tapdeck_store::read::testutil::*;
 
     #[test]
     fn offsets_parse_with_and_without_units() {

@@ -15,15 +15,15 @@ pub use tapdeck_decode::HeaderDepth;
 use tapdeck_pcap::container::{Codec, FrameEncoder};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
-use crate::affinity::{cpu_for, pin_current_thread, Pinning};
+use crate::affinity::{cpu_for, pin, set_nice, Pinning};
 use crate::controller::{Decision, LadderController, Reason, SharedController};
 use crate::ladder::CodecLadder;
-use crate::meta::{self, InterfaceMeta, Manifest, MergeManifest};
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
 use crate::stats::{CaptureCounts, StatsHub, StatsRecord};
 use crate::writer::{DataDirs, StreamWriter, WriterConfig};
+use tapdeck_store::meta::{self, InterfaceMeta, Manifest, MergeManifest};
 
 /// Capture and writer threads outrank everything else; compressors run at idle priority
 /// (the HP authors saw compression starve capture during bursts). Raising priority needs
@@ -188,7 +188,7 @@ pub fn record<S: PacketSource + 'static>(
         clock: cfg
             .merge
             .is_none()
-            .then(|| meta::read_clock_sync(started_ns))
+            .then(|| read_clock_sync(started_ns))
             .flatten(),
         merge: cfg.merge.clone(),
     };
@@ -355,20 +355,21 @@ fn thread_cpu_seconds() -> f64 {
     secs(ru.ru_utime) + secs(ru.ru_stime)
 }
 
-/// Pins the calling thread; a failure is a warning, not a reason to stop recording.
-fn pin(cpus: &[usize]) {
-    if let Err(e) = pin_current_thread(cpus) {
-        tracing::warn!("{e}");
-    }
-}
-
-/// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
-pub(crate) fn set_nice(nice: i32) {
-    // SAFETY: setpriority on our own thread id.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
-    }
+/// The kernel's view of its clock, or `None` where adjtimex is refused.
+// c_long is i64 only on 64-bit targets: the conversion is needed elsewhere.
+#[allow(clippy::useless_conversion)]
+fn read_clock_sync(now_ns: u64) -> Option<meta::ClockSync> {
+    // SAFETY: with modes = 0 adjtimex only fills the struct we pass.
+    let (state, tx) = unsafe {
+        let mut tx: libc::timex = std::mem::zeroed();
+        (libc::adjtimex(&mut tx), tx)
+    };
+    (state >= 0).then_some(meta::ClockSync {
+        synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
+        max_error_us: i64::from(tx.maxerror),
+        est_error_us: i64::from(tx.esterror),
+        read_ns: now_ns,
+    })
 }
 
 fn hostname() -> String {

@@ -1,0 +1,23 @@
+//! The recorder: writes trace stores that `tapdeck-store` reads.
+//!
+//! Data path: a source's packets are copied by the capture loop into segments of a
+//! preallocated staging pool; full segments go to a pool of compressors, or raw to the
+//! writer, as the ladder controller decides from measured compressor and disk speeds; a
+//! writer per stream lays the frames down with large aligned O_DIRECT writes, rotates files
+//! and applies retention. The capture loop never waits: when no
+//! segment is free the packet is dropped and counted.
+//!
+//! `merge` lives here too: it reads stores through `tapdeck-store` and records the merged
+//! stream through this pipeline.
+
+pub mod affinity;
+pub mod controller;
+pub mod direct;
+pub mod ladder;
+pub mod merge;
+pub mod pipeline;
+pub mod recorder;
+pub mod retention;
+pub mod staging;
+pub mod stats;
+pub mod writer;
