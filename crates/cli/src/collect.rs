@@ -57,7 +57,6 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     };
     std::fs::create_dir_all(&args.store)
         .with_context(|| format!("cannot create store {}", args.store.display()))?;
-    finalize_partials(&args.store);
     let ledger_path = args.store.join(LEDGER_FILE);
     let ledger = Arc::new(Mutex::new(
         Ledger::resume_from(&ledger_path).map_err(|e| anyhow::anyhow!(e))?,
@@ -185,31 +184,6 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         bail!("{fatal}");
     }
     Ok(0)
-}
-
-/// Files a killed collector left incomplete (`.NAME.partial`) are finalized before it
-/// collects again, as `verify --repair` would: every complete frame kept, the rest cut off.
-fn finalize_partials(store: &std::path::Path) {
-    let Ok(found) = tapdeck_store::read::Store::open(store) else {
-        return;
-    };
-    for partial in &found.partials {
-        match tapdeck_store::verify::repair(partial) {
-            Ok(tapdeck_store::verify::Repaired::As(done)) => tracing::warn!(
-                "collect: {} was left incomplete by an earlier run; finalized as {}",
-                partial.display(),
-                done.display()
-            ),
-            Ok(tapdeck_store::verify::Repaired::RemovedEmpty) => tracing::warn!(
-                "collect: {} was left empty by an earlier run; removed",
-                partial.display()
-            ),
-            Err(e) => tracing::warn!(
-                "collect: {} was left incomplete by an earlier run and cannot be finalized ({e}); left as it is",
-                partial.display()
-            ),
-        }
-    }
 }
 
 /// A `collector.jsonl` line: the streams and per-address counts that differ from `last`

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+use tapdeck_store::lock;
 use tapdeck_store::meta::{self, InterfaceCounts};
 use tapdeck_store::read::{format_time, Store, StoredFile};
 
@@ -194,17 +195,23 @@ fn describe_store(store: &Store, json: bool) -> anyhow::Result<i32> {
         bytes,
         drops,
     } = list(&store.files);
-    let incomplete: Vec<_> = store
+    // A partial file is live while a recorder holds its directory; else a crash left it.
+    let (live, left): (Vec<&PathBuf>, Vec<&PathBuf>) = store
         .partials
         .iter()
-        .map(|p| json!({ "path": p, "bytes": std::fs::metadata(p).map(|m| m.len()).ok() }))
-        .collect();
+        .partition(|p| lock::writer_of(p).is_some());
+    let described = |ps: &[&PathBuf]| -> Vec<serde_json::Value> {
+        ps.iter()
+            .map(|p| json!({ "path": p, "bytes": std::fs::metadata(p).map(|m| m.len()).ok() }))
+            .collect()
+    };
+    let (being_written, incomplete) = (described(&live), described(&left));
     let totals =
         json!({ "files": rows.len(), "packets": packets, "stored_bytes": bytes, "drops": drops });
 
     if json {
         let merge = store.manifest.as_ref().and_then(|m| m.merge.as_ref());
-        let doc = json!({ "store": store.root, "files": rows, "totals": totals, "incomplete": incomplete, "errors": errors, "merge": merge });
+        let doc = json!({ "store": store.root, "files": rows, "totals": totals, "being_written": being_written, "incomplete": incomplete, "errors": errors, "merge": merge });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print_rows(&rows);
@@ -240,7 +247,11 @@ fn describe_store(store: &Store, json: bool) -> anyhow::Result<i32> {
                 );
             }
         }
-        for p in &store.partials {
+        for p in &live {
+            let holder = lock::writer_of(p).map_or_else(|| "a recorder".into(), |h| h.to_string());
+            println!("being written: {} (by {holder})", p.display());
+        }
+        for p in &left {
             println!(
                 "incomplete: {} (run `tapdeck verify --repair` to finalize it)",
                 p.display()

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use tapdeck_store::lock;
 use tapdeck_store::read::{format_time, FileError, Store};
 use tapdeck_store::verify::{self, FileSummary, Repaired};
 
@@ -12,6 +13,8 @@ use crate::args::VerifyArgs;
 struct Totals {
     ok: u64,
     failed: u64,
+    /// Partial files a running recorder is writing: neither ok nor failed.
+    live: u64,
     packets: u64,
     chunks: u64,
     bytes: u64,
@@ -20,6 +23,9 @@ struct Totals {
 pub fn run(args: &VerifyArgs) -> anyhow::Result<i32> {
     let mut totals = Totals::default();
     for path in &args.paths {
+        if args.repair {
+            refuse_live(path)?;
+        }
         if path.is_dir() {
             let store = Store::open(path)?;
             for file in &store.files {
@@ -32,15 +38,53 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<i32> {
             check(path, args.repair, &mut totals);
         }
     }
+    let live = if totals.live > 0 {
+        format!(", {} being written", totals.live)
+    } else {
+        String::new()
+    };
     println!(
-        "{} file(s) ok, {} failed: {} packets in {} chunks, {} bytes stored",
+        "{} file(s) ok, {} failed{live}: {} packets in {} chunks, {} bytes stored",
         totals.ok, totals.failed, totals.packets, totals.chunks, totals.bytes
     );
     Ok(if totals.failed > 0 { 1 } else { 0 })
 }
 
+/// `--repair` never touches a store a recorder holds: its partial files are live, and the
+/// recorder finalizes them itself (at stop, or at its next start after a crash).
+fn refuse_live(path: &Path) -> anyhow::Result<()> {
+    let dir = if path.is_dir() {
+        Some(path)
+    } else {
+        path.parent()
+    };
+    if let Some(holder) = dir.and_then(|d| {
+        lock::holder(if d.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            d
+        })
+    }) {
+        anyhow::bail!(
+            "{} is being recorded by {holder}: not repairing live files (stop the recorder first; it finalizes its files when it stops, or when it starts again after a crash)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Verifies (or repairs, then verifies) one file, printing one line either way.
 fn check(path: &Path, repair: bool, totals: &mut Totals) {
+    if verify::is_partial(path) {
+        if let Some(holder) = lock::writer_of(path) {
+            println!(
+                "{}: being written by {holder} (its chunks up to the last flush are readable)",
+                path.display()
+            );
+            totals.live += 1;
+            return;
+        }
+    }
     let result = if repair && verify::is_partial(path) {
         match verify::repair(path) {
             Ok(Repaired::As(done)) => {

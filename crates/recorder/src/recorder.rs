@@ -23,7 +23,9 @@ use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
 use crate::stats::{CaptureCounts, StatsHub, StatsRecord};
 use crate::writer::{DataDirs, StreamWriter, WriterConfig};
+use tapdeck_store::lock::StoreLock;
 use tapdeck_store::meta::{self, InterfaceMeta, Manifest, MergeManifest};
+use tapdeck_store::verify::{self, Repaired};
 
 /// Capture and writer threads outrank everything else; compressors run at idle priority
 /// (the HP authors saw compression starve capture during bursts). Raising priority needs
@@ -135,6 +137,14 @@ pub fn record<S: PacketSource + 'static>(
             .map_err(|e| format!("cannot create data directory {}: {e}", d.display()))?;
         abs_dirs.push(std::fs::canonicalize(d).map_err(|e| format!("{}: {e}", d.display()))?);
     }
+    let root =
+        std::fs::canonicalize(&cfg.store).map_err(|e| format!("{}: {e}", cfg.store.display()))?;
+    let mut lock_dirs = vec![root.clone()];
+    lock_dirs.extend(abs_dirs.iter().filter(|d| **d != root).cloned());
+    let command = std::env::args().take(2).collect::<Vec<_>>().join(" ");
+    let _lock = StoreLock::acquire(&lock_dirs, &command).map_err(|e| e.to_string())?;
+    finalize_leftovers(&abs_dirs);
+    let next_seq = next_sequence_numbers(&abs_dirs);
     let max_record = cfg.format.max_record_len(256 * 1024);
     if cfg.chunk_size < max_record {
         return Err(format!(
@@ -216,6 +226,7 @@ pub fn record<S: PacketSource + 'static>(
                 section: section.clone(),
                 discard: cfg.discard,
                 disk_limit: cfg.disk_limit,
+                first_seq: next_seq.get(&(stream as u32)).copied().unwrap_or(1),
             },
             Arc::clone(&data_dirs),
             Arc::clone(&retention),
@@ -321,6 +332,61 @@ pub fn record<S: PacketSource + 'static>(
         discard: cfg.discard,
         headers: cfg.headers,
     })
+}
+
+/// Files an earlier run left incomplete (killed, or its disk failed) are finalized before
+/// this one writes, as `verify --repair` would: every complete frame kept, the rest cut
+/// off. Under the store lock, so no live file is touched.
+fn finalize_leftovers(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut partials: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| meta::DataName::of_partial(&e.file_name().to_string_lossy()).is_some())
+            .map(|e| e.path())
+            .collect();
+        partials.sort();
+        for partial in partials {
+            match verify::repair(&partial) {
+                Ok(Repaired::As(done)) => tracing::warn!(
+                    "{} was left incomplete by an earlier run; finalized as {}",
+                    partial.display(),
+                    done.display()
+                ),
+                Ok(Repaired::RemovedEmpty) => tracing::warn!(
+                    "{} was left empty by an earlier run; removed",
+                    partial.display()
+                ),
+                Err(e) => tracing::warn!(
+                    "{} was left incomplete by an earlier run and cannot be finalized ({e}); left as it is",
+                    partial.display()
+                ),
+            }
+        }
+    }
+}
+
+/// The sequence number each stream's next file takes: one past the highest in the store,
+/// so that a store's names never repeat across runs (readers order by time regardless).
+fn next_sequence_numbers(dirs: &[PathBuf]) -> std::collections::HashMap<u32, u64> {
+    let mut next = std::collections::HashMap::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let parsed =
+                meta::DataName::parse(&name).or(meta::DataName::of_partial(&name).map(|(n, _)| n));
+            if let Some(n) = parsed {
+                let seq = next.entry(n.stream).or_insert(1u64);
+                *seq = (*seq).max(n.seq + 1);
+            }
+        }
+    }
+    next
 }
 
 /// Spawns a thread of the recorder; when it ends, its CPU time is added to its role's

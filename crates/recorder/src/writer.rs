@@ -75,6 +75,9 @@ pub struct WriterConfig {
     /// Benchmarks only: write at most this many bytes per second, as a slower disk would
     /// (our machines have no cgroup io.max).
     pub disk_limit: Option<u64>,
+    /// Sequence number of this stream's first file: one past the store's highest, so a
+    /// second run into a store never reuses a name.
+    pub first_seq: u64,
 }
 
 /// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
@@ -139,6 +142,7 @@ impl StreamWriter {
         });
         StreamWriter {
             throttle,
+            file_seq: cfg.first_seq,
             cfg,
             dirs,
             retention,
@@ -146,7 +150,6 @@ impl StreamWriter {
             control,
             interfaces: Vec::new(),
             current: None,
-            file_seq: 1,
             counts: Vec::new(),
             warned_buffered: false,
             controller: None,
