@@ -271,6 +271,12 @@ pub(crate) fn print_summary(s: &Summary) {
         t.dropped.staging_full,
         t.dropped.write_error
     );
+    if t.dropped.write_error > 0 {
+        eprintln!(
+            "  lost to the disk: {} packets could not be written (full or failing data directories; counted as write errors, see the log)",
+            t.dropped.write_error
+        );
+    }
     let balance = t.unaccounted();
     eprintln!(
         "  accounting: seen = stored + dropped {}",

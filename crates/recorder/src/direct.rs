@@ -61,6 +61,8 @@ pub struct DirectFile {
     buf_len: usize,
     /// File offset of `buf[0]`; always aligned.
     buf_offset: u64,
+    /// Bytes known to be written to the file (the kernel took them; not yet synced).
+    on_disk: u64,
 }
 
 impl DirectFile {
@@ -92,6 +94,7 @@ impl DirectFile {
             buf: AlignedBuf::new(cap),
             buf_len: 0,
             buf_offset: 0,
+            on_disk: 0,
         })
     }
 
@@ -108,6 +111,12 @@ impl DirectFile {
         self.len() == 0
     }
 
+    /// How much of what was appended the kernel has taken (the rest waits in the buffer):
+    /// a frame ending beyond it is lost if the file must be abandoned.
+    pub fn on_disk(&self) -> u64 {
+        self.on_disk
+    }
+
     /// Appends bytes; writes whenever the buffer fills.
     pub fn append(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
@@ -118,6 +127,7 @@ impl DirectFile {
             if self.buf_len == self.buf.cap {
                 self.write_at(self.buf_offset, self.buf.cap)?;
                 self.buf_offset += self.buf.cap as u64;
+                self.on_disk = self.buf_offset;
                 self.buf_len = 0;
             }
         }
@@ -141,6 +151,7 @@ impl DirectFile {
         let buf_len = self.buf_len;
         self.buf.as_mut()[buf_len..len].fill(0);
         self.write_at(self.buf_offset, len)?;
+        self.on_disk = self.len();
         if whole > 0 {
             self.buf.as_mut().copy_within(whole..self.buf_len, 0);
             self.buf_offset += whole as u64;
@@ -149,9 +160,17 @@ impl DirectFile {
         Ok(())
     }
 
+    /// Cuts the file where what the kernel took ends: a failed write may have put part of
+    /// the buffer in the file, and those frames are written again elsewhere (or counted
+    /// lost), so they must not also survive here.
+    pub fn cut_to_on_disk(&self) -> io::Result<()> {
+        self.file.set_len(self.on_disk)
+    }
+
     /// Forgets everything appended after the first `len` bytes (a frame whose write
     /// failed), so the next frame starts where the last good one ended.
     pub fn rollback(&mut self, len: u64) -> io::Result<()> {
+        self.on_disk = self.on_disk.min(len);
         if len >= self.buf_offset {
             self.buf_len = (len - self.buf_offset) as usize;
             return Ok(());

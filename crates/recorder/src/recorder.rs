@@ -314,7 +314,16 @@ pub fn record<S: PacketSource + 'static>(
         // The files carry everything a reader needs; the manifest only adds the summary.
         tracing::warn!("{e}");
     }
-    let fatal = control.fatal.lock().unwrap().clone();
+    let mut fatal = control.fatal.lock().unwrap().clone();
+    if fatal.is_none() && last.totals.stored == 0 && last.totals.dropped.write_error > 0 {
+        // Losses are counted and the run goes on while any data directory might come back;
+        // a run that could not store a single packet is a failure all the same.
+        fatal =
+            Some(format!(
+            "no packet could be written to {}: every data directory failed (see the errors above)",
+            abs_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let staging_locked = pools.iter().all(|p| p.locked());
     if !staging_locked {
         tracing::warn!(

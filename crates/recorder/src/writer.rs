@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
@@ -22,42 +22,76 @@ use crate::stats::{StatsHub, WriterCounts};
 use tapdeck_store::finalize::finalize;
 use tapdeck_store::meta::{self, DataName, FileMeta, InterfaceMeta};
 
+/// How long a data directory that failed (a full disk, an I/O error, a directory that
+/// went away) rests before a writer tries it again. Meanwhile its chunks go to another
+/// directory, or are dropped and counted as write errors when none is usable.
+pub const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The data directories of a store, shared by every stream's writer.
 pub struct DataDirs {
     pub paths: Vec<PathBuf>,
-    failed: Vec<AtomicBool>,
+    /// Per directory: `None` while healthy; when it failed, when (for the log) and when it
+    /// may be tried again.
+    failed: Vec<std::sync::Mutex<Option<Failure>>>,
     next: AtomicUsize,
-    /// Why the last directory failed, for the final error.
-    last_failure: std::sync::Mutex<String>,
+}
+
+#[derive(Clone, Copy)]
+struct Failure {
+    since: std::time::Instant,
+    retry_at: std::time::Instant,
 }
 
 impl DataDirs {
     pub fn new(paths: Vec<PathBuf>) -> DataDirs {
-        let failed = paths.iter().map(|_| AtomicBool::new(false)).collect();
+        let failed = paths.iter().map(|_| Default::default()).collect();
         DataDirs {
             paths,
             failed,
             next: AtomicUsize::new(0),
-            last_failure: std::sync::Mutex::new(String::new()),
         }
     }
 
-    /// The next healthy directory in round-robin order.
+    /// The next healthy directory in round-robin order, else one whose rest is over.
     fn pick(&self) -> Option<usize> {
         let n = self.paths.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| !self.failed[i].load(Ordering::Relaxed))
+        let order = (0..n).map(|k| (start + k) % n);
+        let now = std::time::Instant::now();
+        let state = |i: usize| *self.failed[i].lock().unwrap();
+        order.clone().find(|&i| state(i).is_none()).or_else(|| {
+            order
+                .into_iter()
+                .find(|&i| state(i).is_some_and(|f| f.retry_at <= now))
+        })
     }
 
+    /// Marks a directory failed (logged once per episode) and sets its next try.
     fn fail(&self, i: usize, why: &str) {
-        if !self.failed[i].swap(true, Ordering::Relaxed) {
+        let now = std::time::Instant::now();
+        let mut f = self.failed[i].lock().unwrap();
+        if f.is_none() {
             tracing::error!(
-                "data directory {} is skipped from now on: {why}",
-                self.paths[i].display()
+                "data directory {}: {why}; trying it again every {} s (meanwhile packets go to another directory, or are dropped and counted as write errors)",
+                self.paths[i].display(),
+                RETRY_AFTER.as_secs()
             );
-            *self.last_failure.lock().unwrap() = why.to_string();
+        }
+        *f = Some(Failure {
+            since: f.map_or(now, |f| f.since),
+            retry_at: now + RETRY_AFTER,
+        });
+    }
+
+    /// A write to the directory succeeded: ends its failure episode, if it had one.
+    fn succeeded(&self, i: usize) {
+        let mut f = self.failed[i].lock().unwrap();
+        if let Some(failure) = f.take() {
+            tracing::warn!(
+                "data directory {} is writable again after {:.1} s",
+                self.paths[i].display(),
+                failure.since.elapsed().as_secs_f64()
+            );
         }
     }
 }
@@ -109,6 +143,10 @@ struct CurrentFile {
     min_ts_ns: u64,
     max_ts_ns: u64,
     packets: u64,
+    /// Chunks counted as stored whose frames the kernel has not taken yet (still in the
+    /// write buffer), with where each frame ends. They keep their staging segments until
+    /// then: if the file must be abandoned, they are written again elsewhere.
+    unconfirmed: std::collections::VecDeque<(u64, Chunk, Encoded)>,
 }
 
 pub struct StreamWriter {
@@ -126,6 +164,11 @@ pub struct StreamWriter {
     /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
     controller: Option<Arc<SharedController>>,
     throttle: Option<DiskThrottle>,
+    /// Partial files given up when their directory failed, with their directory: finalized
+    /// when it takes writes again.
+    abandoned: Vec<(usize, PathBuf)>,
+    /// Chunks of the file just abandoned that never reached it, for `rewrite_lost`.
+    lost: Vec<(Chunk, Encoded)>,
 }
 
 impl StreamWriter {
@@ -153,6 +196,8 @@ impl StreamWriter {
             counts: Vec::new(),
             warned_buffered: false,
             controller: None,
+            abandoned: Vec::new(),
+            lost: Vec::new(),
         }
     }
 
@@ -187,6 +232,13 @@ impl StreamWriter {
                 out_of_order: 0,
             });
         }
+        self.salvage_abandoned();
+        for (_, partial) in &self.abandoned {
+            tracing::warn!(
+                "{} keeps its complete chunks; the next run into this store (or `tapdeck verify --repair`) finalizes it",
+                partial.display()
+            );
+        }
     }
 
     fn open(&mut self, open: OpenFile) {
@@ -210,7 +262,8 @@ impl StreamWriter {
                 return false;
             }
         };
-        while let Some(dir) = self.dirs.pick() {
+        let dirs = Arc::clone(&self.dirs);
+        for dir in (0..dirs.paths.len()).filter_map(|_| dirs.pick()) {
             let name = loop {
                 let name = meta::file_name(
                     first_ts_ns,
@@ -252,23 +305,30 @@ impl StreamWriter {
                 min_ts_ns: u64::MAX,
                 max_ts_ns: 0,
                 packets: 0,
+                unconfirmed: Default::default(),
             });
-            if self
-                .append_raw(&header, FrameKind::Header, 0, (0, 0))
-                .is_ok()
-            {
-                return true;
+            match self.append_raw(&header, FrameKind::Header, 0, (0, 0)) {
+                Ok(_) => {
+                    self.dirs.succeeded(dir);
+                    self.salvage_abandoned();
+                    return true;
+                }
+                Err(e) => self.abandon_current(&e.to_string()),
             }
         }
-        let last = self.dirs.last_failure.lock().unwrap().clone();
-        self.control.fail(format!(
-            "recording stopped, no data directory is usable any more ({last}); every completed file is intact"
-        ));
+        // Every directory failed and rests: this chunk is dropped and counted; a later
+        // one tries again.
         false
     }
 
     fn chunk(&mut self, chunk: Chunk, encoded: Encoded) {
-        let data = chunk.segment.data();
+        self.write_chunk(chunk, encoded, false);
+    }
+
+    /// Writes one chunk to the current file (opening one if needed); `again` for a chunk
+    /// rescued from an abandoned file, whose codec and ladder bytes were counted already.
+    fn write_chunk(&mut self, chunk: Chunk, encoded: Encoded, again: bool) {
+        let data_len = chunk.segment.data().len();
         let (codec, frame_len) = match &encoded {
             Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
             Encoded::Raw => (Codec::Raw, 0),
@@ -276,11 +336,11 @@ impl StreamWriter {
         if self.cfg.discard {
             self.stats.add_codec(
                 codec,
-                data.len(),
-                if frame_len > 0 { frame_len } else { data.len() },
+                data_len,
+                if frame_len > 0 { frame_len } else { data_len },
             );
             self.stats
-                .add_decision(codec, chunk.decision.reason, data.len());
+                .add_decision(codec, chunk.decision.reason, data_len);
             self.grow_counts(chunk.per_iface.len());
             for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
                 c.stored += u64::from(n);
@@ -297,14 +357,14 @@ impl StreamWriter {
                 Encoded::Frame { bytes, .. } => self.append(
                     |out| out.append(bytes),
                     frame_len,
-                    data.len(),
+                    data_len,
                     FrameKind::Packets,
                     codec,
                     chunk.packets,
                     (chunk.min_ts_ns, chunk.max_ts_ns),
                 ),
                 Encoded::Raw => self.append_raw(
-                    data,
+                    chunk.segment.data(),
                     FrameKind::Packets,
                     chunk.packets,
                     (chunk.min_ts_ns, chunk.max_ts_ns),
@@ -320,36 +380,53 @@ impl StreamWriter {
                     self.abandon_current(&format!(
                         "disk full (set --max-bytes or --min-free to delete the oldest files instead): {e}"
                     ));
+                    self.rewrite_lost();
                 }
-                Err(e) => self.abandon_current(&e.to_string()),
+                Err(e) => {
+                    self.abandon_current(&e.to_string());
+                    self.rewrite_lost();
+                }
             }
         };
         self.grow_counts(chunk.per_iface.len());
-        match written {
-            Some(bytes_out) => {
-                if let Some(t) = &mut self.throttle {
-                    t.take(bytes_out);
-                }
-                if let Some(c) = &self.controller {
-                    c.written(bytes_out, started.elapsed().as_secs_f64());
-                }
-                self.stats.add_codec(codec, data.len(), bytes_out);
-                self.stats
-                    .add_decision(codec, chunk.decision.reason, data.len());
-                for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
-                    c.stored += u64::from(n);
-                }
+        let Some(bytes_out) = written else {
+            self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+                c.dropped_write_error += u64::from(n);
             }
-            None => {
-                self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
-                    c.dropped_write_error += u64::from(n);
-                }
+            self.publish();
+            // The segment returns to the staging pool: the chunk is lost, and counted.
+            return;
+        };
+        if let Some(t) = &mut self.throttle {
+            t.take(bytes_out);
+        }
+        if !again {
+            if let Some(c) = &self.controller {
+                c.written(bytes_out, started.elapsed().as_secs_f64());
             }
+            self.stats.add_codec(codec, data_len, bytes_out);
+            self.stats
+                .add_decision(codec, chunk.decision.reason, data_len);
+        }
+        for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+            c.stored += u64::from(n);
         }
         self.publish();
-        // The segment returns to the staging pool only now that the writer holds its chunk.
-        drop(chunk);
+        // The segment returns to the staging pool only once the kernel has its frame.
+        let cur = self
+            .current
+            .as_mut()
+            .expect("a chunk was just written to it");
+        cur.unconfirmed.push_back((cur.out.len(), chunk, encoded));
+        let on_disk = cur.out.on_disk();
+        while cur
+            .unconfirmed
+            .front()
+            .is_some_and(|(end, ..)| *end <= on_disk)
+        {
+            cur.unconfirmed.pop_front();
+        }
     }
 
     fn append_raw(
@@ -426,28 +503,94 @@ impl StreamWriter {
         let Some(cur) = self.current.as_mut() else {
             return;
         };
-        if let Err(e) = cur.out.flush() {
-            // Its chunks were counted as stored; the partial file keeps all but this tail.
-            self.abandon_current(&format!("flushing failed: {e}"));
+        match cur.out.flush() {
+            // Everything is with the kernel: the chunks' segments go back to the pool.
+            Ok(()) => cur.unconfirmed.clear(),
+            Err(e) => {
+                self.abandon_current(&format!("flushing failed: {e}"));
+                self.rewrite_lost();
+            }
         }
     }
 
-    /// Gives up on the current file's directory: keeps the file as it is (complete chunks,
-    /// repairable) and marks the directory failed.
+    /// Gives up on the current file and rests its directory: the file keeps its complete
+    /// chunks and is finalized as soon as a directory takes writes again (or by the next
+    /// run); one that holds no chunk is removed.
     fn abandon_current(&mut self, why: &str) {
         if let Some(cur) = self.current.take() {
             self.dirs.fail(
                 cur.dir,
                 &format!("writing {} failed: {why}", cur.partial.display()),
             );
-            tracing::warn!(
-                "{} keeps its complete chunks; `tapdeck verify --repair` finalizes it",
-                cur.partial.display()
-            );
+            // Chunks still in the write buffer never reached the file: not stored after all,
+            // they are written again elsewhere (`rewrite_lost`), or dropped and counted.
+            let on_disk = cur.out.on_disk();
+            for (end, chunk, encoded) in cur.unconfirmed {
+                if end > on_disk {
+                    for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+                        c.stored -= u64::from(n);
+                    }
+                    self.lost.push((chunk, encoded));
+                }
+            }
+            self.publish();
+            if let Err(e) = cur.out.cut_to_on_disk() {
+                tracing::warn!(
+                    "cannot cut {} after its last written frame: {e}",
+                    cur.partial.display()
+                );
+            }
+            drop(cur.out);
+            if cur.entries.iter().all(|e| {
+                e.kind != FrameKind::Packets || e.frame_offset + u64::from(e.frame_len) > on_disk
+            }) {
+                let _ = std::fs::remove_file(&cur.partial);
+            } else {
+                self.abandoned.push((cur.dir, cur.partial));
+            }
         }
     }
 
+    /// Writes the chunks an abandoned file lost (in their order) to a new file, on another
+    /// directory if one is usable.
+    fn rewrite_lost(&mut self) {
+        for (chunk, encoded) in std::mem::take(&mut self.lost) {
+            self.write_chunk(chunk, encoded, true);
+        }
+    }
+
+    /// Finalizes the files abandoned on directories that take writes again, keeping their
+    /// complete chunks (as `verify --repair` would, which refuses to while we record).
+    fn salvage_abandoned(&mut self) {
+        let dirs = &self.dirs;
+        self.abandoned.retain(|(dir, partial)| {
+            if dirs.failed[*dir].lock().unwrap().is_some() {
+                return true;
+            }
+            match tapdeck_store::verify::repair(partial) {
+                Ok(tapdeck_store::verify::Repaired::As(done)) => {
+                    tracing::warn!(
+                        "{} (abandoned when its directory failed) finalized as {}",
+                        partial.display(),
+                        done.display()
+                    );
+                    false
+                }
+                Ok(tapdeck_store::verify::Repaired::RemovedEmpty) => false,
+                Err(e) => {
+                    tracing::warn!("{e}; trying again later");
+                    true
+                }
+            }
+        });
+    }
+
     fn close(&mut self, close: CloseFile) {
+        // Every chunk on disk first, so the counts the file keeps are what it holds.
+        if let Some(Err(e)) = self.current.as_mut().map(|c| c.out.flush()) {
+            self.abandon_current(&format!("flushing failed: {e}"));
+            self.rewrite_lost();
+        }
         let Some(mut cur) = self.current.take() else {
             return;
         };
@@ -521,10 +664,7 @@ impl StreamWriter {
                 cur.dir,
                 &format!("finishing {} failed: {e}", cur.partial.display()),
             );
-            tracing::warn!(
-                "{} keeps its complete chunks; `tapdeck verify --repair` finalizes it",
-                cur.partial.display()
-            );
+            self.abandoned.push((cur.dir, cur.partial));
             return;
         }
         self.stats.files_written.fetch_add(1, Ordering::Relaxed);
