@@ -288,7 +288,8 @@ def test_data_dir_is_a_regular_file(tapdeck, tmp_path):
 @pytest.mark.parametrize("args,flag", [
     (["--chunk-size", "lots"], "--chunk-size"),
     (["--staging", "1MiB", "--chunk-size", "1MiB"], "--staging"),
-    (["--rotate-interval", "0"], "--rotate-interval"),
+    (["--rotate-size", "lots"], "--rotate-size"),  # (--rotate-interval 0 turns cuts off)
+    (["--min-free", "lots"], "--min-free"),
     (["--chunk-size", "1KiB"], "--chunk-size"),
 ])
 def test_bad_sizes(tapdeck, tmp_path, args, flag):

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 import signal
+from pathlib import Path
 
 from conftest import (
     data_files,
@@ -187,7 +188,8 @@ def check_retention(tapdeck, store, r):
 
 def test_max_bytes(tapdeck, tmpfs):
     store = tmpfs / "S"
-    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--max-bytes", "12MiB")
+    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--max-bytes", "12MiB",
+                       "--min-keep", "0")
     files, last = check_retention(tapdeck, store, r)
     size = sum(f.stat().st_size for f in files)
     assert size <= 12 * MiB, size
@@ -196,7 +198,8 @@ def test_max_bytes(tapdeck, tmpfs):
 
 def test_min_free(tapdeck, tmpfs):
     store = tmpfs / "S"
-    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--min-free", "8MiB")
+    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--min-free", "8MiB",
+                       "--min-keep", "0")
     files, last = check_retention(tapdeck, store, r)
     # Enforced after each file completes; the stats and manifest written afterwards are small.
     assert free_bytes(tmpfs) >= 8 * MiB - 64 * 1024, free_bytes(tmpfs)
@@ -229,3 +232,76 @@ def test_full_dir_is_skipped_among_several(tapdeck, tmpfs, tmp_path):
     last_small = max(seq(f) for f in on_small)
     after = [f for f in on_big if seq(f) > last_small]
     assert len(after) >= 2, "recording did not continue on the healthy dir"
+
+
+def test_min_keep_protects_recent_files(tapdeck, tmpfs):
+    """With the default --min-keep (10 minutes), a recording over its --max-bytes deletes
+    nothing it just wrote: it stops writing, counts the refused packets as write errors,
+    says why, and the store stays under its limit."""
+    store = tmpfs / "S"
+    r = tapdeck.record(store, *SIXTY_MIB, *COMMON, "--rotate-size", "2MiB", "--max-bytes", "12MiB")
+    assert r.returncode == 0, r.describe()
+    last = final_stats(store)
+    assert last["files_deleted"] == 0, last
+    assert last["retention_holds"] == 1 and last["retention_refused"] > 0, last
+    t = last["totals"]
+    assert t["dropped"]["write_error"] > 0 and t["seen"] == t["stored"] + dropped_total(last)
+    assert "retention held writing 1 time(s)" in r.stderr, r.describe()
+    files = data_files(store)
+    assert sum(f.stat().st_size for f in files) <= 12 * MiB
+    verify_each(tapdeck, files)
+
+
+def fill(path, leave: int) -> None:
+    """Writes `path` until the filesystem has about `leave` bytes free (as dd would)."""
+    with open(path, "wb") as f:
+        try:
+            while free_bytes(path.parent) > leave:
+                f.write(b"\xff" * min(MiB, free_bytes(path.parent) - leave or 1))
+                f.flush()
+        except OSError:
+            pass
+
+
+def test_a_filled_disk_under_min_free_keeps_the_newest_files(tapdeck, procs, tmpfs):
+    """Another program fills the disk during a recording with --min-free: retention deletes
+    old files but never the two newest; when that is not enough it stops writing, warns
+    once, counts the drops, and resumes when the space comes back."""
+    store = tmpfs / "S"
+    p = tapdeck.popen("record", "--store", store, "--synthetic", "1514", "--rate", "3000",
+                      "--codec", "none", "--staging", "32MiB", "--chunk-size", "1MiB",
+                      "--log", "warn", "--rotate-size", "1MiB", "--min-free", "2MiB",
+                      "--min-keep", "0", "--stats-interval", "0.2", "--flush-interval", "0.2")
+    procs.append(p)
+    wait_for(lambda: p.poll() is not None or len(data_files(store)) >= 4, 30, "four files")
+    filler = tmpfs / "filler"
+    fill(filler, leave=0)
+
+    def last():
+        recs = stats_records(store)
+        return recs[-1] if recs else {}
+
+    wait_for(lambda: p.poll() is not None or last().get("retention_holds"), 30,
+             "retention to hold writing")
+    assert p.poll() is None, "the recording stopped"
+    # The two newest files that hold packets (rotations while writing is refused make
+    # empty files, which are not protected).
+    with_packets = [f["path"] for f in tapdeck.info(store)["files"] if f["packets"] > 0]
+    newest = [Path(f) for f in with_packets[-2:]]
+    assert len(newest) == 2, with_packets
+    refused = last()["retention_refused"]
+    wait_for(lambda: last()["retention_refused"] > refused, 30, "more refused chunks")
+    assert all(f.exists() for f in newest), "retention deleted one of the two newest files"
+    filler.unlink()
+    stored = last()["totals"]["stored"]
+    wait_for(lambda: last()["totals"]["stored"] > stored + 3000, 30, "writing to resume")
+    p.send_signal(signal.SIGINT)
+    rc, _, err = finish(p, timeout=30)
+    assert rc == 0, err
+    assert err.count("retention cannot keep --min-free") == 1, err
+    assert "writing resumes" in err, err
+    fin = final_stats(store)
+    t = fin["totals"]
+    assert t["seen"] == t["stored"] + dropped_total(fin) and t["dropped"]["write_error"] > 0, t
+    assert all(f.exists() for f in newest)
+    verify_each(tapdeck, data_files(store))

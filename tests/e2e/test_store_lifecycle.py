@@ -18,6 +18,7 @@ import signal
 
 from conftest import (
     data_files,
+    dropped_total,
     finish,
     partial_files,
     read_packets,
@@ -78,6 +79,12 @@ def test_a_recording_store_is_locked_and_its_open_file_is_live(tapdeck, procs, t
     assert rc == 0, err
     assert partial_files(store) == []
     assert tapdeck.verify(store).returncode == 0
+    # Every stats record balances with what is in flight; the last has nothing in flight.
+    recs = stats_records(store)
+    for rec in recs:
+        t = rec["totals"]
+        assert t["seen"] == t["stored"] + dropped_total(rec) + t["in_flight"], rec
+    assert recs[-1]["final"] and recs[-1]["totals"]["in_flight"] == 0, recs[-1]
 
 
 def test_runs_and_crashes_continue_the_store_in_time_order(tapdeck, procs, tmp_path):

@@ -631,9 +631,8 @@ impl PacketSource for AfPacketSource {
     }
 }
 
-/// Drops root privileges for good: switches to `user`'s uid, gid and only group. Call it
-/// once every socket is open and every ring mapped; the descriptors stay usable.
-pub fn drop_privileges(user: &str) -> Result<(), SourceError> {
+/// The user id and group id of `user` (from the password database).
+pub fn lookup_user(user: &str) -> Result<(u32, u32), SourceError> {
     let c = CString::new(user)
         .map_err(|_| SourceError::Other(format!("--user {user:?}: not a user name")))?;
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
@@ -658,7 +657,13 @@ pub fn drop_privileges(user: &str) -> Result<(), SourceError> {
         };
         return Err(SourceError::Other(format!("--user {user}: {why}")));
     }
-    let (uid, gid) = (pwd.pw_uid, pwd.pw_gid);
+    Ok((pwd.pw_uid, pwd.pw_gid))
+}
+
+/// Drops root privileges for good: switches to `user`'s uid, gid and only group. Call it
+/// once every socket is open and every ring mapped; the descriptors stay usable.
+pub fn drop_privileges(user: &str) -> Result<(), SourceError> {
+    let (uid, gid) = lookup_user(user)?;
     let fail = |what: &str| {
         SourceError::Other(format!(
             "--user {user}: cannot {what}: {} (tapdeck must start as root to switch users)",

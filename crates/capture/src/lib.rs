@@ -8,7 +8,9 @@ mod afpacket;
 mod file;
 mod synthetic;
 
-pub use afpacket::{drop_privileges, AfPacketConfig, AfPacketSource, KernelStats, DEFAULT_SNAPLEN};
+pub use afpacket::{
+    drop_privileges, lookup_user, AfPacketConfig, AfPacketSource, KernelStats, DEFAULT_SNAPLEN,
+};
 pub use file::{open_trace, open_trace_bytes, FileSource};
 pub use synthetic::{SyntheticProfile, SyntheticSource};
 pub use tapdeck_pcap::{Interface, Packet};

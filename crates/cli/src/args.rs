@@ -159,14 +159,22 @@ pub struct RecordArgs {
     #[arg(long = "dir", value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 
-    /// Keep the store under this size, deleting the oldest complete files.
+    /// Keep the store under this size (the files being written count too), deleting the
+    /// oldest complete files.
     #[arg(long, value_name = "SIZE")]
     pub max_bytes: Option<String>,
 
     /// Keep at least this much free on each data directory's filesystem, deleting the
-    /// oldest complete files.
+    /// oldest complete files. With -i the default is the smaller of 10 % of the filesystem
+    /// and 1 GiB; 0 turns it off. A disk already below it at start is an error.
     #[arg(long, value_name = "SIZE")]
     pub min_free: Option<String>,
+
+    /// Retention never deletes a file completed less than this many seconds ago, nor the
+    /// two newest files: when --max-bytes or --min-free can only be kept by deleting those,
+    /// writing stops, and packets are dropped, counted and logged until there is room.
+    #[arg(long, default_value = "600", value_name = "SECONDS")]
+    pub min_keep: u64,
 
     #[command(flatten)]
     pub output: StoreWriteArgs,
@@ -246,12 +254,14 @@ pub struct StoreWriteArgs {
     pub staging: Option<String>,
 
     /// Start a new file once this much capture data (before compression) is in it.
+    /// `record -i` defaults to 1GiB; 0 turns size cuts off.
     #[arg(long, value_name = "SIZE")]
     pub rotate_size: Option<String>,
 
     /// Start a new file at every multiple of this many seconds of packet time since the
     /// epoch (60 cuts at :00 of each minute). With --rotate-size too, whichever comes first;
-    /// a size cut does not move the interval boundaries.
+    /// a size cut does not move the interval boundaries. `record -i` defaults to 60; 0
+    /// turns interval cuts off.
     #[arg(long, value_name = "SECONDS")]
     pub rotate_interval: Option<u64>,
 

@@ -25,6 +25,114 @@ pub fn parse_size(flag: &str, value: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("{flag} {value}: not a size (e.g. 4MiB, 10G, 123456)"))
 }
 
+/// `record -i` cuts files at 1 GiB of capture data or every minute, whichever comes first.
+const DEFAULT_ROTATE_SIZE: u64 = 1 << 30;
+const DEFAULT_ROTATE_INTERVAL_S: u64 = 60;
+
+/// `record -i` keeps the smaller of 10 % of the data filesystem and 1 GiB free.
+fn default_min_free(store: &std::path::Path, dir: Option<&std::path::PathBuf>) -> Option<u64> {
+    // The store may not exist yet: ask about the nearest directory that does.
+    let mut at = dir.map_or(store, |d| d.as_path());
+    while !at.exists() {
+        at = at
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+    }
+    let size = tapdeck_recorder::retention::filesystem_bytes(at)?;
+    Some((size / 10).min(1 << 30))
+}
+
+/// Says at start what a live recording will do about files and disk space.
+fn print_live_defaults(rotation: &Rotation, retention: &RetentionPolicy) {
+    let cut = match (rotation.max_bytes, rotation.interval_ns) {
+        (None, None) => "one file until stopped (no rotation)".to_string(),
+        (Some(b), None) => format!("a new file every {}", human_bytes(b)),
+        (None, Some(i)) => format!("a new file every {} s", i / 1_000_000_000),
+        (Some(b), Some(i)) => format!(
+            "a new file every {} s or {}",
+            i / 1_000_000_000,
+            human_bytes(b)
+        ),
+    };
+    let keep = match (retention.max_bytes, retention.min_free) {
+        (None, None) => {
+            "no retention: a full disk drops packets (counted) until space returns".to_string()
+        }
+        (m, f) => {
+            let mut parts = Vec::new();
+            if let Some(m) = m {
+                parts.push(format!("the store under {}", human_bytes(m)));
+            }
+            if let Some(f) = f {
+                parts.push(format!("{} free", human_bytes(f)));
+            }
+            format!(
+                "keeping {} by deleting the oldest files (never the 2 newest nor any younger than {} s)",
+                parts.join(" and "),
+                retention.min_keep.as_secs()
+            )
+        }
+    };
+    eprintln!("tapdeck: {cut}; {keep} (see --rotate-size, --rotate-interval, --max-bytes, --min-free; 0 turns each off)");
+}
+
+/// The store directory and its data directories.
+fn store_dirs(cfg: &RecorderConfig) -> Vec<std::path::PathBuf> {
+    std::iter::once(cfg.store.clone())
+        .chain(cfg.dirs.iter().cloned())
+        .collect()
+}
+
+/// With --user, the directories the recorder writes to are created (as root, before the
+/// switch) and given to that user, so the store need not exist beforehand.
+fn prepare_dirs_for(user: &str, dirs: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    let (uid, gid) = tapdeck_capture::lookup_user(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for dir in dirs {
+        if dir.exists() {
+            continue;
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+            .with_context(|| format!("cannot give {} to user {user}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// After the switch: says which directory the user cannot write to, rather than failing
+/// at the first file.
+fn check_writable_by(user: &str, dirs: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    for dir in dirs {
+        let probe = dir.join(format!(".tapdeck-write-test-{}", std::process::id()));
+        match std::fs::File::create(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+            }
+            Err(e) => bail!(
+                "--user {user} cannot write to {} ({e}): give that user write access (chown {user} {}) or choose another store",
+                dir.display(),
+                dir.display()
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     let ladder =
         CodecLadder::parse(&args.output.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
@@ -34,30 +142,38 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     };
     let (chunk_size, staging_bytes) =
         chunk_and_staging(&args.output.chunk_size, args.output.staging.as_deref())?;
+    // A live interface records until stopped: unless told otherwise, files are cut and
+    // the disk is kept from filling (see `live_defaults`).
+    let live = !args.interfaces.is_empty();
+    let size = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
+        v.as_deref().map(|s| parse_size(flag, s)).transpose()
+    };
+    let rotate_size = size("--rotate-size", &args.output.rotate_size)?;
     let rotation = Rotation {
-        max_bytes: args
-            .output
-            .rotate_size
-            .as_deref()
-            .map(|s| parse_size("--rotate-size", s))
-            .transpose()?,
+        max_bytes: match rotate_size {
+            Some(0) => None,
+            None if live => Some(DEFAULT_ROTATE_SIZE),
+            s => s,
+        },
         interval_ns: match args.output.rotate_interval {
-            Some(0) => bail!("--rotate-interval must be at least 1 second"),
+            Some(0) => None,
+            None if live => Some(DEFAULT_ROTATE_INTERVAL_S * 1_000_000_000),
             s => s.map(|s| s * 1_000_000_000),
         },
     };
-    let retention = RetentionPolicy {
-        max_bytes: args
-            .max_bytes
-            .as_deref()
-            .map(|s| parse_size("--max-bytes", s))
-            .transpose()?,
-        min_free: args
-            .min_free
-            .as_deref()
-            .map(|s| parse_size("--min-free", s))
-            .transpose()?,
+    let min_free = match size("--min-free", &args.min_free)? {
+        Some(0) => None,
+        None if live => default_min_free(&args.store, args.dirs.first()),
+        m => m,
     };
+    let retention = RetentionPolicy {
+        max_bytes: size("--max-bytes", &args.max_bytes)?,
+        min_free,
+        min_keep: Duration::from_secs(args.min_keep),
+    };
+    if live {
+        print_live_defaults(&rotation, &retention);
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
@@ -146,7 +262,10 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             let sources = AfPacketSource::open_fanout(&live, args.threads)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             if let Some(user) = &args.user {
+                let dirs = store_dirs(&cfg);
+                prepare_dirs_for(user, &dirs)?;
                 tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+                check_writable_by(user, &dirs)?;
             }
             let mut cfg = cfg;
             cfg.options["source"] =
@@ -275,6 +394,12 @@ pub(crate) fn print_summary(s: &Summary) {
         eprintln!(
             "  lost to the disk: {} packets could not be written (full or failing data directories; counted as write errors, see the log)",
             t.dropped.write_error
+        );
+    }
+    if s.stats.retention_holds > 0 {
+        eprintln!(
+            "  retention held writing {} time(s), refusing {} chunks: the limit could only be kept by deleting the newest files (see the log)",
+            s.stats.retention_holds, s.stats.retention_refused
         );
     }
     let balance = t.unaccounted();

@@ -157,6 +157,12 @@ pub fn record<S: PacketSource + 'static>(
     );
     let streams = sources.len();
     let stats = Arc::new(StatsHub::new(streams));
+    retention.enforce(&stats);
+    if let Some(limit) = retention.holding() {
+        return Err(format!(
+            "the store cannot record within {limit}: only files retention may not delete are left (the 2 newest, or younger than --min-keep); free some space, raise the limit or lower --min-keep"
+        ));
+    }
     let pools: Vec<Arc<StagingPool>> = (0..streams)
         .map(|_| StagingPool::new(cfg.staging_bytes, cfg.chunk_size))
         .collect::<Result<_, _>>()

@@ -55,8 +55,10 @@ pub struct StreamStats {
 impl StreamStats {
     /// Counters per interface as the files record them.
     pub fn interface_counts(&self) -> Vec<InterfaceCounts> {
-        let capture = self.capture.lock().unwrap().clone();
+        // The writer's side first: what it counts was captured earlier, so a snapshot never
+        // shows more stored than seen (in flight is never negative).
         let writer = self.writer.lock().unwrap().clone();
+        let capture = self.capture.lock().unwrap().clone();
         combine(&capture, &writer)
     }
 }
@@ -94,6 +96,10 @@ pub struct StatsHub {
     pub files_deleted: AtomicU64,
     pub bytes_deleted: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Times retention began refusing writes (only protected files were left to delete).
+    pub retention_holds: AtomicU64,
+    /// Chunks refused by retention (their packets are counted as write-error drops).
+    pub retention_refused: AtomicU64,
     /// CPU seconds (user + system) per thread role, added as threads finish.
     pub cpu: Mutex<BTreeMap<String, f64>>,
 }
@@ -175,6 +181,9 @@ impl StatsHub {
                 total.dropped.kernel += c.dropped_kernel;
                 total.dropped.staging_full += c.dropped_staging_full;
                 total.dropped.write_error += c.dropped_write_error;
+                total.in_flight += c.seen.saturating_sub(
+                    c.stored + c.dropped_kernel + c.dropped_staging_full + c.dropped_write_error,
+                );
             }
             streams.push(StreamRecord {
                 stream: i as u32,
@@ -195,6 +204,8 @@ impl StatsHub {
             files_deleted: self.files_deleted.load(Ordering::Relaxed),
             bytes_deleted: self.bytes_deleted.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
+            retention_holds: self.retention_holds.load(Ordering::Relaxed),
+            retention_refused: self.retention_refused.load(Ordering::Relaxed),
             codecs: self.codecs.lock().unwrap().clone(),
             cpu_seconds: self.cpu.lock().unwrap().clone(),
             streams,
@@ -227,6 +238,10 @@ pub struct Totals {
     pub received: u64,
     pub stored: u64,
     pub dropped: Drops,
+    /// Packets seen but neither stored nor dropped yet (in the kernel's ring, staging, the
+    /// compressors or the write buffer): every record balances, seen = stored + dropped +
+    /// in_flight, and the final one has none in flight.
+    pub in_flight: u64,
     pub staged_bytes: u64,
     /// Packet bytes of the staged packets: on the wire ≥ captured by the source (snap
     /// length) ≥ kept (header-only capture). See `CaptureCounts`.
@@ -261,6 +276,9 @@ pub struct StatsRecord {
     pub files_deleted: u64,
     pub bytes_deleted: u64,
     pub write_errors: u64,
+    /// See `StatsHub::retention_holds` and `retention_refused`.
+    pub retention_holds: u64,
+    pub retention_refused: u64,
     pub codecs: BTreeMap<String, CodecBytes>,
     /// Capture bytes each rung (or raw) took, by why the ladder controller chose it.
     pub ladder: LadderBytes,

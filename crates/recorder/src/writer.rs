@@ -147,6 +147,8 @@ struct CurrentFile {
     /// write buffer), with where each frame ends. They keep their staging segments until
     /// then: if the file must be abandoned, they are written again elsewhere.
     unconfirmed: std::collections::VecDeque<(u64, Chunk, Encoded)>,
+    /// Packet frame bytes appended, as retention counts the open file (`open_grew`).
+    counted_bytes: u64,
 }
 
 pub struct StreamWriter {
@@ -306,6 +308,7 @@ impl StreamWriter {
                 max_ts_ns: 0,
                 packets: 0,
                 unconfirmed: Default::default(),
+                counted_bytes: 0,
             });
             match self.append_raw(&header, FrameKind::Header, 0, (0, 0)) {
                 Ok(_) => {
@@ -349,8 +352,14 @@ impl StreamWriter {
             return;
         }
         let started = std::time::Instant::now();
+        let out_len = if frame_len > 0 { frame_len } else { data_len } as u64;
         let written = loop {
             if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
+                break None;
+            }
+            let dir = self.current.as_ref().map_or(0, |c| c.dir);
+            if !self.retention.admit(dir, out_len, &self.stats) {
+                self.stats.retention_refused.fetch_add(1, Ordering::Relaxed);
                 break None;
             }
             let result = match &encoded {
@@ -398,6 +407,10 @@ impl StreamWriter {
             // The segment returns to the staging pool: the chunk is lost, and counted.
             return;
         };
+        self.retention.open_grew(bytes_out as u64);
+        if let Some(cur) = self.current.as_mut() {
+            cur.counted_bytes += bytes_out as u64;
+        }
         if let Some(t) = &mut self.throttle {
             t.take(bytes_out);
         }
@@ -525,6 +538,7 @@ impl StreamWriter {
             // Chunks still in the write buffer never reached the file: not stored after all,
             // they are written again elsewhere (`rewrite_lost`), or dropped and counted.
             let on_disk = cur.out.on_disk();
+            self.retention.open_shrank(cur.counted_bytes);
             for (end, chunk, encoded) in cur.unconfirmed {
                 if end > on_disk {
                     for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
@@ -652,6 +666,8 @@ impl StreamWriter {
             entries: cur.entries,
         };
         let final_path = self.dirs.paths[cur.dir].join(&cur.name);
+        let (counted_bytes, packets) = (cur.counted_bytes, cur.packets);
+        self.retention.open_shrank(counted_bytes);
         let result = finalize(
             cur.out,
             &cur.partial,
@@ -669,7 +685,7 @@ impl StreamWriter {
         }
         self.stats.files_written.fetch_add(1, Ordering::Relaxed);
         tracing::debug!("completed {}", final_path.display());
-        self.retention.add(cur.dir, &final_path);
+        self.retention.add(cur.dir, &final_path, Some(packets));
         self.retention.enforce(&self.stats);
     }
 
