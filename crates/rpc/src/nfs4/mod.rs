@@ -9,6 +9,8 @@
 //! way the server will track them, so that READ/WRITE and name operations know their handles.
 
 mod args;
+#[cfg(test)]
+mod captured;
 mod fattr;
 mod op;
 mod results;
