@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::anonymize::{Anonymization, Anonymizer};
+use crate::error::{DatasetError, Result};
 use crate::packets::{headers, packet_row};
 use crate::rpcx::{RpcEngine, RpcSinks};
 use crate::sink::{part_name, write_whole, TableSink};
@@ -67,18 +68,21 @@ struct DatasetLock {
 }
 
 impl DatasetLock {
-    fn take(out: &Path) -> Result<DatasetLock, String> {
+    fn take(out: &Path) -> Result<DatasetLock> {
         let path = out.join(".lock");
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(DatasetError::io("open", &path))?;
         // SAFETY: flock on a descriptor this function owns; no memory is involved.
         if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(format!("cannot lock {}: {e}", path.display()));
+            return Err(DatasetError::Io {
+                action: "lock",
+                path,
+                source: std::io::Error::last_os_error(),
+            });
         }
         Ok(DatasetLock { _file: f })
     }
@@ -88,11 +92,10 @@ pub fn convert(
     inputs: &[PathBuf],
     opts: &ConvertOptions,
     warn: &mut impl FnMut(String),
-) -> Result<Report, String> {
+) -> Result<Report> {
     let started = Instant::now();
     let sources = source::discover(inputs, warn)?;
-    std::fs::create_dir_all(&opts.out)
-        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out).map_err(DatasetError::io("create", &opts.out))?;
     check_dataset_json(&opts.out, &opts.anonymization)?;
     let state = StateDir::new(&opts.out);
     let mut report = Report::default();
@@ -210,7 +213,7 @@ pub fn convert(
 
 /// Before any rows are written: until the last are written and checked the dataset is
 /// incomplete, and an interrupted run leaves it marked so.
-fn mark_incomplete(opts: &ConvertOptions, missing: &[String]) -> Result<(), String> {
+fn mark_incomplete(opts: &ConvertOptions, missing: &[String]) -> Result<()> {
     let _lock = DatasetLock::take(&opts.out)?;
     write_dataset_json(&opts.out, &opts.anonymization, missing)
 }
@@ -221,7 +224,7 @@ fn known_sources(
     sources: &[SourceFile],
     state: &StateDir,
     jobs: usize,
-) -> Result<(Vec<SourceFile>, Chains), String> {
+) -> Result<(Vec<SourceFile>, Chains)> {
     let mut known: Vec<SourceFile> = sources.to_vec();
     for p in state.all_pass_one() {
         if let Ok(now) = SourceFile::stat(Path::new(&p.source.path)) {
@@ -244,7 +247,7 @@ fn pass_two_work(
     opts: &ConvertOptions,
     state: &StateDir,
     report: &mut Report,
-) -> Result<Vec<(SourceFile, PassTwoInput)>, String> {
+) -> Result<Vec<(SourceFile, PassTwoInput)>> {
     let mut work = Vec::new();
     for (i, (p, input)) in plan.iter().zip(inputs).enumerate() {
         if single.is_some_and(|w| w.source == p.source) {
@@ -276,7 +279,7 @@ fn pass_two_work(
 
 /// The spans of the plain (not stored) trace files among `sources`, when there are at
 /// least two, so that files of one capture can be chained; cached in the state directory.
-fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<Vec<Span>, String> {
+fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<Vec<Span>> {
     let plain: Vec<SourceFile> = sources
         .iter()
         .filter(|s| chain_key(&s.path).is_none())
@@ -303,12 +306,12 @@ fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<
 fn parallel<I: Sync, O: Send>(
     items: &[I],
     jobs: usize,
-    f: impl Fn(&I) -> Result<O, String> + Sync,
+    f: impl Fn(&I) -> Result<O> + Sync,
     progress: impl Fn(usize, usize) + Sync,
-) -> Result<Vec<O>, String> {
+) -> Result<Vec<O>> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<O, String>>>> =
+    let results: Mutex<Vec<Option<Result<O>>>> =
         Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1).min(items.len().max(1)) {
@@ -337,7 +340,7 @@ fn parallel<I: Sync, O: Send>(
 }
 
 /// Pass one: count packets and RPC messages, note leftovers.
-fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne, String> {
+fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne> {
     let mut reader = source::open(&s.path)?;
     let mut engine = RpcEngine::new(0, None);
     let mut anonymizer = anon.worker();
@@ -393,8 +396,8 @@ fn scan<R: std::io::Read>(
         &tapdeck_pcap::Packet<'_>,
         i64,
         i64,
-    ) -> Result<(), String>,
-) -> Result<Scan, String> {
+    ) -> Result<()>,
+) -> Result<Scan> {
     let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let (mut packets, mut first, mut last) = (0u64, None, None);
     let mut defect = None;
@@ -508,7 +511,7 @@ fn pass_two(
     anon: &Anonymization,
     with_packets: bool,
     chains: &Chains,
-) -> Result<(PassTwo, PassOne), String> {
+) -> Result<(PassTwo, PassOne)> {
     let mut reader = source::open(&s.path)?;
     let file_id = input.file_id;
     let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
@@ -614,7 +617,7 @@ fn parts_exist(out: &Path, d: &PassTwo) -> bool {
 }
 
 /// Deletes every data file a source id owns, in every table and partition.
-fn remove_parts(out: &Path, file_id: i32) -> Result<(), String> {
+fn remove_parts(out: &Path, file_id: i32) -> Result<()> {
     let name = part_name(file_id);
     for table in TABLE_DIRS {
         let dir = out.join(table);
@@ -631,8 +634,7 @@ fn remove_parts(out: &Path, file_id: i32) -> Result<(), String> {
         for d in dirs {
             let p = d.join(&name);
             if p.exists() {
-                std::fs::remove_file(&p)
-                    .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+                std::fs::remove_file(&p).map_err(DatasetError::io("remove", &p))?;
             }
         }
     }
@@ -646,7 +648,7 @@ fn write_catalog(
     plan: &[PassOne],
     inputs: &[PassTwoInput],
     state: &StateDir,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>> {
     let mut sources = Vec::new();
     let mut groups = Vec::new();
     let mut missing = Vec::new();
@@ -706,36 +708,30 @@ fn yes() -> bool {
 }
 
 /// A dataset made with one key (or none) must not silently mix in rows made with another.
-fn check_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
+fn check_dataset_json(out: &Path, anon: &Anonymization) -> Result<()> {
     let path = out.join("dataset.json");
     let Ok(bytes) = std::fs::read(&path) else {
         return Ok(());
     };
-    let d: DatasetJson = serde_json::from_slice(&bytes).map_err(|e| {
-        format!(
-            "{}: not a tapdeck dataset description ({e}); convert into a new directory",
-            path.display()
-        )
-    })?;
+    let d: DatasetJson = serde_json::from_slice(&bytes)
+        .map_err(|source| DatasetError::DatasetJson { path, source })?;
     if d.schema_version > SCHEMA_VERSION {
-        return Err(format!(
-            "{} was written with dataset schema {} by a newer tapdeck; convert with that version or into a new directory",
-            out.display(),
-            d.schema_version
-        ));
+        return Err(DatasetError::NewerSchema {
+            dir: out.to_path_buf(),
+            schema_version: d.schema_version,
+        });
     }
     if d.key_id != anon.key_id() || d.addresses_anonymized != anon.addresses {
-        return Err(format!(
-            "{} was converted with different anonymization (key {:?}, addresses {}); use the same --key and --anonymize-ips, or a new directory",
-            out.display(),
-            d.key_id,
-            d.addresses_anonymized
-        ));
+        return Err(DatasetError::AnonymizationMismatch {
+            dir: out.to_path_buf(),
+            key_id: d.key_id,
+            addresses_anonymized: d.addresses_anonymized,
+        });
     }
     Ok(())
 }
 
-fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> Result<(), String> {
+fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> Result<()> {
     let d = DatasetJson {
         name: out
             .file_name()
@@ -753,7 +749,7 @@ fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> R
     let tmp = out.join(format!(".dataset.json.{}.tmp", std::process::id()));
     std::fs::write(&tmp, body + "\n")
         .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(DatasetError::io("write", path))
 }
 
 /// How far back into the previous file of a capture the TCP and RPC state is rebuilt:
@@ -787,7 +783,7 @@ impl Span {
     /// larger than twice the warm-up's byte bound is read at its two ends only: its first
     /// packet, then from a record boundary found near `size - WARM_UP_BYTES` to the end.
     /// Anything else (or a tail that does not read cleanly) is read through.
-    pub fn scan(source: &SourceFile) -> Result<Span, String> {
+    pub fn scan(source: &SourceFile) -> Result<Span> {
         if source.size >= 2 * WARM_UP_BYTES {
             if let Some(span) = Self::scan_ends(source)? {
                 return Ok(span);
@@ -826,7 +822,7 @@ impl Span {
 
     /// The first packet, then the tail from a resynchronised boundary; None when that is
     /// not possible (a stream, no boundary, an interface declared in the tail, a defect).
-    fn scan_ends(source: &SourceFile) -> Result<Option<Span>, String> {
+    fn scan_ends(source: &SourceFile) -> Result<Option<Span>> {
         let mut reader = source::open(&source.path)?;
         let (first, ifaces) = match reader.next_packet_with_context() {
             Ok(Some(c)) => (c.packet.ts_ns as i64, c.interfaces.len()),
@@ -997,12 +993,7 @@ impl Chains {
     /// Feeds the last `WARM_UP_NS` of the capture before `path` into `engine` (from as
     /// many earlier files as that spans), and tells it whether a next file continues this
     /// one. A predecessor that cannot be read ends the warm-up there.
-    fn warm_up(
-        &self,
-        path: &str,
-        engine: &mut RpcEngine,
-        anon: &mut Anonymizer,
-    ) -> Result<(), String> {
+    fn warm_up(&self, path: &str, engine: &mut RpcEngine, anon: &mut Anonymizer) -> Result<()> {
         engine.set_continued(self.next.contains_key(path));
         let (files, from) = self.warm_plan(path);
         for path in files.iter().rev() {
@@ -1072,7 +1063,7 @@ fn warm_up_stored(
     from: u64,
     engine: &mut RpcEngine,
     anon: &mut Anonymizer,
-) -> Result<(), String> {
+) -> Result<()> {
     let Ok(header) = file.read_header() else {
         return Ok(());
     };
@@ -1102,7 +1093,7 @@ fn warm_up_plain(
     from: u64,
     engine: &mut RpcEngine,
     anon: &mut Anonymizer,
-) -> Result<(), String> {
+) -> Result<()> {
     let Ok(mut reader) = source::open(path) else {
         return Ok(());
     };
