@@ -88,6 +88,10 @@ impl DatasetLock {
     }
 }
 
+/// Converts `inputs` into the dataset at `opts.out`: pass one over the sources that changed,
+/// ids and stitching over all of them, pass two over this run's (or this shard's) share, then
+/// the catalog and `dataset.json`. Warnings (skipped files, damaged sources, an idle shard) go
+/// to `warn`.
 pub fn convert(
     inputs: &[PathBuf],
     opts: &ConvertOptions,
@@ -101,82 +105,19 @@ pub fn convert(
     let mut report = Report::default();
 
     let (known, chains) = known_sources(&sources, &state, opts.jobs)?;
-    // Pass one again where a file or its neighbours changed (a new file next to an
-    // earlier one changes what the earlier one's end pairs with).
-    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
-    let mut todo = Vec::new();
-    for s in &known {
-        match state
-            .pass_one(s)
-            .filter(|p| p.neighbours == chains.neighbours(&s.path))
-        {
-            Some(p) => {
-                report.pass_one_cached += 1;
-                plan.insert(s.path.clone(), p);
-            }
-            None => todo.push(s.clone()),
-        }
-    }
+    let (plan, single) = pass_one_all(&known, &chains, opts, &state, &mut report, warn)?;
+
+    // Ids and stitch, then pass two.
     let anon = &opts.anonymization;
-    // One source and nothing else in the dataset: its ids start at 0 and no other file holds
-    // its calls or replies, so a single pass writes its rows, and pass one's record comes
-    // out of that pass.
-    let mut single = None;
-    if plan.is_empty() && todo.len() == 1 && opts.shard.is_none() {
-        let s = todo.pop().expect("one source");
-        let mut input = base_input(0, anon.key_id(), anon.addresses);
-        input.neighbours = chains.neighbours(&s.path);
-        mark_incomplete(opts, std::slice::from_ref(&s.path))?;
-        remove_parts(&opts.out, 0)?;
-        let (two, one) = pass_two(&s, &input, &opts.out, anon, opts.packets, &chains)?;
-        if let Some(p) = &opts.progress {
-            p("convert", 1, 1);
-        }
-        single = Some(two);
-        todo.push(s);
-        plan.insert(one.source.path.clone(), one);
-    }
-    let counted = parallel(
-        if single.is_some() { &[] } else { &todo[..] },
-        opts.jobs,
-        |s| pass_one(s, anon, &chains),
-        |d, t| {
-            if let Some(p) = &opts.progress {
-                p("pass 1", d, t)
-            }
-        },
-    )?;
-    let counted = counted.into_iter().chain(
-        single
-            .as_ref()
-            .map(|_| plan.values().next().expect("the single source").clone()),
-    );
-    for p in counted.collect::<Vec<_>>() {
-        if let Some(d) = &p.defect {
-            warn(d.clone());
-        }
-        state.save_pass_one(&p)?;
-        plan.insert(p.source.path.clone(), p);
-    }
-
-    // Order, ids, stitch.
-    let mut plan: Vec<PassOne> = plan.into_values().collect();
-    plan.sort_by(|a, b| {
-        (a.first_time_ns.unwrap_or(i64::MAX), &a.source.path)
-            .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
-    });
-    let inputs2 = stitch(&plan, anon.key_id(), opts.anonymization.addresses);
+    let inputs2 = stitch(&plan, anon.key_id(), anon.addresses);
     report.sources = plan.len();
-
     let work = pass_two_work(&plan, &inputs2, single.as_ref(), opts, &state, &mut report)?;
-    if let Some((k, n)) = opts.shard {
-        if k >= plan.len() {
-            warn(format!(
-                "shard {k}/{n} has no source to convert: --shard splits the work by file, and there are {} files; shards 0 to {} convert them",
-                plan.len(),
-                plan.len().saturating_sub(1).min(n - 1)
-            ));
-        }
+    if let Some((k, n)) = opts.shard.filter(|&(k, _)| k >= plan.len()) {
+        warn(format!(
+            "shard {k}/{n} has no source to convert: --shard splits the work by file, and there are {} files; shards 0 to {} convert them",
+            plan.len(),
+            plan.len().saturating_sub(1).min(n - 1)
+        ));
     }
     if !work.is_empty() {
         let missing: Vec<String> = work.iter().map(|(s, _)| s.path.clone()).collect();
@@ -209,6 +150,85 @@ pub fn convert(
     report.missing_sources = missing;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Pass one's result for every known source, cached where a file and its neighbours are
+/// unchanged, in time order; and pass two's result when a single new source was converted
+/// in one pass.
+fn pass_one_all(
+    known: &[SourceFile],
+    chains: &Chains,
+    opts: &ConvertOptions,
+    state: &StateDir,
+    report: &mut Report,
+    warn: &mut impl FnMut(String),
+) -> Result<(Vec<PassOne>, Option<PassTwo>)> {
+    // Pass one again where a file or its neighbours changed (a new file next to an
+    // earlier one changes what the earlier one's end pairs with).
+    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
+    let mut todo = Vec::new();
+    for s in known {
+        match state
+            .pass_one(s)
+            .filter(|p| p.neighbours == chains.neighbours(&s.path))
+        {
+            Some(p) => {
+                report.pass_one_cached += 1;
+                plan.insert(s.path.clone(), p);
+            }
+            None => todo.push(s.clone()),
+        }
+    }
+    // One source and nothing else in the dataset: its ids start at 0 and no other file holds
+    // its calls or replies, so a single pass writes its rows, and pass one's record comes
+    // out of that pass.
+    let (single, counted) = if plan.is_empty() && todo.len() == 1 && opts.shard.is_none() {
+        let (two, one) = convert_single(&todo[0], chains, opts)?;
+        (Some(two), vec![one])
+    } else {
+        let counted = parallel(
+            &todo,
+            opts.jobs,
+            |s| pass_one(s, &opts.anonymization, chains),
+            |d, t| {
+                if let Some(p) = &opts.progress {
+                    p("pass 1", d, t)
+                }
+            },
+        )?;
+        (None, counted)
+    };
+    for p in counted {
+        if let Some(d) = &p.defect {
+            warn(d.clone());
+        }
+        state.save_pass_one(&p)?;
+        plan.insert(p.source.path.clone(), p);
+    }
+    let mut plan: Vec<PassOne> = plan.into_values().collect();
+    plan.sort_by(|a, b| {
+        (a.first_time_ns.unwrap_or(i64::MAX), &a.source.path)
+            .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
+    });
+    Ok((plan, single))
+}
+
+/// The single source of a new dataset, converted in one pass with file id 0.
+fn convert_single(
+    s: &SourceFile,
+    chains: &Chains,
+    opts: &ConvertOptions,
+) -> Result<(PassTwo, PassOne)> {
+    let anon = &opts.anonymization;
+    let mut input = base_input(0, anon.key_id(), anon.addresses);
+    input.neighbours = chains.neighbours(&s.path);
+    mark_incomplete(opts, std::slice::from_ref(&s.path))?;
+    remove_parts(&opts.out, 0)?;
+    let r = pass_two(s, &input, &opts.out, anon, opts.packets, chains)?;
+    if let Some(p) = &opts.progress {
+        p("convert", 1, 1);
+    }
+    Ok(r)
 }
 
 /// Before any rows are written: until the last are written and checked the dataset is
