@@ -12,6 +12,8 @@ mod args;
 #[cfg(test)]
 mod captured;
 mod fattr;
+#[cfg(test)]
+mod layouts;
 mod op;
 mod results;
 mod types;
