@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::anonymize::{Anonymization, Anonymizer};
+use crate::error::{DatasetError, Result};
 use crate::packets::{headers, packet_row};
 use crate::rpcx::{RpcEngine, RpcSinks};
 use crate::sink::{part_name, write_whole, TableSink};
@@ -67,113 +68,56 @@ struct DatasetLock {
 }
 
 impl DatasetLock {
-    fn take(out: &Path) -> Result<DatasetLock, String> {
+    fn take(out: &Path) -> Result<DatasetLock> {
         let path = out.join(".lock");
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(DatasetError::io("open", &path))?;
         // SAFETY: flock on a descriptor this function owns; no memory is involved.
         if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(format!("cannot lock {}: {e}", path.display()));
+            return Err(DatasetError::Io {
+                action: "lock",
+                path,
+                source: std::io::Error::last_os_error(),
+            });
         }
         Ok(DatasetLock { _file: f })
     }
 }
 
+/// Converts `inputs` into the dataset at `opts.out`: pass one over the sources that changed,
+/// ids and stitching over all of them, pass two over this run's (or this shard's) share, then
+/// the catalog and `dataset.json`. Warnings (skipped files, damaged sources, an idle shard) go
+/// to `warn`.
 pub fn convert(
     inputs: &[PathBuf],
     opts: &ConvertOptions,
     warn: &mut impl FnMut(String),
-) -> Result<Report, String> {
+) -> Result<Report> {
     let started = Instant::now();
     let sources = source::discover(inputs, warn)?;
-    std::fs::create_dir_all(&opts.out)
-        .map_err(|e| format!("cannot create {}: {e}", opts.out.display()))?;
+    std::fs::create_dir_all(&opts.out).map_err(DatasetError::io("create", &opts.out))?;
     check_dataset_json(&opts.out, &opts.anonymization)?;
     let state = StateDir::new(&opts.out);
     let mut report = Report::default();
 
     let (known, chains) = known_sources(&sources, &state, opts.jobs)?;
-    // Pass one again where a file or its neighbours changed (a new file next to an
-    // earlier one changes what the earlier one's end pairs with).
-    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
-    let mut todo = Vec::new();
-    for s in &known {
-        match state
-            .pass_one(s)
-            .filter(|p| p.neighbours == chains.neighbours(&s.path))
-        {
-            Some(p) => {
-                report.pass_one_cached += 1;
-                plan.insert(s.path.clone(), p);
-            }
-            None => todo.push(s.clone()),
-        }
-    }
+    let (plan, single) = pass_one_all(&known, &chains, opts, &state, &mut report, warn)?;
+
+    // Ids and stitch, then pass two.
     let anon = &opts.anonymization;
-    // One source and nothing else in the dataset: its ids start at 0 and no other file holds
-    // its calls or replies, so a single pass writes its rows, and pass one's record comes
-    // out of that pass.
-    let mut single = None;
-    if plan.is_empty() && todo.len() == 1 && opts.shard.is_none() {
-        let s = todo.pop().expect("one source");
-        let mut input = base_input(0, anon.key_id(), anon.addresses);
-        input.neighbours = chains.neighbours(&s.path);
-        mark_incomplete(opts, std::slice::from_ref(&s.path))?;
-        remove_parts(&opts.out, 0)?;
-        let (two, one) = pass_two(&s, &input, &opts.out, anon, opts.packets, &chains)?;
-        if let Some(p) = &opts.progress {
-            p("convert", 1, 1);
-        }
-        single = Some(two);
-        todo.push(s);
-        plan.insert(one.source.path.clone(), one);
-    }
-    let counted = parallel(
-        if single.is_some() { &[] } else { &todo[..] },
-        opts.jobs,
-        |s| pass_one(s, anon, &chains),
-        |d, t| {
-            if let Some(p) = &opts.progress {
-                p("pass 1", d, t)
-            }
-        },
-    )?;
-    let counted = counted.into_iter().chain(
-        single
-            .as_ref()
-            .map(|_| plan.values().next().expect("the single source").clone()),
-    );
-    for p in counted.collect::<Vec<_>>() {
-        if let Some(d) = &p.defect {
-            warn(d.clone());
-        }
-        state.save_pass_one(&p)?;
-        plan.insert(p.source.path.clone(), p);
-    }
-
-    // Order, ids, stitch.
-    let mut plan: Vec<PassOne> = plan.into_values().collect();
-    plan.sort_by(|a, b| {
-        (a.first_time_ns.unwrap_or(i64::MAX), &a.source.path)
-            .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
-    });
-    let inputs2 = stitch(&plan, anon.key_id(), opts.anonymization.addresses);
+    let inputs2 = stitch(&plan, anon.key_id(), anon.addresses);
     report.sources = plan.len();
-
     let work = pass_two_work(&plan, &inputs2, single.as_ref(), opts, &state, &mut report)?;
-    if let Some((k, n)) = opts.shard {
-        if k >= plan.len() {
-            warn(format!(
-                "shard {k}/{n} has no source to convert: --shard splits the work by file, and there are {} files; shards 0 to {} convert them",
-                plan.len(),
-                plan.len().saturating_sub(1).min(n - 1)
-            ));
-        }
+    if let Some((k, n)) = opts.shard.filter(|&(k, _)| k >= plan.len()) {
+        warn(format!(
+            "shard {k}/{n} has no source to convert: --shard splits the work by file, and there are {} files; shards 0 to {} convert them",
+            plan.len(),
+            plan.len().saturating_sub(1).min(n - 1)
+        ));
     }
     if !work.is_empty() {
         let missing: Vec<String> = work.iter().map(|(s, _)| s.path.clone()).collect();
@@ -208,9 +152,88 @@ pub fn convert(
     Ok(report)
 }
 
+/// Pass one's result for every known source, cached where a file and its neighbours are
+/// unchanged, in time order; and pass two's result when a single new source was converted
+/// in one pass.
+fn pass_one_all(
+    known: &[SourceFile],
+    chains: &Chains,
+    opts: &ConvertOptions,
+    state: &StateDir,
+    report: &mut Report,
+    warn: &mut impl FnMut(String),
+) -> Result<(Vec<PassOne>, Option<PassTwo>)> {
+    // Pass one again where a file or its neighbours changed (a new file next to an
+    // earlier one changes what the earlier one's end pairs with).
+    let mut plan: BTreeMap<String, PassOne> = BTreeMap::new();
+    let mut todo = Vec::new();
+    for s in known {
+        match state
+            .pass_one(s)
+            .filter(|p| p.neighbours == chains.neighbours(&s.path))
+        {
+            Some(p) => {
+                report.pass_one_cached += 1;
+                plan.insert(s.path.clone(), p);
+            }
+            None => todo.push(s.clone()),
+        }
+    }
+    // One source and nothing else in the dataset: its ids start at 0 and no other file holds
+    // its calls or replies, so a single pass writes its rows, and pass one's record comes
+    // out of that pass.
+    let (single, counted) = if plan.is_empty() && todo.len() == 1 && opts.shard.is_none() {
+        let (two, one) = convert_single(&todo[0], chains, opts)?;
+        (Some(two), vec![one])
+    } else {
+        let counted = parallel(
+            &todo,
+            opts.jobs,
+            |s| pass_one(s, &opts.anonymization, chains),
+            |d, t| {
+                if let Some(p) = &opts.progress {
+                    p("pass 1", d, t)
+                }
+            },
+        )?;
+        (None, counted)
+    };
+    for p in counted {
+        if let Some(d) = &p.defect {
+            warn(d.clone());
+        }
+        state.save_pass_one(&p)?;
+        plan.insert(p.source.path.clone(), p);
+    }
+    let mut plan: Vec<PassOne> = plan.into_values().collect();
+    plan.sort_by(|a, b| {
+        (a.first_time_ns.unwrap_or(i64::MAX), &a.source.path)
+            .cmp(&(b.first_time_ns.unwrap_or(i64::MAX), &b.source.path))
+    });
+    Ok((plan, single))
+}
+
+/// The single source of a new dataset, converted in one pass with file id 0.
+fn convert_single(
+    s: &SourceFile,
+    chains: &Chains,
+    opts: &ConvertOptions,
+) -> Result<(PassTwo, PassOne)> {
+    let anon = &opts.anonymization;
+    let mut input = base_input(0, anon.key_id(), anon.addresses);
+    input.neighbours = chains.neighbours(&s.path);
+    mark_incomplete(opts, std::slice::from_ref(&s.path))?;
+    remove_parts(&opts.out, 0)?;
+    let r = pass_two(s, &input, &opts.out, anon, opts.packets, chains)?;
+    if let Some(p) = &opts.progress {
+        p("convert", 1, 1);
+    }
+    Ok(r)
+}
+
 /// Before any rows are written: until the last are written and checked the dataset is
 /// incomplete, and an interrupted run leaves it marked so.
-fn mark_incomplete(opts: &ConvertOptions, missing: &[String]) -> Result<(), String> {
+fn mark_incomplete(opts: &ConvertOptions, missing: &[String]) -> Result<()> {
     let _lock = DatasetLock::take(&opts.out)?;
     write_dataset_json(&opts.out, &opts.anonymization, missing)
 }
@@ -221,7 +244,7 @@ fn known_sources(
     sources: &[SourceFile],
     state: &StateDir,
     jobs: usize,
-) -> Result<(Vec<SourceFile>, Chains), String> {
+) -> Result<(Vec<SourceFile>, Chains)> {
     let mut known: Vec<SourceFile> = sources.to_vec();
     for p in state.all_pass_one() {
         if let Ok(now) = SourceFile::stat(Path::new(&p.source.path)) {
@@ -244,7 +267,7 @@ fn pass_two_work(
     opts: &ConvertOptions,
     state: &StateDir,
     report: &mut Report,
-) -> Result<Vec<(SourceFile, PassTwoInput)>, String> {
+) -> Result<Vec<(SourceFile, PassTwoInput)>> {
     let mut work = Vec::new();
     for (i, (p, input)) in plan.iter().zip(inputs).enumerate() {
         if single.is_some_and(|w| w.source == p.source) {
@@ -276,7 +299,7 @@ fn pass_two_work(
 
 /// The spans of the plain (not stored) trace files among `sources`, when there are at
 /// least two, so that files of one capture can be chained; cached in the state directory.
-fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<Vec<Span>, String> {
+fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<Vec<Span>> {
     let plain: Vec<SourceFile> = sources
         .iter()
         .filter(|s| chain_key(&s.path).is_none())
@@ -303,12 +326,12 @@ fn plain_spans(sources: &[SourceFile], state: &StateDir, jobs: usize) -> Result<
 fn parallel<I: Sync, O: Send>(
     items: &[I],
     jobs: usize,
-    f: impl Fn(&I) -> Result<O, String> + Sync,
+    f: impl Fn(&I) -> Result<O> + Sync,
     progress: impl Fn(usize, usize) + Sync,
-) -> Result<Vec<O>, String> {
+) -> Result<Vec<O>> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<O, String>>>> =
+    let results: Mutex<Vec<Option<Result<O>>>> =
         Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1).min(items.len().max(1)) {
@@ -337,7 +360,7 @@ fn parallel<I: Sync, O: Send>(
 }
 
 /// Pass one: count packets and RPC messages, note leftovers.
-fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne, String> {
+fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<PassOne> {
     let mut reader = source::open(&s.path)?;
     let mut engine = RpcEngine::new(0, None);
     let mut anonymizer = anon.worker();
@@ -393,8 +416,8 @@ fn scan<R: std::io::Read>(
         &tapdeck_pcap::Packet<'_>,
         i64,
         i64,
-    ) -> Result<(), String>,
-) -> Result<Scan, String> {
+    ) -> Result<()>,
+) -> Result<Scan> {
     let format = tapdeck_store::meta::format_name(reader.format()).to_string();
     let (mut packets, mut first, mut last) = (0u64, None, None);
     let mut defect = None;
@@ -508,7 +531,7 @@ fn pass_two(
     anon: &Anonymization,
     with_packets: bool,
     chains: &Chains,
-) -> Result<(PassTwo, PassOne), String> {
+) -> Result<(PassTwo, PassOne)> {
     let mut reader = source::open(&s.path)?;
     let file_id = input.file_id;
     let mut packets_sink = with_packets.then(|| TableSink::<PacketRow>::new(out, file_id, &s.path));
@@ -614,7 +637,7 @@ fn parts_exist(out: &Path, d: &PassTwo) -> bool {
 }
 
 /// Deletes every data file a source id owns, in every table and partition.
-fn remove_parts(out: &Path, file_id: i32) -> Result<(), String> {
+fn remove_parts(out: &Path, file_id: i32) -> Result<()> {
     let name = part_name(file_id);
     for table in TABLE_DIRS {
         let dir = out.join(table);
@@ -631,8 +654,7 @@ fn remove_parts(out: &Path, file_id: i32) -> Result<(), String> {
         for d in dirs {
             let p = d.join(&name);
             if p.exists() {
-                std::fs::remove_file(&p)
-                    .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+                std::fs::remove_file(&p).map_err(DatasetError::io("remove", &p))?;
             }
         }
     }
@@ -646,7 +668,7 @@ fn write_catalog(
     plan: &[PassOne],
     inputs: &[PassTwoInput],
     state: &StateDir,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>> {
     let mut sources = Vec::new();
     let mut groups = Vec::new();
     let mut missing = Vec::new();
@@ -706,36 +728,30 @@ fn yes() -> bool {
 }
 
 /// A dataset made with one key (or none) must not silently mix in rows made with another.
-fn check_dataset_json(out: &Path, anon: &Anonymization) -> Result<(), String> {
+fn check_dataset_json(out: &Path, anon: &Anonymization) -> Result<()> {
     let path = out.join("dataset.json");
     let Ok(bytes) = std::fs::read(&path) else {
         return Ok(());
     };
-    let d: DatasetJson = serde_json::from_slice(&bytes).map_err(|e| {
-        format!(
-            "{}: not a tapdeck dataset description ({e}); convert into a new directory",
-            path.display()
-        )
-    })?;
+    let d: DatasetJson = serde_json::from_slice(&bytes)
+        .map_err(|source| DatasetError::DatasetJson { path, source })?;
     if d.schema_version > SCHEMA_VERSION {
-        return Err(format!(
-            "{} was written with dataset schema {} by a newer tapdeck; convert with that version or into a new directory",
-            out.display(),
-            d.schema_version
-        ));
+        return Err(DatasetError::NewerSchema {
+            dir: out.to_path_buf(),
+            schema_version: d.schema_version,
+        });
     }
     if d.key_id != anon.key_id() || d.addresses_anonymized != anon.addresses {
-        return Err(format!(
-            "{} was converted with different anonymization (key {:?}, addresses {}); use the same --key and --anonymize-ips, or a new directory",
-            out.display(),
-            d.key_id,
-            d.addresses_anonymized
-        ));
+        return Err(DatasetError::AnonymizationMismatch {
+            dir: out.to_path_buf(),
+            key_id: d.key_id,
+            addresses_anonymized: d.addresses_anonymized,
+        });
     }
     Ok(())
 }
 
-fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> Result<(), String> {
+fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> Result<()> {
     let d = DatasetJson {
         name: out
             .file_name()
@@ -753,7 +769,7 @@ fn write_dataset_json(out: &Path, anon: &Anonymization, missing: &[String]) -> R
     let tmp = out.join(format!(".dataset.json.{}.tmp", std::process::id()));
     std::fs::write(&tmp, body + "\n")
         .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(DatasetError::io("write", path))
 }
 
 /// How far back into the previous file of a capture the TCP and RPC state is rebuilt:
@@ -787,7 +803,7 @@ impl Span {
     /// larger than twice the warm-up's byte bound is read at its two ends only: its first
     /// packet, then from a record boundary found near `size - WARM_UP_BYTES` to the end.
     /// Anything else (or a tail that does not read cleanly) is read through.
-    pub fn scan(source: &SourceFile) -> Result<Span, String> {
+    pub fn scan(source: &SourceFile) -> Result<Span> {
         if source.size >= 2 * WARM_UP_BYTES {
             if let Some(span) = Self::scan_ends(source)? {
                 return Ok(span);
@@ -826,7 +842,7 @@ impl Span {
 
     /// The first packet, then the tail from a resynchronised boundary; None when that is
     /// not possible (a stream, no boundary, an interface declared in the tail, a defect).
-    fn scan_ends(source: &SourceFile) -> Result<Option<Span>, String> {
+    fn scan_ends(source: &SourceFile) -> Result<Option<Span>> {
         let mut reader = source::open(&source.path)?;
         let (first, ifaces) = match reader.next_packet_with_context() {
             Ok(Some(c)) => (c.packet.ts_ns as i64, c.interfaces.len()),
@@ -997,12 +1013,7 @@ impl Chains {
     /// Feeds the last `WARM_UP_NS` of the capture before `path` into `engine` (from as
     /// many earlier files as that spans), and tells it whether a next file continues this
     /// one. A predecessor that cannot be read ends the warm-up there.
-    fn warm_up(
-        &self,
-        path: &str,
-        engine: &mut RpcEngine,
-        anon: &mut Anonymizer,
-    ) -> Result<(), String> {
+    fn warm_up(&self, path: &str, engine: &mut RpcEngine, anon: &mut Anonymizer) -> Result<()> {
         engine.set_continued(self.next.contains_key(path));
         let (files, from) = self.warm_plan(path);
         for path in files.iter().rev() {
@@ -1072,7 +1083,7 @@ fn warm_up_stored(
     from: u64,
     engine: &mut RpcEngine,
     anon: &mut Anonymizer,
-) -> Result<(), String> {
+) -> Result<()> {
     let Ok(header) = file.read_header() else {
         return Ok(());
     };
@@ -1102,7 +1113,7 @@ fn warm_up_plain(
     from: u64,
     engine: &mut RpcEngine,
     anon: &mut Anonymizer,
-) -> Result<(), String> {
+) -> Result<()> {
     let Ok(mut reader) = source::open(path) else {
         return Ok(());
     };

@@ -4,6 +4,7 @@
 pub mod anonymize;
 pub mod columns;
 pub mod convert;
+mod error;
 mod nfsrows;
 pub mod packets;
 pub mod rpcx;
@@ -14,4 +15,5 @@ pub mod tables;
 
 pub use anonymize::Anonymization;
 pub use convert::{convert, ConvertOptions, Report};
+pub use error::DatasetError;
 pub use tables::SCHEMA_VERSION;

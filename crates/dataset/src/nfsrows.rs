@@ -9,6 +9,7 @@ use tapdeck_rpc::{
 
 use crate::anonymize::Anonymizer;
 use crate::columns::Hex;
+use crate::error::Result;
 use crate::rpcx::RpcSinks;
 use crate::tables::{MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, RpcRow};
 
@@ -21,7 +22,7 @@ pub fn write(
     d: &Decoded,
     call: Option<&Decoded>,
     anon: &mut Anonymizer,
-) -> Result<(), String> {
+) -> Result<()> {
     if info.prog == PROG_MOUNT {
         return mount_row(out, row, d, anon);
     }
@@ -51,12 +52,7 @@ fn is_call(row: &RpcRow) -> bool {
     row.direction == "call"
 }
 
-fn mount_row(
-    out: &mut RpcSinks,
-    row: &RpcRow,
-    d: &Decoded,
-    anon: &mut Anonymizer,
-) -> Result<(), String> {
+fn mount_row(out: &mut RpcSinks, row: &RpcRow, d: &Decoded, anon: &mut Anonymizer) -> Result<()> {
     let Some(m) = &d.mount else {
         return Ok(());
     };
@@ -83,7 +79,7 @@ fn op_rows(
     minor: Option<i8>,
     op: &NfsOp,
     cop: Option<&NfsOp>,
-) -> Result<(), String> {
+) -> Result<()> {
     // The handle the operation acts on: the call's, or for a reply the call's when known (a
     // v3 reply carries the object, not the directory, for name operations).
     let fh = if is_call(row) {
@@ -146,7 +142,7 @@ fn attr_rows(
     vers: i8,
     op: &NfsOp,
     cop: Option<&NfsOp>,
-) -> Result<(), String> {
+) -> Result<()> {
     for a in &op.attrs {
         // The object the attributes describe.
         let fh = match a.object {
@@ -236,7 +232,7 @@ fn name_rows(
     vers: i8,
     names: Vec<(&'static str, NameEntry)>,
     anon: &mut Anonymizer,
-) -> Result<(), String> {
+) -> Result<()> {
     let rename_to = names
         .iter()
         .rev()

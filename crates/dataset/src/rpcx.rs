@@ -23,6 +23,7 @@ use tapdeck_rpc::{decode_message, parse_message, CallInfo, Decoded, Header, Outc
 
 use crate::anonymize::Anonymizer;
 use crate::columns::Addr;
+use crate::error::Result;
 use crate::nfsrows;
 use crate::sink::TableSink;
 use crate::state::{OpenCall, OrphanReply, PassTwoInput};
@@ -53,7 +54,7 @@ impl RpcSinks {
         }
     }
 
-    pub fn finish(self, counts: &mut BTreeMap<String, u64>) -> Result<Vec<RowGroupRow>, String> {
+    pub fn finish(self, counts: &mut BTreeMap<String, u64>) -> Result<Vec<RowGroupRow>> {
         let mut groups = Vec::new();
         counts.insert("rows.rpc".into(), self.rpc.rows());
         counts.insert("rows.nfs_ops".into(), self.nfs_ops.rows());
@@ -253,7 +254,7 @@ impl RpcEngine {
         record: i64,
         anon: &mut Anonymizer,
         mut out: Option<&mut RpcSinks>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let meta = Meta { time_ns, record };
         self.last_time_ns = time_ns;
         self.last_record = record;
@@ -331,7 +332,7 @@ impl RpcEngine {
         orphan: bool,
         anon: &mut Anonymizer,
         out: Option<&mut RpcSinks>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let finishing = std::mem::replace(&mut self.finishing, orphan);
         self.replay_ordinal = Some(e.ordinal);
         let r = self.message(
@@ -354,12 +355,7 @@ impl RpcEngine {
     /// spanning the file boundary are reassembled whole and replies here find their calls
     /// there, as if the files were one. Messages that complete here belong to the previous
     /// file (which writes and counts them): they only register calls and answers.
-    pub fn warm_up(
-        &mut self,
-        h: &Headers<'_>,
-        time_ns: i64,
-        anon: &mut Anonymizer,
-    ) -> Result<(), String> {
+    pub fn warm_up(&mut self, h: &Headers<'_>, time_ns: i64, anon: &mut Anonymizer) -> Result<()> {
         self.warming = true;
         let r = self.packet(h, time_ns, 0, anon, None);
         self.warming = false;
@@ -373,7 +369,7 @@ impl RpcEngine {
     }
 
     /// Forgets answered calls old enough that a duplicate reply is no longer expected.
-    fn sweep(&mut self, now: i64, out: Option<&mut RpcSinks>) -> Result<(), String> {
+    fn sweep(&mut self, now: i64, out: Option<&mut RpcSinks>) -> Result<()> {
         // In a fixed order: the rows they still hold are written now.
         let mut old: Vec<(i64, i64, (Conv, u32))> = self
             .calls
@@ -402,7 +398,7 @@ impl RpcEngine {
         w: Wire<'_>,
         anon: &mut Anonymizer,
         out: Option<&mut RpcSinks>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let msg = match parse_message(w.body) {
             Ok(m) => m,
             Err(e) => {
@@ -497,7 +493,7 @@ impl RpcEngine {
         mut row: RpcRow,
         anon: &mut Anonymizer,
         mut out: Option<&mut RpcSinks>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let pass_two = out.is_some();
         // Decoded calls are kept for their replies' rows, warm ones included.
         let keep_decoded = pass_two || (self.warming && self.input.is_some());
@@ -576,7 +572,7 @@ impl RpcEngine {
         mut row: RpcRow,
         anon: &mut Anonymizer,
         mut out: Option<&mut RpcSinks>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let call = match self.pair(&k, &mut row, out.as_deref_mut_opt())? {
             Partner::Call(info, decoded) => Some((info, decoded)),
             Partner::Remote(info) => Some((info, None)),
@@ -635,7 +631,7 @@ impl RpcEngine {
         k: &(Conv, u32),
         row: &mut RpcRow,
         out: Option<&mut RpcSinks>,
-    ) -> Result<Partner, String> {
+    ) -> Result<Partner> {
         let time_ns = row.time_ns;
         // An answered call stays for duplicate replies for a fixed span of packet time
         // (not until a sweep happens to run), so the result is the same wherever the
@@ -722,7 +718,7 @@ impl RpcEngine {
         mut self,
         anon: &mut Anonymizer,
         mut out: Option<&mut RpcSinks>,
-    ) -> Result<RpcResult, String> {
+    ) -> Result<RpcResult> {
         let mut done: Vec<(FlowKey, Vec<u8>, u64, bool, Meta)> = Vec::new();
         let end = Meta {
             time_ns: self.last_time_ns,

@@ -14,6 +14,7 @@ use parquet::schema::types::ColumnPath;
 
 use arrow_array::{Array, Int64Array, RecordBatch, UInt32Array};
 
+use crate::error::{DatasetError, Result};
 use crate::tables::{Columns, RowGroupRow, Table, SCHEMA_VERSION};
 
 /// Rows buffered before they are sorted and written as a row group. Near DuckDB's own
@@ -36,7 +37,7 @@ struct Encoder<T: Table> {
     tx: std::sync::mpsc::SyncSender<T::Columns>,
     /// Emptied batches come back, so their memory is faulted in once, not per batch.
     spare: std::sync::mpsc::Receiver<T::Columns>,
-    thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>, String>>,
+    thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>>>,
 }
 
 /// The files one table writes for one source: a Parquet writer per hour partition.
@@ -73,7 +74,7 @@ impl<T: Table> TableSink<T> {
         }
     }
 
-    pub fn push(&mut self, row: T) -> Result<(), String> {
+    pub fn push(&mut self, row: T) -> Result<()> {
         self.cols.push(row);
         if self.cols.len() >= ROW_GROUP_ROWS {
             self.written += self.cols.len() as u64;
@@ -83,7 +84,7 @@ impl<T: Table> TableSink<T> {
     }
 
     /// Hands the full batch to the encoder and takes an empty one in its place.
-    fn send(&mut self) -> Result<(), String> {
+    fn send(&mut self) -> Result<()> {
         self.start_encoder()?;
         let enc = self.encoder.as_ref().expect("started above");
         let mut next = enc.spare.try_recv().unwrap_or_else(|_| {
@@ -99,7 +100,7 @@ impl<T: Table> TableSink<T> {
         Ok(())
     }
 
-    fn start_encoder(&mut self) -> Result<(), String> {
+    fn start_encoder(&mut self) -> Result<()> {
         if self.encoder.is_none() {
             let mut files = self
                 .pending
@@ -118,18 +119,18 @@ impl<T: Table> TableSink<T> {
                     }
                     files.finish()
                 })
-                .map_err(|e| format!("cannot start an encoder thread: {e}"))?;
+                .map_err(DatasetError::EncoderThread)?;
             self.encoder = Some(Encoder { tx, spare, thread });
         }
         Ok(())
     }
 
     /// The encoder refused a batch: it stopped on an error, which joining it reports.
-    fn fail(&mut self) -> Result<(), String> {
+    fn fail(&mut self) -> Result<()> {
         let e = self
             .encoder
             .take()
-            .ok_or(format!("the {} encoder is gone", T::NAME))?;
+            .ok_or(DatasetError::EncoderGone { table: T::NAME })?;
         drop(e.tx);
         Closing::Encoding {
             table: T::NAME,
@@ -146,14 +147,14 @@ impl<T: Table> TableSink<T> {
     }
 
     /// Writes what is buffered, completes every file, and returns the row groups written.
-    pub fn finish(self) -> Result<Vec<RowGroupRow>, String> {
+    pub fn finish(self) -> Result<Vec<RowGroupRow>> {
         self.close()?.join()
     }
 
     /// Hands what is buffered to the encoder thread (started now if this table never
     /// filled a batch) and returns without waiting, so that several tables finish their
     /// files in parallel; [`Closing::join`] waits.
-    pub fn close(mut self) -> Result<Closing, String> {
+    pub fn close(mut self) -> Result<Closing> {
         if self.cols.is_empty() && self.encoder.is_none() {
             let files = self.pending.take().expect("no encoder, so files are here");
             return Ok(Closing::Done(files.finish()));
@@ -173,18 +174,18 @@ impl<T: Table> TableSink<T> {
 
 /// A table whose last rows are being written.
 pub enum Closing {
-    Done(Result<Vec<RowGroupRow>, String>),
+    Done(Result<Vec<RowGroupRow>>),
     Encoding {
         table: &'static str,
         /// The last rows reached the encoder (it had not stopped on an error).
         sent: bool,
-        thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>, String>>,
+        thread: std::thread::JoinHandle<Result<Vec<RowGroupRow>>>,
     },
 }
 
 impl Closing {
     /// Waits until every file of the table is complete; returns its row groups.
-    pub fn join(self) -> Result<Vec<RowGroupRow>, String> {
+    pub fn join(self) -> Result<Vec<RowGroupRow>> {
         match self {
             Closing::Done(r) => r,
             Closing::Encoding {
@@ -194,9 +195,9 @@ impl Closing {
             } => {
                 let r = thread
                     .join()
-                    .map_err(|_| format!("the {table} encoder panicked"))?;
+                    .map_err(|_| DatasetError::EncoderPanicked { table })?;
                 if !sent && r.is_ok() {
-                    return Err(format!("the {table} encoder stopped early"));
+                    return Err(DatasetError::EncoderStopped { table });
                 }
                 r
             }
@@ -207,7 +208,7 @@ impl Closing {
 impl TableFiles {
     /// Sorts a batch by time (stably; a single capture file is almost always in order
     /// already, and then nothing moves) and writes one row group per hour it spans.
-    fn write_batch<T: Table>(&mut self, cols: &T::Columns) -> Result<(), String> {
+    fn write_batch<T: Table>(&mut self, cols: &T::Columns) -> Result<()> {
         if cols.is_empty() {
             return Ok(());
         }
@@ -218,7 +219,10 @@ impl TableFiles {
             order.sort_by_key(|&i| times[i as usize]);
             times = order.iter().map(|&i| times[i as usize]).collect();
             batch = arrow_select::take::take_record_batch(&batch, &UInt32Array::from(order))
-                .map_err(|e| format!("cannot sort the {} rows by time: {e}", T::NAME))?;
+                .map_err(|source| DatasetError::SortRows {
+                    table: T::NAME,
+                    source,
+                })?;
         }
         let mut start = 0;
         while start < times.len() {
@@ -236,15 +240,18 @@ impl TableFiles {
         hour: &str,
         batch: &RecordBatch,
         (min_time_ns, max_time_ns): (i64, i64),
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         if !self.writers.contains_key(hour) {
             let p = self.open_partition::<T>(hour)?;
             self.writers.insert(hour.to_string(), p);
         }
         let part = self.writers.get_mut(hour).expect("inserted above");
-        let err = |e: parquet::errors::ParquetError| format!("{}: {e}", part.tmp.display());
-        part.writer.write(batch).map_err(err)?;
-        part.writer.flush().map_err(err)?;
+        part.writer
+            .write(batch)
+            .map_err(DatasetError::parquet(&part.tmp))?;
+        part.writer
+            .flush()
+            .map_err(DatasetError::parquet(&part.tmp))?;
         let tids = batch
             .column_by_name("transaction_id")
             .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
@@ -268,18 +275,16 @@ impl TableFiles {
         Ok(())
     }
 
-    fn open_partition<T: Table>(&self, hour: &str) -> Result<Partition, String> {
+    fn open_partition<T: Table>(&self, hour: &str) -> Result<Partition> {
         let dir = self.root.join(T::NAME).join(format!("hour={hour}"));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(DatasetError::io("create", &dir))?;
         let name = part_name(self.file_id);
         let path = dir.join(&name);
         let tmp = dir.join(format!(".{name}.tmp"));
-        let file =
-            File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        let file = File::create(&tmp).map_err(DatasetError::io("create", &tmp))?;
         let props = writer_properties::<T>(&self.source);
         let writer = ArrowWriter::try_new(file, T::schema(), Some(props))
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            .map_err(DatasetError::parquet(&tmp))?;
         Ok(Partition {
             writer,
             tmp,
@@ -289,13 +294,10 @@ impl TableFiles {
         })
     }
 
-    fn finish(mut self) -> Result<Vec<RowGroupRow>, String> {
+    fn finish(mut self) -> Result<Vec<RowGroupRow>> {
         for (_, p) in std::mem::take(&mut self.writers) {
-            p.writer
-                .close()
-                .map_err(|e| format!("{}: {e}", p.tmp.display()))?;
-            std::fs::rename(&p.tmp, &p.path)
-                .map_err(|e| format!("cannot rename {}: {e}", p.tmp.display()))?;
+            p.writer.close().map_err(DatasetError::parquet(&p.tmp))?;
+            std::fs::rename(&p.tmp, &p.path).map_err(DatasetError::io("rename", &p.tmp))?;
         }
         Ok(self.catalog)
     }
@@ -352,18 +354,13 @@ fn writer_properties<T: Table>(source: &str) -> WriterProperties {
 }
 
 /// Writes a small table (catalog, capture stats) as one file.
-pub fn write_whole(
-    path: &Path,
-    table: &str,
-    batch: &arrow_array::RecordBatch,
-) -> Result<(), String> {
+pub fn write_whole(path: &Path, table: &str, batch: &arrow_array::RecordBatch) -> Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(DatasetError::io("create", dir))?;
     }
     // Unique per process: shards running at the same time write the catalog too.
     let tmp = path.with_extension(format!("parquet.{}.tmp", std::process::id()));
-    let file = File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let file = File::create(&tmp).map_err(DatasetError::io("create", &tmp))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(3).expect("valid level"),
@@ -373,11 +370,12 @@ pub fn write_whole(
             KeyValue::new("tapdeck.table".into(), table.to_string()),
         ]))
         .build();
-    let err = |e: parquet::errors::ParquetError| format!("{}: {e}", tmp.display());
-    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(err)?;
-    w.write(batch).map_err(err)?;
-    w.close().map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename {}: {e}", tmp.display()))
+    let written = ArrowWriter::try_new(file, batch.schema(), Some(props)).and_then(|mut w| {
+        w.write(batch)?;
+        w.close()
+    });
+    written.map_err(DatasetError::parquet(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(DatasetError::io("rename", &tmp))
 }
 
 /// The UTC hour of a time, as partitions name it: `2026-11-23T08`.

@@ -7,6 +7,8 @@ use tapdeck_capture::open_trace;
 use tapdeck_pcap::TraceReader;
 use tapdeck_store::read::Store;
 
+use crate::error::{DatasetError, Result};
+
 /// A trace file as the catalog identifies it: re-running `convert` skips a file whose path,
 /// size and modification time are unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -17,9 +19,13 @@ pub struct SourceFile {
 }
 
 impl SourceFile {
-    pub fn stat(path: &Path) -> Result<SourceFile, String> {
-        let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let abs = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn stat(path: &Path) -> Result<SourceFile> {
+        let input = |source| DatasetError::Input {
+            path: path.to_path_buf(),
+            source,
+        };
+        let m = std::fs::metadata(path).map_err(input)?;
+        let abs = std::fs::canonicalize(path).map_err(input)?;
         Ok(SourceFile {
             path: abs.to_string_lossy().into_owned(),
             size: m.len(),
@@ -45,22 +51,17 @@ const MAX_DEPTH: usize = 16;
 /// The trace files of every input: a file is itself; a tapdeck store gives its complete
 /// data files; any other directory gives the trace files found under it. Sorted, without
 /// duplicates. Warnings (incomplete files left by a writer that died) go to `warn`.
-pub fn discover(
-    inputs: &[PathBuf],
-    warn: &mut impl FnMut(String),
-) -> Result<Vec<SourceFile>, String> {
+pub fn discover(inputs: &[PathBuf], warn: &mut impl FnMut(String)) -> Result<Vec<SourceFile>> {
     let mut paths = Vec::new();
     for input in inputs {
-        let meta = std::fs::metadata(input).map_err(|e| {
-            format!(
-                "{}: {e}; name trace files, stores or directories that exist",
-                input.display()
-            )
+        let meta = std::fs::metadata(input).map_err(|source| DatasetError::MissingInput {
+            path: input.clone(),
+            source,
         })?;
         if meta.is_file() {
             paths.push(input.clone());
         } else if input.join(tapdeck_store::meta::MANIFEST).exists() {
-            let store = Store::open(input).map_err(|e| e.to_string())?;
+            let store = Store::open(input)?;
             for p in &store.partials {
                 warn(format!(
                     "{}: skipped, left incomplete by a recorder that stopped; `tapdeck verify --repair {}` finishes it",
@@ -80,16 +81,19 @@ pub fn discover(
     files.sort_by(|a, b| a.path.cmp(&b.path));
     files.dedup_by(|a, b| a.path == b.path);
     if files.is_empty() {
-        return Err("no trace files in the inputs: name pcap or pcapng files, stores or directories holding them".into());
+        return Err(DatasetError::NoTraceFiles);
     }
     Ok(files)
 }
 
-fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<()> {
     if depth > MAX_DEPTH {
         return Ok(());
     }
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let entries = std::fs::read_dir(dir).map_err(|source| DatasetError::Input {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -108,6 +112,6 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> 
 }
 
 /// Opens a trace for reading packets, whatever its compression or container.
-pub fn open(path: &str) -> Result<TraceReader<Box<dyn std::io::Read + Send>>, String> {
-    open_trace(path).map_err(|e| e.to_string())
+pub fn open(path: &str) -> Result<TraceReader<Box<dyn std::io::Read + Send>>> {
+    Ok(open_trace(path)?)
 }

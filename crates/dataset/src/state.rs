@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{DatasetError, Result};
 use crate::source::SourceFile;
 use crate::tables::{CaptureStatsRow, RowGroupRow};
 
@@ -198,18 +199,17 @@ impl StateDir {
         serde_json::from_slice(&bytes).ok()
     }
 
-    fn save<T: Serialize>(&self, kind: &str, source: &SourceFile, v: &T) -> Result<(), String> {
+    fn save<T: Serialize>(&self, kind: &str, source: &SourceFile, v: &T) -> Result<()> {
         let path = self.path(kind, source);
         let dir = path.parent().expect("has a parent");
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(DatasetError::io("create", dir))?;
         // Unique per process and call: shards run at the same time write the same state.
         static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
         let bytes = serde_json::to_vec(v).expect("state serializes");
-        std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        std::fs::write(&tmp, bytes).map_err(DatasetError::io("write", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(DatasetError::io("write", path))
     }
 
     /// Pass one's cached result, if the file is unchanged since.
@@ -218,7 +218,7 @@ impl StateDir {
             .filter(|p| p.source == *source)
     }
 
-    pub fn save_pass_one(&self, p: &PassOne) -> Result<(), String> {
+    pub fn save_pass_one(&self, p: &PassOne) -> Result<()> {
         self.save("pass1", &p.source, p)
     }
 
@@ -227,7 +227,7 @@ impl StateDir {
             .filter(|p| p.source == *source)
     }
 
-    pub fn save_pass_two(&self, p: &PassTwo) -> Result<(), String> {
+    pub fn save_pass_two(&self, p: &PassTwo) -> Result<()> {
         self.save("pass2", &p.source, p)
     }
 
@@ -237,7 +237,7 @@ impl StateDir {
             .filter(|s| s.source == *source)
     }
 
-    pub fn save_span(&self, s: &crate::convert::Span) -> Result<(), String> {
+    pub fn save_span(&self, s: &crate::convert::Span) -> Result<()> {
         self.save("span", &s.source, s)
     }
 

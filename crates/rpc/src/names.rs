@@ -1,6 +1,8 @@
 //! Names of programs, procedures and operations, spelled as Wireshark/tshark spells them so
 //! that tables and tshark output can be compared by eye.
 
+use crate::nfs4::Op;
+
 /// The well-known name of an RPC program, for the programs the dataset names.
 pub fn program_name(prog: u32) -> Option<&'static str> {
     Some(match prog {
@@ -44,94 +46,11 @@ pub fn nfs3_proc_name(proc_: u32) -> &'static str {
     NFS3_PROCS.get(proc_ as usize).copied().unwrap_or("unknown")
 }
 
-/// NFSv4 operations 3..=75 (RFC 7530, 8881, 7862, 8276), indexed from 3.
-const NFS4_OPS: [&str; 73] = [
-    "ACCESS",
-    "CLOSE",
-    "COMMIT",
-    "CREATE",
-    "DELEGPURGE",
-    "DELEGRETURN",
-    "GETATTR",
-    "GETFH",
-    "LINK",
-    "LOCK",
-    "LOCKT",
-    "LOCKU",
-    "LOOKUP",
-    "LOOKUPP",
-    "NVERIFY",
-    "OPEN",
-    "OPENATTR",
-    "OPEN_CONFIRM",
-    "OPEN_DOWNGRADE",
-    "PUTFH",
-    "PUTPUBFH",
-    "PUTROOTFH",
-    "READ",
-    "READDIR",
-    "READLINK",
-    "REMOVE",
-    "RENAME",
-    "RENEW",
-    "RESTOREFH",
-    "SAVEFH",
-    "SECINFO",
-    "SETATTR",
-    "SETCLIENTID",
-    "SETCLIENTID_CONFIRM",
-    "VERIFY",
-    "WRITE",
-    "RELEASE_LOCKOWNER",
-    "BACKCHANNEL_CTL",
-    "BIND_CONN_TO_SESSION",
-    "EXCHANGE_ID",
-    "CREATE_SESSION",
-    "DESTROY_SESSION",
-    "FREE_STATEID",
-    "GET_DIR_DELEGATION",
-    "GETDEVICEINFO",
-    "GETDEVICELIST",
-    "LAYOUTCOMMIT",
-    "LAYOUTGET",
-    "LAYOUTRETURN",
-    "SECINFO_NO_NAME",
-    "SEQUENCE",
-    "SET_SSV",
-    "TEST_STATEID",
-    "WANT_DELEGATION",
-    "DESTROY_CLIENTID",
-    "RECLAIM_COMPLETE",
-    "ALLOCATE",
-    "COPY",
-    "COPY_NOTIFY",
-    "DEALLOCATE",
-    "IO_ADVISE",
-    "LAYOUTERROR",
-    "LAYOUTSTATS",
-    "OFFLOAD_CANCEL",
-    "OFFLOAD_STATUS",
-    "READ_PLUS",
-    "SEEK",
-    "WRITE_SAME",
-    "CLONE",
-    "GETXATTR",
-    "SETXATTR",
-    "LISTXATTRS",
-    "REMOVEXATTR",
-];
-
-pub const NFS4_OP_ILLEGAL: u32 = 10044;
+pub const NFS4_OP_ILLEGAL: u32 = Op::Illegal as u32;
 
 /// NFSv4 operation name; "unknown" for numbers no minor version defines.
 pub fn nfs4_op_name(op: u32) -> &'static str {
-    if op == NFS4_OP_ILLEGAL {
-        return "ILLEGAL";
-    }
-    op.checked_sub(3)
-        .and_then(|i| NFS4_OPS.get(i as usize))
-        .copied()
-        .unwrap_or("unknown")
+    Op::from_u32(op).map_or("unknown", Op::name)
 }
 
 /// NFSv4 procedures (not operations): 0 NULL, 1 COMPOUND.

@@ -181,42 +181,15 @@ fn call_args(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
             op.fh = Some(fh(x)?);
             Ok(())
         }
-        SETATTR => {
-            op.fh = Some(fh(x)?);
-            sattr3(x)?;
-            if x.bool()? {
-                x.skip(8)?; // guard ctime
-            }
-            Ok(())
-        }
+        SETATTR => setattr_args(x, op),
         ACCESS => {
             op.fh = Some(fh(x)?);
             x.u32().map(|_| ())
         }
         LOOKUP | REMOVE | RMDIR => diropargs3(x, op, NameRole::Target),
-        READ | COMMIT => {
-            op.fh = Some(fh(x)?);
-            let rw = op.rw.insert(ReadWrite::default());
-            rw.offset = Some(x.u64()?);
-            rw.count = Some(x.u32()?);
-            Ok(())
-        }
-        WRITE => {
-            op.fh = Some(fh(x)?);
-            let rw = op.rw.insert(ReadWrite::default());
-            rw.offset = Some(x.u64()?);
-            rw.count = Some(x.u32()?);
-            rw.stable = Some(x.u32()?);
-            x.opaque(UNBOUNDED).map(|_| ())
-        }
-        CREATE => {
-            diropargs3(x, op, NameRole::Target)?;
-            match x.u32()? {
-                0 | 1 => sattr3(x),
-                2 => x.skip(8),
-                _ => Err(Error::Invalid("createmode3 out of range")),
-            }
-        }
+        READ | COMMIT => read_args(x, op),
+        WRITE => write_args(x, op),
+        CREATE => create_args(x, op),
         MKDIR => {
             diropargs3(x, op, NameRole::Target)?;
             sattr3(x)
@@ -226,51 +199,103 @@ fn call_args(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
             sattr3(x)?;
             x.string(UNBOUNDED).map(|_| ())
         }
-        MKNOD => {
-            diropargs3(x, op, NameRole::Target)?;
-            match x.u32()? {
-                3 | 4 => {
-                    sattr3(x)?;
-                    x.skip(8) // specdata3
-                }
-                6 | 7 => sattr3(x),
-                _ => Ok(()),
-            }
-        }
+        MKNOD => mknod_args(x, op),
         RENAME => {
             diropargs3(x, op, NameRole::RenameFrom)?;
             diropargs3(x, op, NameRole::RenameTo)
         }
-        LINK => {
-            let file = fh(x)?;
-            op.fh = Some(file.clone());
-            let dir = fh(x)?;
-            let name = filename(x)?;
-            op.names.push(NameEntry {
-                role: NameRole::Target,
-                dir_fh: Some(dir),
-                name,
-                fh: Some(file),
-                ..Default::default()
-            });
-            Ok(())
-        }
-        READDIR => {
-            op.fh = Some(fh(x)?);
-            x.u64()?; // cookie
-            x.skip(8)?; // cookieverf
-            op.rw.get_or_insert_with(ReadWrite::default).count = Some(x.u32()?);
-            Ok(())
-        }
-        READDIRPLUS => {
-            op.fh = Some(fh(x)?);
-            x.u64()?;
-            x.skip(8)?;
-            x.u32()?; // dircount
-            x.u32().map(|_| ()) // maxcount
-        }
+        LINK => link_args(x, op),
+        READDIR => readdir_args(x, op),
+        READDIRPLUS => readdirplus_args(x, op),
         _ => Err(Error::Invalid("NFSv3 procedure number out of range")),
     }
+}
+
+/// SETATTR3args: object, new_attributes, guard (sattrguard3).
+fn setattr_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    op.fh = Some(fh(x)?);
+    sattr3(x)?;
+    if x.bool()? {
+        x.skip(8)?; // guard ctime
+    }
+    Ok(())
+}
+
+/// READ3args and COMMIT3args: file, offset, count.
+fn read_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    op.fh = Some(fh(x)?);
+    let rw = op.rw.insert(ReadWrite::default());
+    rw.offset = Some(x.u64()?);
+    rw.count = Some(x.u32()?);
+    Ok(())
+}
+
+/// WRITE3args: file, offset, count, stable, data.
+fn write_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    op.fh = Some(fh(x)?);
+    let rw = op.rw.insert(ReadWrite::default());
+    rw.offset = Some(x.u64()?);
+    rw.count = Some(x.u32()?);
+    rw.stable = Some(x.u32()?);
+    x.opaque(UNBOUNDED).map(|_| ())
+}
+
+/// CREATE3args: where, how (createhow3: attributes, or an EXCLUSIVE verifier).
+fn create_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    diropargs3(x, op, NameRole::Target)?;
+    match x.u32()? {
+        0 | 1 => sattr3(x),
+        2 => x.skip(8),
+        _ => Err(Error::Invalid("createmode3 out of range")),
+    }
+}
+
+/// MKNOD3args: where, what (mknoddata3: devices have attributes and specdata3, sockets and
+/// fifos attributes only).
+fn mknod_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    diropargs3(x, op, NameRole::Target)?;
+    match x.u32()? {
+        3 | 4 => {
+            sattr3(x)?;
+            x.skip(8) // specdata3
+        }
+        6 | 7 => sattr3(x),
+        _ => Ok(()),
+    }
+}
+
+/// LINK3args: file, link (the directory and name of the new link).
+fn link_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    let file = fh(x)?;
+    op.fh = Some(file.clone());
+    let dir = fh(x)?;
+    let name = filename(x)?;
+    op.names.push(NameEntry {
+        role: NameRole::Target,
+        dir_fh: Some(dir),
+        name,
+        fh: Some(file),
+        ..Default::default()
+    });
+    Ok(())
+}
+
+/// READDIR3args: dir, cookie, cookieverf, count.
+fn readdir_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    op.fh = Some(fh(x)?);
+    x.u64()?; // cookie
+    x.skip(8)?; // cookieverf
+    op.rw.get_or_insert_with(ReadWrite::default).count = Some(x.u32()?);
+    Ok(())
+}
+
+/// READDIRPLUS3args: dir, cookie, cookieverf, dircount, maxcount.
+fn readdirplus_args(x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
+    op.fh = Some(fh(x)?);
+    x.u64()?;
+    x.skip(8)?;
+    x.u32()?; // dircount
+    x.u32().map(|_| ()) // maxcount
 }
 
 fn reply_results(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Error> {
@@ -288,62 +313,14 @@ fn reply_results(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Erro
             }
             Ok(())
         }
-        SETATTR | REMOVE | RMDIR => {
-            let object = if proc_ == SETATTR {
-                AttrObject::Object
-            } else {
-                AttrObject::Directory
-            };
-            wcc_data(x, object, attrs)
-        }
-        LOOKUP => {
-            if ok {
-                op.fh = Some(fh(x)?);
-                post_op_attr(x, AttrObject::Object, &mut op.attrs)?;
-            }
-            post_op_attr(x, AttrObject::Directory, &mut op.attrs)
-        }
-        ACCESS => {
-            post_op_attr(x, AttrObject::Object, attrs)?;
-            if ok {
-                x.u32()?;
-            }
-            Ok(())
-        }
-        READLINK => {
-            post_op_attr(x, AttrObject::Object, attrs)?;
-            if ok {
-                x.string(UNBOUNDED)?;
-            }
-            Ok(())
-        }
-        READ => {
-            post_op_attr(x, AttrObject::Object, attrs)?;
-            if ok {
-                let rw = op.rw.insert(ReadWrite::default());
-                rw.returned = Some(x.u32()?);
-                rw.eof = Some(x.bool()?);
-                x.opaque(UNBOUNDED)?;
-            }
-            Ok(())
-        }
-        WRITE => {
-            wcc_data(x, AttrObject::Object, attrs)?;
-            if ok {
-                let rw = op.rw.insert(ReadWrite::default());
-                rw.returned = Some(x.u32()?);
-                rw.committed = Some(x.u32()?);
-                x.skip(8)?; // writeverf3
-            }
-            Ok(())
-        }
-        CREATE | MKDIR | SYMLINK | MKNOD => {
-            if ok {
-                op.fh = post_op_fh3(x)?;
-                post_op_attr(x, AttrObject::Object, &mut op.attrs)?;
-            }
-            wcc_data(x, AttrObject::Directory, &mut op.attrs)
-        }
+        SETATTR => wcc_data(x, AttrObject::Object, attrs),
+        REMOVE | RMDIR => wcc_data(x, AttrObject::Directory, attrs),
+        LOOKUP => lookup_results(x, op, ok),
+        ACCESS => attrs_then(x, attrs, ok, |x| x.u32().map(|_| ())),
+        READLINK => attrs_then(x, attrs, ok, |x| x.string(UNBOUNDED).map(|_| ())),
+        READ => read_results(x, op, ok),
+        WRITE => write_results(x, op, ok),
+        CREATE | MKDIR | SYMLINK | MKNOD => create_results(x, op, ok),
         RENAME => {
             wcc_data(x, AttrObject::FromDirectory, attrs)?;
             wcc_data(x, AttrObject::ToDirectory, attrs)
@@ -353,27 +330,12 @@ fn reply_results(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Erro
             wcc_data(x, AttrObject::Directory, attrs)
         }
         READDIR | READDIRPLUS => readdir_results(x, op, proc_ == READDIRPLUS, ok),
-        FSSTAT => {
-            post_op_attr(x, AttrObject::Object, attrs)?;
-            if ok {
-                x.skip(6 * 8 + 4)?; // tbytes..afiles, invarsec
-            }
-            Ok(())
-        }
-        FSINFO => {
-            post_op_attr(x, AttrObject::Object, attrs)?;
-            if ok {
-                x.skip(7 * 4 + 8 + 8 + 4)?; // rtmax..dtpref, maxfilesize, time_delta, properties
-            }
-            Ok(())
-        }
-        PATHCONF => {
-            post_op_attr(x, AttrObject::Object, attrs)?;
-            if ok {
-                x.skip(6 * 4)?; // linkmax, name_max, four bools
-            }
-            Ok(())
-        }
+        // tbytes..afiles, invarsec
+        FSSTAT => attrs_then(x, attrs, ok, |x| x.skip(6 * 8 + 4)),
+        // rtmax..dtpref, maxfilesize, time_delta, properties
+        FSINFO => attrs_then(x, attrs, ok, |x| x.skip(7 * 4 + 8 + 8 + 4)),
+        // linkmax, name_max, four bools
+        PATHCONF => attrs_then(x, attrs, ok, |x| x.skip(6 * 4)),
         COMMIT => {
             wcc_data(x, AttrObject::Object, attrs)?;
             if ok {
@@ -383,6 +345,63 @@ fn reply_results(proc_: u32, x: &mut Xdr<'_>, op: &mut NfsOp) -> Result<(), Erro
         }
         _ => Err(Error::Invalid("NFSv3 procedure number out of range")),
     }
+}
+
+/// The many results that are the object's post_op_attr, then on success `resok`'s fields.
+fn attrs_then(
+    x: &mut Xdr<'_>,
+    attrs: &mut Vec<Attrs>,
+    ok: bool,
+    resok: impl FnOnce(&mut Xdr<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    post_op_attr(x, AttrObject::Object, attrs)?;
+    if ok {
+        resok(x)?;
+    }
+    Ok(())
+}
+
+/// LOOKUP3res: on success the object and its attributes; the directory's attributes always.
+fn lookup_results(x: &mut Xdr<'_>, op: &mut NfsOp, ok: bool) -> Result<(), Error> {
+    if ok {
+        op.fh = Some(fh(x)?);
+        post_op_attr(x, AttrObject::Object, &mut op.attrs)?;
+    }
+    post_op_attr(x, AttrObject::Directory, &mut op.attrs)
+}
+
+/// READ3res: file_attributes; on success count, eof and data (skipped).
+fn read_results(x: &mut Xdr<'_>, op: &mut NfsOp, ok: bool) -> Result<(), Error> {
+    post_op_attr(x, AttrObject::Object, &mut op.attrs)?;
+    if ok {
+        let rw = op.rw.insert(ReadWrite::default());
+        rw.returned = Some(x.u32()?);
+        rw.eof = Some(x.bool()?);
+        x.opaque(UNBOUNDED)?;
+    }
+    Ok(())
+}
+
+/// WRITE3res: file_wcc; on success count, committed, verf.
+fn write_results(x: &mut Xdr<'_>, op: &mut NfsOp, ok: bool) -> Result<(), Error> {
+    wcc_data(x, AttrObject::Object, &mut op.attrs)?;
+    if ok {
+        let rw = op.rw.insert(ReadWrite::default());
+        rw.returned = Some(x.u32()?);
+        rw.committed = Some(x.u32()?);
+        x.skip(8)?; // writeverf3
+    }
+    Ok(())
+}
+
+/// CREATE3res, MKDIR3res, SYMLINK3res, MKNOD3res: on success the new object's handle and
+/// attributes; the directory's wcc_data always.
+fn create_results(x: &mut Xdr<'_>, op: &mut NfsOp, ok: bool) -> Result<(), Error> {
+    if ok {
+        op.fh = post_op_fh3(x)?;
+        post_op_attr(x, AttrObject::Object, &mut op.attrs)?;
+    }
+    wcc_data(x, AttrObject::Directory, &mut op.attrs)
 }
 
 fn readdir_results(x: &mut Xdr<'_>, op: &mut NfsOp, plus: bool, ok: bool) -> Result<(), Error> {
