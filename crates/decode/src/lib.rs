@@ -1,6 +1,8 @@
 //! Zero-copy packet header views, symmetric flow keys, TCP stream reassembly and ONC RPC
 //! record framing.
 //!
+//! - [`wire`]: typed zero-copy views over each header (Ethernet, VLAN, SLL/SLL2, BSD
+//!   loopback, IPv4, IPv6 and its extension headers, TCP, UDP, ICMP) and their [`wire::Error`].
 //! - [`packet`]: [`dissect`] a frame of a pcap link type into [`Headers`] (no allocation).
 //! - [`flow`]: [`FlowKey`] and the stable, symmetric [`flow_id`] stored in datasets.
 //! - [`headers`]: [`headers_len`], where header-only capture cuts a frame.
@@ -16,6 +18,7 @@ pub mod headers;
 pub mod packet;
 pub mod rpc_framing;
 pub mod tcp;
+pub mod wire;
 
 pub use flow::{flow_id, FlowKey};
 pub use headers::{headers_len, HeaderDepth};
