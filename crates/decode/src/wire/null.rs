@@ -29,8 +29,9 @@ impl<T: AsRef<[u8]>> NullHeader<T> {
         Ok(NullHeader { buffer })
     }
 
-    /// The address family in whichever byte order makes it fit in 16 bits (every family
-    /// does), so the writer's order need not be known.
+    /// The address family in whichever byte order makes it fit in 16 bits (every real family
+    /// does, so the writer's order need not be known; bytes that fit in neither order are
+    /// returned little-endian and name no family).
     pub fn family(&self) -> u32 {
         let b = &self.buffer.as_ref()[field::FAMILY];
         let fam = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
