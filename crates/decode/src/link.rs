@@ -1,7 +1,7 @@
 //! Link layers: from a frame of a pcap link type to the ethertype of its network header and
 //! where that header starts. Ethernet, Linux cooked (SLL, SLL2) and BSD loopback go through
 //! their [`wire`](crate::wire) views; the rarer encapsulations are small functions over
-//! bounds-checked reads ([`be16`] and friends return `None` past the end).
+//! bounds-checked reads (`be16` and friends return `None` past the end).
 
 use crate::wire::{
     ethernet, null, sll, EtherType, EthernetFrame, NullHeader, Sll2Header, SllHeader,

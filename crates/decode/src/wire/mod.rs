@@ -5,9 +5,11 @@
 //! 2. a view `Xxx<T: AsRef<[u8]>>` over a borrowed buffer, made by `new_checked`, which
 //!    checks once that every fixed field is captured, so each accessor is one line over a
 //!    field range and cannot go out of bounds;
-//! 3. where a header has a variable part (IPv4 and TCP options, IPv6 extension headers),
-//!    `new_checked` also checks what it can from the fixed part, and the accessors that reach
-//!    past it return a [`Result`].
+//! 3. where a header announces its own length (TCP's data offset, an IPv6 extension
+//!    header's length) `new_checked` checks that length too. IPv4 is the exception: its
+//!    fixed fields are worth having even when the IHL is impossible or cut by the snap
+//!    length, so `new_checked` checks the fixed 20 bytes and the accessors that reach past
+//!    them ([`Ipv4Packet::options`], [`Ipv4Packet::payload`]) return a [`Result`].
 //!
 //! The views never copy and never allocate. Errors are [`Error`]: which layer, and whether
 //! the bytes were cut short by the capture ([`Error::Truncated`]) or say something
@@ -95,7 +97,7 @@ pub enum Error {
         value: u32,
     },
     /// More stacked headers (VLAN tags, IPv6 extension headers) than any real packet has.
-    #[error("more than {limit} {layer} headers in a row")]
+    #[error("{layer}: more than {limit} in a row")]
     TooManyHeaders { layer: Layer, limit: usize },
 }
 
@@ -135,4 +137,36 @@ fn array<const N: usize>(b: &[u8], f: Field) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&b[f]);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_layer_and_the_numbers() {
+        let e = Error::Truncated {
+            layer: Layer::Tcp,
+            need: 32,
+            have: 20,
+        };
+        assert_eq!(
+            e.to_string(),
+            "TCP header truncated: 32 bytes needed, 20 captured"
+        );
+        let e = Error::Malformed {
+            layer: Layer::Ipv4,
+            field: "header length",
+            value: 16,
+        };
+        assert_eq!(e.to_string(), "IPv4 header malformed: header length is 16");
+        let e = Error::TooManyHeaders {
+            layer: Layer::Ipv6Extension,
+            limit: 16,
+        };
+        assert_eq!(
+            e.to_string(),
+            "IPv6 extension header: more than 16 in a row"
+        );
+    }
 }
