@@ -229,13 +229,14 @@ impl<T: AsRef<[u8]>> Ipv6FragmentHeader<T> {
     pub fn header_len(&self) -> usize {
         field::frag::LEN
     }
+}
 
-    /// Offset and more-fragments of a header cut short after them (4 to 7 bytes captured).
-    fn offset_and_more(buffer: &[u8]) -> Option<(u16, bool)> {
-        let b = buffer.get(field::frag::FR_OF_M)?;
-        let v = u16::from_be_bytes([b[0], b[1]]);
-        Some((v & 0xfff8, v & 1 != 0))
-    }
+/// Offset and more-fragments of a fragment header cut short after them (4 to 7 bytes
+/// captured): enough to say the packet is a fragment, not enough to reassemble it.
+fn cut_fragment_offset_and_more(buffer: &[u8]) -> Option<(u16, bool)> {
+    let b = buffer.get(field::frag::FR_OF_M)?;
+    let v = u16::from_be_bytes([b[0], b[1]]);
+    Some((v & 0xfff8, v & 1 != 0))
 }
 
 /// A complete fragment header found in a chain.
@@ -286,6 +287,7 @@ impl ExtensionChain {
             end: Ok(()),
         };
         for _ in 0..MAX_EXTENSION_HEADERS {
+            // In bounds: `len` only grows by headers their view found captured.
             let rest = &buffer[chain.len..];
             let step = match chain.next_header {
                 FRAGMENT => Ipv6FragmentHeader::new_checked(rest).map(|f| {
@@ -310,10 +312,10 @@ impl ExtensionChain {
                     chain.len += len;
                 }
                 Err(e) => {
+                    // A cut fragment header whose offset was captured still marks the packet
+                    // a fragment (the packets table's ip_fragment has always said so).
                     if chain.next_header == FRAGMENT {
-                        if let Some((offset, more)) =
-                            Ipv6FragmentHeader::<&[u8]>::offset_and_more(rest)
-                        {
+                        if let Some((offset, more)) = cut_fragment_offset_and_more(rest) {
                             chain.frag_offset = offset;
                             chain.more_frags = more;
                         }
