@@ -1,7 +1,10 @@
 //! Zero-copy packet header views, symmetric flow keys, TCP stream reassembly and ONC RPC
 //! record framing.
 //!
-//! - [`packet`]: [`dissect`] a frame of a pcap link type into [`Headers`] (no allocation).
+//! - [`wire`]: typed zero-copy views over each header (Ethernet, VLAN, SLL/SLL2, BSD
+//!   loopback, IPv4, IPv6 and its extension headers, TCP, UDP, ICMP) and their [`wire::Error`].
+//! - [`packet`]: [`dissect`] a frame of a pcap link type into [`Headers`] (no allocation),
+//!   through the views; [`link`] finds the network header under each link type.
 //! - [`flow`]: [`FlowKey`] and the stable, symmetric [`flow_id`] stored in datasets.
 //! - [`headers`]: [`headers_len`], where header-only capture cuts a frame.
 //! - [`tcp`]: [`TcpReassembler`] (one direction) and [`ConnectionTable`] (bounded).
@@ -13,13 +16,15 @@
 
 pub mod flow;
 pub mod headers;
+pub mod link;
 pub mod packet;
 pub mod rpc_framing;
 pub mod tcp;
+pub mod wire;
 
 pub use flow::{flow_id, FlowKey};
 pub use headers::{headers_len, HeaderDepth};
-pub use packet::{dissect, Headers, IpHeader, Transport};
+pub use packet::{dissect, Fragment, Headers, IpHeader, Transport};
 pub use rpc_framing::{
     probe_rpc_header, RpcFramer, RpcMessage, TcpRpcTracker, TrackerConfig, TrackerCounters,
 };

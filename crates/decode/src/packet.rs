@@ -1,67 +1,26 @@
 //! Per-packet header dissection: link layer → IP → TCP/UDP/ICMP, zero-copy and allocation-free.
 //!
-//! [`dissect`] never panics and never allocates. A header cut short by the capture sets
-//! [`Headers::truncated`] and leaves everything parsed before it in place.
+//! [`dissect`] walks the [`wire`](crate::wire) views (the link layers through
+//! [`link`](crate::link)) and gathers what the recorder and the converter use into
+//! [`Headers`], plain `Copy` data. It never panics and never allocates. A header cut short
+//! by the capture sets [`Headers::truncated`] and leaves everything parsed before it in
+//! place. IP fragments are reported as they are ([`Headers::fragment`]), not reassembled.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// LINKTYPE_NULL: BSD loopback, 4-byte address family in the capturing host's byte order.
-pub const LINKTYPE_NULL: u32 = 0;
-/// LINKTYPE_ETHERNET.
-pub const LINKTYPE_ETHERNET: u32 = 1;
-/// DLT_RAW as most BSDs number it; libpcap maps it to LINKTYPE_RAW.
-pub const DLT_RAW_12: u32 = 12;
-/// DLT_RAW as OpenBSD numbers it; libpcap maps it to LINKTYPE_RAW.
-pub const DLT_RAW_14: u32 = 14;
-/// LINKTYPE_RAW: the frame starts with an IPv4 or IPv6 header.
-pub const LINKTYPE_RAW: u32 = 101;
-/// LINKTYPE_LOOP: OpenBSD loopback (family nominally big-endian; both orders are seen).
-pub const LINKTYPE_LOOP: u32 = 108;
-/// LINKTYPE_LINUX_SLL: Linux "cooked" capture, 16-byte header.
-pub const LINKTYPE_LINUX_SLL: u32 = 113;
-/// LINKTYPE_IPV4: raw IPv4 only.
-pub const LINKTYPE_IPV4: u32 = 228;
-/// LINKTYPE_IPV6: raw IPv6 only.
-pub const LINKTYPE_IPV6: u32 = 229;
-/// LINKTYPE_LINUX_SLL2: Linux cooked capture v2, 20-byte header.
-pub const LINKTYPE_LINUX_SLL2: u32 = 276;
-/// LINKTYPE_SLIP: 16-byte pseudo-header, then IP.
-pub const LINKTYPE_SLIP: u32 = 8;
-/// LINKTYPE_PPP: PPP, with or without HDLC-like framing (RFC 1661/1662).
-pub const LINKTYPE_PPP: u32 = 9;
-/// LINKTYPE_PPP_HDLC: PPP in HDLC-like framing, or Cisco PPP with HDLC framing.
-pub const LINKTYPE_PPP_HDLC: u32 = 50;
-/// LINKTYPE_ATM_RFC1483: LLC/SNAP-encapsulated ATM.
-pub const LINKTYPE_ATM_RFC1483: u32 = 100;
-/// LINKTYPE_C_HDLC: Cisco HDLC.
-pub const LINKTYPE_C_HDLC: u32 = 104;
-/// LINKTYPE_FRELAY: Frame Relay.
-pub const LINKTYPE_FRELAY: u32 = 107;
-/// LINKTYPE_SUNATM: SunATM pseudo-header, then LLC/SNAP.
-pub const LINKTYPE_SUNATM: u32 = 123;
-/// LINKTYPE_ARCNET_LINUX.
-pub const LINKTYPE_ARCNET_LINUX: u32 = 129;
-/// LINKTYPE_JUNIPER_ETHER: Juniper's header, then an Ethernet frame.
-pub const LINKTYPE_JUNIPER_ETHER: u32 = 178;
-/// LINKTYPE_IPNET: Solaris ipnet.
-pub const LINKTYPE_IPNET: u32 = 226;
-/// LINKTYPE_NFLOG: Linux netfilter log messages.
-pub const LINKTYPE_NFLOG: u32 = 239;
-/// LINKTYPE_IPOIB: IP over InfiniBand (RFC 4391).
-pub const LINKTYPE_IPOIB: u32 = 242;
-/// LINKTYPE_PKTAP: Apple PKTAP.
-pub const LINKTYPE_PKTAP: u32 = 258;
-/// LINKTYPE_DSA_TAG_BRCM: Ethernet with a Broadcom tag after the source address.
-pub const LINKTYPE_DSA_TAG_BRCM: u32 = 281;
-/// LINKTYPE_DSA_TAG_BRCM_PREPEND: a Broadcom tag, then an Ethernet frame.
-pub const LINKTYPE_DSA_TAG_BRCM_PREPEND: u32 = 282;
+use crate::link::{link_layer, Link};
+use crate::wire::{
+    ipv6, vlan, EtherType, ExtensionChain, IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket,
+    UdpPacket, VlanTag,
+};
 
-/// Ethertypes we look at.
-const ETH_IPV4: u16 = 0x0800;
-const ETH_IPV6: u16 = 0x86dd;
-const ETH_VLAN: u16 = 0x8100;
-const ETH_QINQ: u16 = 0x88a8;
-const ETH_QINQ_OLD: u16 = 0x9100;
+pub use crate::link::{
+    DLT_RAW_12, DLT_RAW_14, LINKTYPE_ARCNET_LINUX, LINKTYPE_ATM_RFC1483, LINKTYPE_C_HDLC,
+    LINKTYPE_DSA_TAG_BRCM, LINKTYPE_DSA_TAG_BRCM_PREPEND, LINKTYPE_ETHERNET, LINKTYPE_FRELAY,
+    LINKTYPE_IPNET, LINKTYPE_IPOIB, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_JUNIPER_ETHER,
+    LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, LINKTYPE_LOOP, LINKTYPE_NFLOG, LINKTYPE_NULL,
+    LINKTYPE_PKTAP, LINKTYPE_PPP, LINKTYPE_PPP_HDLC, LINKTYPE_RAW, LINKTYPE_SLIP, LINKTYPE_SUNATM,
+};
 
 /// IP protocol numbers we look at.
 pub const PROTO_ICMP: u8 = 1;
@@ -71,8 +30,6 @@ pub const PROTO_ICMPV6: u8 = 58;
 
 /// More tags than this is not a real frame; the bound keeps the loop finite.
 const MAX_VLAN_TAGS: usize = 8;
-/// Bound on the IPv6 extension header walk.
-const MAX_IPV6_EXT: usize = 16;
 
 /// The network layer of a packet: the outermost IPv4 or IPv6 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -222,12 +179,37 @@ pub struct Headers<'a> {
     pub network_end: u32,
     /// Offset just past the transport header (where the payload starts); 0 without one.
     pub transport_end: u32,
+    /// What reassembly needs when the packet is an IP fragment (`ip.fragment`): set once the
+    /// IPv4 header, or the IPv6 fragment header, was read whole.
+    pub fragment: Option<Fragment>,
+}
+
+/// An IP fragment, as reassembly needs it (RFC 791 §3.2, RFC 8200 §4.5). Fragments of one
+/// datagram share the source, destination and `ident` (and, for IPv4, the protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fragment {
+    /// IPv4 identification (16 bits), or the IPv6 fragment header's (32 bits).
+    pub ident: u32,
+    /// Offset of this fragment's data in the datagram's data (IPv4) or fragmentable part
+    /// (IPv6), in bytes.
+    pub offset: u16,
+    /// More fragments follow (clear on the last one).
+    pub more: bool,
+    /// The protocol of the reassembled data: IPv4's protocol field, or the IPv6 fragment
+    /// header's next header (which may name a further extension header).
+    pub protocol: u8,
+    /// Where this fragment's data begins in the frame: after the IPv4 header (options
+    /// included) or after the IPv6 fragment header.
+    pub data_offset: u32,
+    /// Length of this fragment's data by the IP length field (to the end of the frame when
+    /// that is 0); fewer bytes are captured when the snap length cut the frame.
+    pub data_wire_len: u32,
 }
 
 /// Dissects one frame of the given pcap/pcapng link type. Never panics, never allocates.
 pub fn dissect(linktype: u32, frame: &[u8]) -> Headers<'_> {
     let mut h = Headers::default();
-    let (ethertype, off) = match link_layer(linktype, frame, 0) {
+    let (mut ethertype, mut off) = match link_layer(linktype, frame) {
         Link::Next(t, off) => (t, off),
         Link::Truncated => {
             h.truncated = true;
@@ -235,501 +217,181 @@ pub fn dissect(linktype: u32, frame: &[u8]) -> Headers<'_> {
         }
         Link::Other => return h,
     };
-    let mut ethertype = ethertype;
-    let mut off = off;
     // VLAN tags: keep the outermost id, skip inner (QinQ) tags.
     for _ in 0..MAX_VLAN_TAGS {
-        if !matches!(ethertype, ETH_VLAN | ETH_QINQ | ETH_QINQ_OLD) {
+        if !EtherType::is_vlan(ethertype) {
             break;
         }
-        let (Some(tci), Some(next)) = (be16(frame, off), be16(frame, off + 2)) else {
+        let Ok(tag) = VlanTag::new_checked(rest(frame, off)) else {
             h.truncated = true;
             return h;
         };
-        if h.vlan.is_none() {
-            h.vlan = Some(tci & 0x0fff);
-        }
-        ethertype = next;
-        off += 4;
+        h.vlan.get_or_insert(tag.vlan_id());
+        ethertype = tag.ethertype();
+        off += vlan::TAG_LEN;
     }
     h.ethertype = Some(ethertype);
     match ethertype {
-        ETH_IPV4 => ipv4(&mut h, frame, off),
-        ETH_IPV6 => ipv6(&mut h, frame, off),
+        EtherType::IPV4 => ipv4(&mut h, frame, off),
+        EtherType::IPV6 => ipv6(&mut h, frame, off),
         _ => {}
     }
     h
 }
 
-/// What the link layer leads to.
-enum Link {
-    /// An ethertype and the offset of the header it names.
-    Next(u16, usize),
-    /// The link header is cut short.
-    Truncated,
-    /// Not a link type, or not a protocol, that leads to IP.
-    Other,
-}
-
-/// PPP protocol numbers (RFC 1661/1332/5072).
-const PPP_IPV4: u16 = 0x0021;
-const PPP_IPV6: u16 = 0x0057;
-/// Frame Relay NLPIDs (RFC 2427).
-const NLPID_SNAP: u8 = 0x80;
-const NLPID_IPV4: u8 = 0xcc;
-const NLPID_IPV6: u8 = 0x8e;
-/// ARCNET protocol ids: RFC 1201 and the older RFC 1051.
-const ARC_IP_RFC1201: u8 = 212;
-const ARC_IP_RFC1051: u8 = 240;
-/// Bound on nested encapsulations (PKTAP carries another link type).
-const MAX_LINK_DEPTH: u8 = 2;
-
-/// The link layer of `frame`: where its network header starts and what it is.
-fn link_layer(linktype: u32, frame: &[u8], depth: u8) -> Link {
-    let at = |off: usize| -> Link {
-        match be16(frame, off) {
-            Some(t) => Link::Next(t, off + 2),
-            None => Link::Truncated,
-        }
-    };
-    let ip_by_version = |off: usize| -> Link {
-        match frame.get(off).map(|b| b >> 4) {
-            Some(4) => Link::Next(ETH_IPV4, off),
-            Some(6) => Link::Next(ETH_IPV6, off),
-            Some(_) => Link::Other,
-            None => Link::Truncated,
-        }
-    };
-    match linktype {
-        LINKTYPE_ETHERNET => at(12),
-        LINKTYPE_RAW | DLT_RAW_12 | DLT_RAW_14 => ip_by_version(0),
-        LINKTYPE_IPV4 => Link::Next(ETH_IPV4, 0),
-        LINKTYPE_IPV6 => Link::Next(ETH_IPV6, 0),
-        LINKTYPE_LINUX_SLL => at(14),
-        LINKTYPE_LINUX_SLL2 => match be16(frame, 0) {
-            Some(t) if frame.len() >= 20 => Link::Next(t, 20),
-            _ => Link::Truncated,
-        },
-        LINKTYPE_NULL | LINKTYPE_LOOP => {
-            let Some(b) = frame.get(..4) else {
-                return Link::Truncated;
-            };
-            // Written in the capturing host's order; a family fits in 16 bits, so the order
-            // whose value does is the right one.
-            let mut fam = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            if fam > 0xffff {
-                fam = fam.swap_bytes();
-            }
-            match fam {
-                2 => Link::Next(ETH_IPV4, 4),
-                // AF_INET6 on NetBSD/OpenBSD/BSD-OS, FreeBSD, Darwin, Linux, Windows.
-                24 | 28 | 30 | 10 | 23 => Link::Next(ETH_IPV6, 4),
-                _ => Link::Other,
-            }
-        }
-        // 16-byte pseudo-header (direction, compressed-header info), then the IP packet.
-        LINKTYPE_SLIP => ip_by_version(16),
-        LINKTYPE_PPP | LINKTYPE_PPP_HDLC => match frame.first() {
-            // Cisco HDLC framing inside LINKTYPE_PPP_HDLC (RFC 1547 4.3.1).
-            Some(0x0f | 0x8f) if linktype == LINKTYPE_PPP_HDLC => at(2),
-            Some(0xff) if frame.get(1) == Some(&0x03) => ppp(frame, 2),
-            Some(_) => ppp(frame, 0),
-            None => Link::Truncated,
-        },
-        // Address, control, then an ethertype.
-        LINKTYPE_C_HDLC => at(2),
-        LINKTYPE_FRELAY => frame_relay(frame),
-        // Source and destination addresses (20 bytes each: QPN and GID), then the RFC 4391
-        // header: an ethertype and 2 reserved bytes.
-        LINKTYPE_IPOIB => match be16(frame, 40) {
-            Some(t) if frame.len() >= 44 => Link::Next(t, 44),
-            _ => Link::Truncated,
-        },
-        // Solaris ipnet: 24-byte header, address family in byte 1 (AF_INET 2, AF_INET6 26).
-        LINKTYPE_IPNET => match frame.get(1) {
-            Some(_) if frame.len() < 24 => Link::Truncated,
-            Some(2) => Link::Next(ETH_IPV4, 24),
-            Some(26) => Link::Next(ETH_IPV6, 24),
-            Some(_) => Link::Other,
-            None => Link::Truncated,
-        },
-        LINKTYPE_NFLOG => nflog(frame),
-        LINKTYPE_JUNIPER_ETHER => juniper_ether(frame),
-        LINKTYPE_ARCNET_LINUX => arcnet(frame),
-        // 4-byte ATM pseudo-header, then LLC/SNAP.
-        LINKTYPE_SUNATM => llc_snap(frame, 4),
-        LINKTYPE_ATM_RFC1483 => llc_snap(frame, 0),
-        // Broadcom switch tag: 4 bytes between the source address and the ethertype, or
-        // in front of the whole Ethernet frame.
-        LINKTYPE_DSA_TAG_BRCM | LINKTYPE_DSA_TAG_BRCM_PREPEND => at(16),
-        // Apple PKTAP: a header whose length (host order) and inner link type lead on.
-        LINKTYPE_PKTAP if depth < MAX_LINK_DEPTH => {
-            let (Some(len), Some(dlt)) = (le32(frame, 0), le32(frame, 4)) else {
-                return Link::Truncated;
-            };
-            let len = len as usize;
-            if len < 8 || len > frame.len() {
-                return Link::Truncated;
-            }
-            match link_layer(dlt, &frame[len..], depth + 1) {
-                Link::Next(t, off) => Link::Next(t, off + len),
-                other => other,
-            }
-        }
-        _ => Link::Other,
-    }
-}
-
-/// A PPP header at `off`: a 1-byte (compressed, odd) or 2-byte protocol number.
-fn ppp(frame: &[u8], off: usize) -> Link {
-    let Some(&first) = frame.get(off) else {
-        return Link::Truncated;
-    };
-    let (proto, next) = if first & 1 == 1 {
-        (u16::from(first), off + 1)
-    } else {
-        match be16(frame, off) {
-            Some(p) => (p, off + 2),
-            None => return Link::Truncated,
-        }
-    };
-    match proto {
-        PPP_IPV4 => Link::Next(ETH_IPV4, next),
-        PPP_IPV6 => Link::Next(ETH_IPV6, next),
-        _ => Link::Other,
-    }
-}
-
-/// Frame Relay (RFC 2427): a Q.922 address (its last byte has the EA bit set), the UI
-/// control byte 0x03, optional padding, then an NLPID (IP directly, or SNAP); or, in Cisco's
-/// encapsulation, an ethertype right after the address.
-fn frame_relay(frame: &[u8]) -> Link {
-    let mut off = 0;
-    loop {
-        let Some(&b) = frame.get(off) else {
-            return Link::Truncated;
-        };
-        off += 1;
-        if b & 1 == 1 {
-            break;
-        }
-        if off >= 4 {
-            return Link::Other;
-        }
-    }
-    match frame.get(off) {
-        Some(0x03) => off += 1,
-        // Cisco's encapsulation: an ethertype right after the address.
-        Some(_) => {
-            return match be16(frame, off) {
-                Some(t) => Link::Next(t, off + 2),
-                None => Link::Truncated,
-            }
-        }
-        None => return Link::Truncated,
-    }
-    if frame.get(off) == Some(&0x00) {
-        off += 1;
-    }
-    match frame.get(off) {
-        Some(&NLPID_IPV4) => Link::Next(ETH_IPV4, off + 1),
-        Some(&NLPID_IPV6) => Link::Next(ETH_IPV6, off + 1),
-        // SNAP: a 3-byte OUI, then a 2-byte PID that is an ethertype under OUI 0.
-        Some(&NLPID_SNAP) => match frame.get(off + 1..off + 4) {
-            Some([0, 0, 0]) => match be16(frame, off + 4) {
-                Some(t) => Link::Next(t, off + 6),
-                None => Link::Truncated,
-            },
-            Some(_) => Link::Other,
-            None => Link::Truncated,
-        },
-        Some(_) => Link::Other,
-        None => Link::Truncated,
-    }
-}
-
-/// Juniper: magic "MGC", a flags byte, extensions when flag 0x80 is set (a 2-byte length,
-/// then TLVs), then the Ethernet frame; flag 0x02 ("no layer 2") is not followed.
-fn juniper_ether(frame: &[u8]) -> Link {
-    const EXTENSIONS: u8 = 0x80;
-    const NO_L2: u8 = 0x02;
-    let Some(head) = frame.get(..4) else {
-        return Link::Truncated;
-    };
-    if &head[..3] != b"MGC" || head[3] & NO_L2 != 0 {
-        return Link::Other;
-    }
-    let eth = if head[3] & EXTENSIONS != 0 {
-        match be16(frame, 4) {
-            Some(n) => 6 + usize::from(n),
-            None => return Link::Truncated,
-        }
-    } else {
-        4
-    };
-    match be16(frame, eth + 12) {
-        Some(t) => Link::Next(t, eth + 14),
-        None => Link::Truncated,
-    }
-}
-
-/// LLC/SNAP (AA AA 03, OUI 0, ethertype) at `off`.
-fn llc_snap(frame: &[u8], off: usize) -> Link {
-    match frame.get(off..off + 6) {
-        Some([0xaa, 0xaa, 0x03, 0, 0, 0]) => match be16(frame, off + 6) {
-            Some(t) => Link::Next(t, off + 8),
-            None => Link::Truncated,
-        },
-        Some(_) => Link::Other,
-        None => Link::Truncated,
-    }
-}
-
-/// Linux NFLOG: family, version, resource id, then TLVs (length and type in host order,
-/// little-endian here; values padded to 4 bytes); the packet is the NFULA_PAYLOAD value.
-fn nflog(frame: &[u8]) -> Link {
-    const NFULA_PAYLOAD: u16 = 9;
-    let Some(&family) = frame.first() else {
-        return Link::Truncated;
-    };
-    let mut off = 4;
-    while off < frame.len() {
-        let (Some(len), Some(kind)) = (le16(frame, off), le16(frame, off + 2)) else {
-            return Link::Truncated;
-        };
-        let len = usize::from(len);
-        if len < 4 {
-            return Link::Other;
-        }
-        if kind & 0x7fff == NFULA_PAYLOAD {
-            return match family {
-                2 => Link::Next(ETH_IPV4, off + 4),
-                10 => Link::Next(ETH_IPV6, off + 4),
-                _ => Link::Other,
-            };
-        }
-        off += (len + 3) & !3;
-    }
-    Link::Other
-}
-
-/// Linux ARCNET: source, destination, a 2-byte offset, the protocol id, and for RFC 1201
-/// protocols a split flag and sequence number (an exception packet repeats those after
-/// 4 more bytes).
-fn arcnet(frame: &[u8]) -> Link {
-    match frame.get(4) {
-        Some(&ARC_IP_RFC1051) => Link::Next(ETH_IPV4, 5),
-        Some(&ARC_IP_RFC1201) => match frame.get(5) {
-            Some(0xff) if frame.len() >= 12 => Link::Next(ETH_IPV4, 12),
-            Some(0xff) => Link::Truncated,
-            Some(_) if frame.len() >= 8 => Link::Next(ETH_IPV4, 8),
-            _ => Link::Truncated,
-        },
-        Some(_) => Link::Other,
-        None => Link::Truncated,
-    }
+/// The bytes of `frame` from `off` on (none past the end).
+fn rest(frame: &[u8], off: usize) -> &[u8] {
+    frame.get(off..).unwrap_or_default()
 }
 
 fn ipv4<'a>(h: &mut Headers<'a>, frame: &'a [u8], off: usize) {
-    let Some(b) = frame.get(off..off + 20) else {
+    let Ok(p) = Ipv4Packet::new_checked(rest(frame, off)) else {
         h.truncated = true;
         return;
     };
-    if b[0] >> 4 != 4 {
-        h.truncated = true;
-        return;
-    }
-    let ihl = usize::from(b[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([b[2], b[3]]));
-    let frag = u16::from_be_bytes([b[6], b[7]]);
-    let fragment_offset = (frag & 0x1fff) * 8;
     let ip = IpHeader {
         version: 4,
-        src: v4_mapped([b[12], b[13], b[14], b[15]]),
-        dst: v4_mapped([b[16], b[17], b[18], b[19]]),
-        protocol: b[9],
-        ttl: b[8],
-        fragment: frag & 0x2000 != 0 || fragment_offset != 0,
-        fragment_offset,
+        src: v4_mapped(p.src_addr()),
+        dst: v4_mapped(p.dst_addr()),
+        protocol: p.protocol(),
+        ttl: p.ttl(),
+        fragment: p.is_fragment(),
+        fragment_offset: p.frag_offset(),
     };
     h.ip = Some(ip);
     h.network_offset = off as u32;
-    if ihl < 20 {
+    let Ok(header_len) = p.check_header_len() else {
         h.truncated = true;
         return;
-    }
-    let end = off + ihl;
-    if frame.len() < end {
-        h.truncated = true;
-        return;
-    }
+    };
+    let end = off + header_len;
     h.network_end = end as u32;
     // A total length of 0 comes from segmentation offload (TSO) captures: trust the frame.
-    let ip_end = if total == 0 {
-        frame.len()
-    } else if total < ihl {
-        h.truncated = true;
-        return;
-    } else {
-        off + total
+    let ip_end = match usize::from(p.total_len()) {
+        0 => frame.len(),
+        total if total < header_len => {
+            h.truncated = true;
+            return;
+        }
+        total => off + total,
     };
-    if fragment_offset != 0 {
+    if ip.fragment {
+        h.fragment = Some(Fragment {
+            ident: u32::from(p.ident()),
+            offset: p.frag_offset(),
+            more: p.more_frags(),
+            protocol: p.protocol(),
+            data_offset: end as u32,
+            data_wire_len: (ip_end - end) as u32,
+        });
+    }
+    if ip.fragment_offset != 0 {
         return;
     }
     transport(h, frame, end, ip_end, ip.protocol);
 }
 
 fn ipv6<'a>(h: &mut Headers<'a>, frame: &'a [u8], off: usize) {
-    let Some(b) = frame.get(off..off + 40) else {
+    let Ok(p) = Ipv6Packet::new_checked(rest(frame, off)) else {
         h.truncated = true;
         return;
     };
-    if b[0] >> 4 != 6 {
-        h.truncated = true;
-        return;
-    }
-    let plen = usize::from(u16::from_be_bytes([b[4], b[5]]));
-    let mut ip = IpHeader {
-        version: 6,
-        protocol: b[6],
-        ttl: b[7],
-        ..Default::default()
-    };
-    ip.src.copy_from_slice(&b[8..24]);
-    ip.dst.copy_from_slice(&b[24..40]);
     h.network_offset = off as u32;
+    let chain_start = off + ipv6::HEADER_LEN;
     // Payload length 0 is a jumbogram or an offloaded segment: trust the frame.
-    let ip_end = if plen == 0 {
-        frame.len()
-    } else {
-        off + 40 + plen
+    let ip_end = match usize::from(p.payload_len()) {
+        0 => frame.len(),
+        n => chain_start + n,
     };
-    let mut pos = off + 40;
-    let mut next = ip.protocol;
-    let mut done = false;
-    for _ in 0..MAX_IPV6_EXT {
-        let len = match next {
-            0 | 43 | 60 => match frame.get(pos + 1) {
-                Some(&l) => (usize::from(l) + 1) * 8,
-                None => break,
-            },
-            51 => match frame.get(pos + 1) {
-                Some(&l) => (usize::from(l) + 2) * 4,
-                None => break,
-            },
-            44 => {
-                let Some(f) = be16(frame, pos + 2) else {
-                    break;
-                };
-                ip.fragment_offset = f & 0xfff8;
-                ip.fragment = f & 1 != 0 || ip.fragment_offset != 0;
-                8
-            }
-            _ => {
-                done = true;
-                break;
-            }
-        };
-        let Some(&n) = frame.get(pos) else {
-            break;
-        };
-        if pos + len > frame.len() {
-            break;
-        }
-        next = n;
-        pos += len;
-    }
-    ip.protocol = next;
+    let chain = ExtensionChain::walk(p.next_header(), rest(frame, chain_start));
+    let ip = IpHeader {
+        version: 6,
+        src: p.src_addr(),
+        dst: p.dst_addr(),
+        protocol: chain.next_header,
+        ttl: p.hop_limit(),
+        fragment: chain.is_fragment(),
+        fragment_offset: chain.frag_offset,
+    };
     h.ip = Some(ip);
-    if !done {
+    if let (true, Some(f)) = (ip.fragment, chain.fragment) {
+        let data_offset = chain_start + f.data_offset;
+        h.fragment = Some(Fragment {
+            ident: f.ident,
+            offset: f.offset,
+            more: f.more,
+            protocol: f.next_header,
+            data_offset: data_offset as u32,
+            data_wire_len: ip_end.saturating_sub(data_offset) as u32,
+        });
+    }
+    if chain.end.is_err() {
         // Ran out of captured bytes (or extension headers) inside the chain.
         h.truncated = true;
         return;
     }
-    h.network_end = pos as u32;
+    let end = chain_start + chain.len;
+    h.network_end = end as u32;
     if ip.fragment_offset != 0 {
         return;
     }
-    transport(h, frame, pos, ip_end, next);
+    transport(h, frame, end, ip_end, ip.protocol);
 }
 
 /// Parses the transport header at `off`; `ip_end` is where the IP length says the packet ends.
 fn transport<'a>(h: &mut Headers<'a>, frame: &'a [u8], off: usize, ip_end: usize, proto: u8) {
+    let buf = rest(frame, off);
     let mut end_wire = ip_end;
-    let hdr_len = match proto {
+    let header_len = match proto {
         PROTO_TCP => {
-            let Some(b) = frame.get(off..off + 20) else {
+            let Ok(t) = TcpPacket::new_checked(buf) else {
                 h.truncated = true;
                 return;
             };
-            let hl = usize::from(b[12] >> 4) * 4;
-            if hl < 20 || off + hl > frame.len() {
-                h.truncated = true;
-                return;
-            }
             h.transport = Transport::Tcp(TcpHeader {
-                src_port: u16::from_be_bytes([b[0], b[1]]),
-                dst_port: u16::from_be_bytes([b[2], b[3]]),
-                seq: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-                ack: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
-                flags: u16::from_be_bytes([b[12], b[13]]) & 0x0fff,
-                window: u16::from_be_bytes([b[14], b[15]]),
-                header_len: hl as u8,
+                src_port: t.src_port(),
+                dst_port: t.dst_port(),
+                seq: t.seq_number(),
+                ack: t.ack_number(),
+                flags: t.flags(),
+                window: t.window_len(),
+                header_len: t.header_len() as u8,
             });
-            hl
+            t.header_len()
         }
         PROTO_UDP => {
-            let Some(b) = frame.get(off..off + 8) else {
+            let Ok(u) = UdpPacket::new_checked(buf) else {
                 h.truncated = true;
                 return;
             };
-            let length = u16::from_be_bytes([b[4], b[5]]);
             h.transport = Transport::Udp(UdpHeader {
-                src_port: u16::from_be_bytes([b[0], b[1]]),
-                dst_port: u16::from_be_bytes([b[2], b[3]]),
-                length,
+                src_port: u.src_port(),
+                dst_port: u.dst_port(),
+                length: u.len(),
             });
-            if length >= 8 {
-                end_wire = end_wire.min(off + usize::from(length));
+            if usize::from(u.len()) >= crate::wire::udp::HEADER_LEN {
+                end_wire = end_wire.min(off + usize::from(u.len()));
             }
-            8
+            crate::wire::udp::HEADER_LEN
         }
         PROTO_ICMP | PROTO_ICMPV6 => {
-            let Some(b) = frame.get(off..off + 8) else {
+            let Ok(m) = IcmpPacket::new_checked(buf) else {
                 h.truncated = true;
                 return;
             };
             h.transport = Transport::Icmp(IcmpHeader {
-                icmp_type: b[0],
-                code: b[1],
+                icmp_type: m.msg_type(),
+                code: m.code(),
             });
-            8
+            crate::wire::icmp::HEADER_LEN
         }
         _ => return,
     };
-    let start = off + hdr_len;
+    let start = off + header_len;
     h.transport_end = start as u32;
     let end = end_wire.min(frame.len()).max(start);
     h.payload = &frame[start..end];
     h.payload_wire_len = end_wire.saturating_sub(start) as u32;
-}
-
-#[inline]
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    let s = b.get(at..at + 2)?;
-    Some(u16::from_be_bytes([s[0], s[1]]))
-}
-
-#[inline]
-fn le16(b: &[u8], at: usize) -> Option<u16> {
-    let s = b.get(at..at + 2)?;
-    Some(u16::from_le_bytes([s[0], s[1]]))
-}
-
-#[inline]
-fn le32(b: &[u8], at: usize) -> Option<u32> {
-    let s = b.get(at..at + 4)?;
-    Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 #[cfg(test)]
@@ -761,7 +423,7 @@ mod tests {
         let f = qinq_tcp();
         let h = dissect(LINKTYPE_ETHERNET, &f);
         assert_eq!(h.vlan, Some(100));
-        assert_eq!(h.ethertype, Some(ETH_IPV4));
+        assert_eq!(h.ethertype, Some(EtherType::IPV4));
         let ip = h.ip.unwrap();
         assert_eq!(ip.src_addr().to_string(), "10.0.0.1");
         assert_eq!(ip.dst_addr().to_string(), "10.0.0.2");
@@ -964,5 +626,155 @@ mod tests {
         assert_eq!(h.ip.unwrap().fragment_offset, 8);
         assert_eq!(h.transport, Transport::None);
         assert!(!h.truncated);
+    }
+
+    /// Bytes from hex, whitespace ignored, so a frame can be written header by header.
+    fn hex(s: &str) -> Vec<u8> {
+        let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
+        digits
+            .chunks(2)
+            .map(|d| u8::from_str_radix(std::str::from_utf8(d).unwrap(), 16).unwrap())
+            .collect()
+    }
+
+    const VETH_ETHERNET: &str = "4a0725710436 6a4cdfd702f5";
+
+    /// A 3072-byte UDP datagram from 10.209.0.1 to port 2049, fragmented by the Linux
+    /// kernel for a 1280-byte MTU and captured on a veth (frames cut after 48 bytes;
+    /// tshark: ID 0x99ed, offsets 0, 1256, 2512).
+    fn ipv4_fragments() -> [Vec<u8>; 3] {
+        let ip = |len_id_frag_ttl_proto_sum: &str, data: &str| {
+            hex(&format!(
+                "{VETH_ETHERNET} 0800 4500 {len_id_frag_ttl_proto_sum} 0ad10001 0ad10002 {data}"
+            ))
+        };
+        [
+            ip(
+                "04fc 99ed 2000 4011 a65f",
+                "985c 0801 0c08 2edf 000102030405",
+            ),
+            ip("04fc 99ed 209d 4011 a5c2", "e0e1e2e3e4e5e6e7e8e9eaebeced"),
+            ip("024c 99ed 013a 4011 c7d5", "c8c9cacbcccdcecfd0d1d2d3d4d5"),
+        ]
+    }
+
+    /// A 2560-byte UDP datagram from fd09::1 to port 2049, fragmented the same way
+    /// (frames cut after 70 bytes; tshark: ident 0x8d9c89aa, offsets 0, 1232, 2464).
+    fn ipv6_fragments() -> [Vec<u8>; 3] {
+        let ip = |plen: &str, frag: &str, data: &str| {
+            hex(&format!(
+                "{VETH_ETHERNET} 86dd 600924f1 {plen} 2c 40 \
+                 fd090000000000000000000000000001 fd090000000000000000000000000002 \
+                 1100 {frag} 8d9c89aa {data}"
+            ))
+        };
+        [
+            ip("04d8", "0001", "820d 0801 0a08 e53b"),
+            ip("04d8", "04d1", "c8c9cacbcccdcecf"),
+            ip("0070", "09a0", "98999a9b9c9d9e9f"),
+        ]
+    }
+
+    #[test]
+    fn ipv4_fragments_are_reported_for_reassembly() {
+        let [first, middle, last] = ipv4_fragments();
+        let h = dissect(LINKTYPE_ETHERNET, &first);
+        let ip = h.ip.unwrap();
+        assert_eq!(
+            (ip.fragment, ip.fragment_offset, ip.protocol),
+            (true, 0, 17)
+        );
+        assert_eq!(
+            h.transport.ports(),
+            Some((39004, 2049)),
+            "the first carries UDP"
+        );
+        assert_eq!(h.payload_wire_len, 1248);
+        let f = h.fragment.unwrap();
+        assert_eq!(
+            (f.ident, f.offset, f.more, f.protocol),
+            (0x99ed, 0, true, 17)
+        );
+        assert_eq!((f.data_offset, f.data_wire_len), (34, 1256));
+        for (frame, offset, more, len) in [(&middle, 1256, true, 1256), (&last, 2512, false, 568)] {
+            let h = dissect(LINKTYPE_ETHERNET, frame);
+            assert_eq!(h.ip.unwrap().fragment_offset, offset);
+            assert_eq!((h.transport, h.truncated), (Transport::None, false));
+            assert_eq!(h.network_end, 34);
+            let f = h.fragment.unwrap();
+            assert_eq!((f.ident, f.offset, f.more), (0x99ed, offset, more));
+            assert_eq!((f.data_offset, f.data_wire_len), (34, len));
+            assert_eq!(frame[f.data_offset as usize..], frame[34..]);
+        }
+        // Not a fragment: the first with MF cleared.
+        let mut whole = first.clone();
+        whole[20] = 0x40;
+        let h = dissect(LINKTYPE_ETHERNET, &whole);
+        assert!(h.fragment.is_none() && !h.ip.unwrap().fragment);
+    }
+
+    #[test]
+    fn ipv6_fragments_are_reported_for_reassembly() {
+        let [first, middle, last] = ipv6_fragments();
+        let h = dissect(LINKTYPE_ETHERNET, &first);
+        assert_eq!(h.transport.ports(), Some((33293, 2049)));
+        assert_eq!((h.network_end, h.transport_end), (62, 70));
+        let f = h.fragment.unwrap();
+        assert_eq!(
+            (f.ident, f.offset, f.more, f.protocol),
+            (0x8d9c_89aa, 0, true, 17)
+        );
+        assert_eq!((f.data_offset, f.data_wire_len), (62, 1232));
+        for (frame, offset, more, len) in [(&middle, 1232, true, 1232), (&last, 2464, false, 104)] {
+            let h = dissect(LINKTYPE_ETHERNET, frame);
+            assert_eq!(
+                (h.ip.unwrap().fragment_offset, h.ip.unwrap().protocol),
+                (offset, 17)
+            );
+            assert_eq!((h.transport, h.truncated), (Transport::None, false));
+            let f = h.fragment.unwrap();
+            assert_eq!((f.ident, f.offset, f.more), (0x8d9c_89aa, offset, more));
+            assert_eq!((f.data_offset, f.data_wire_len), (62, len));
+        }
+    }
+
+    #[test]
+    fn every_prefix_of_real_fragments_is_clean() {
+        for frame in ipv4_fragments().iter().chain(ipv6_fragments().iter()) {
+            let full = dissect(LINKTYPE_ETHERNET, frame);
+            for n in 0..=frame.len() {
+                let h = dissect(LINKTYPE_ETHERNET, &frame[..n]);
+                assert!(h.network_end as usize <= n && h.transport_end as usize <= n);
+                match h.fragment {
+                    // Once known, the fragment is the same as in the whole frame.
+                    Some(f) => assert_eq!(Some(f), full.fragment, "prefix {n}"),
+                    None => assert!(n < full.network_end as usize, "prefix {n}"),
+                }
+                if h.truncated {
+                    assert_eq!(h.transport, Transport::None, "prefix {n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_then_icmpv6() {
+        // An MLDv2 report captured on a veth: hop-by-hop (router alert), ICMPv6 type 143.
+        let f = hex("333300000016 4a0725710436 86dd 60000000 0038 00 01 \
+             fe800000000000004807 25fffe710436 ff020000000000000000000000000016 \
+             3a00 0502 0000 0100 8f00 f997 0000 0002");
+        let h = dissect(LINKTYPE_ETHERNET, &f);
+        assert_eq!(
+            (h.ip.unwrap().protocol, h.network_end, h.transport_end),
+            (58, 62, 70)
+        );
+        assert_eq!(
+            h.transport,
+            Transport::Icmp(IcmpHeader {
+                icmp_type: 143,
+                code: 0
+            })
+        );
+        assert!(h.fragment.is_none());
     }
 }
