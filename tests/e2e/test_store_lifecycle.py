@@ -67,6 +67,19 @@ def test_a_recording_store_is_locked_and_its_open_file_is_live(tapdeck, procs, t
     assert p.poll() is None, "the recording did not survive verify --repair"
     assert live.exists(), "verify --repair touched the live file"
 
+    # Live reads: what was stored a few flush intervals ago is in the extract already.
+    rec0 = stats_records(store)[-1]
+    wait_for(lambda: stats_records(store)[-1]["elapsed_s"] > rec0["elapsed_s"] + 1.0, 20,
+             "a stats record a second (five flush intervals) later")
+    out = tmp_path / "live.pcapng"
+    x = tapdeck.extract(store, out)
+    assert x.returncode == 0, x.describe()
+    got = read_packets(out)
+    assert len(got) >= rec0["totals"]["stored"] > 0, (len(got), rec0["totals"])
+    assert len(got) <= stats_records(store)[-1]["totals"]["stored"]
+    assert [pk.ts_ns for pk in got] == sorted(pk.ts_ns for pk in got)
+    assert p.poll() is None and live.exists(), "reading disturbed the recording"
+
     v = tapdeck.verify(store)
     assert v.returncode == 0, v.describe()
     assert "being written by pid" in v.out and "incomplete" not in v.stderr, v.describe()

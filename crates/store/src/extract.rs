@@ -17,6 +17,7 @@ use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::meta;
 use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
+use crate::{lock, verify};
 
 /// Packets with `start <= ts < end`; an open side is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -187,8 +188,14 @@ pub fn plan_many(inputs: &[StoreInput<'_>], window: TimeWindow) -> Result<Plan, 
     for (n, input) in inputs.iter().enumerate() {
         let n = n as u32;
         let off = input.offset_ns;
-        for path in &input.store.files {
-            let file = StoredFile::open(path)?;
+        // Files a recorder is writing are read up to their last flush (see `open_live`);
+        // one with no complete frame yet holds nothing to read.
+        let live = (input.store.partials.iter())
+            .filter(|p| lock::writer_of(p).is_some())
+            .filter_map(|p| verify::open_live(p).ok());
+        let complete = input.store.files.iter().map(|p| StoredFile::open(p));
+        for file in complete.chain(live.map(Ok)) {
+            let file = file?;
             store_format.get_or_insert(file.format);
             if let Some(i) = file.meta.interfaces.first() {
                 fallback_interface.get_or_insert_with(|| i.into());

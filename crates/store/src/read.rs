@@ -140,6 +140,29 @@ impl StoredFile {
         file_name_of(&self.path)
     }
 
+    /// A file whose index was built by other means (`verify::open_live`). `data_len` is
+    /// where its complete frames end: nothing beyond is read.
+    pub(crate) fn from_parts(
+        path: PathBuf,
+        format: Format,
+        container: Container,
+        index: ChunkIndex,
+        meta: FileMeta,
+        data_len: u64,
+        file: File,
+    ) -> StoredFile {
+        StoredFile {
+            path,
+            container,
+            format,
+            index,
+            meta,
+            stored_len: data_len,
+            data_len,
+            file,
+        }
+    }
+
     /// The interfaces packets of this file refer to, as its metadata records them.
     pub fn interfaces(&self) -> Vec<Interface> {
         self.meta.interfaces.iter().map(Interface::from).collect()

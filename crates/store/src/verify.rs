@@ -531,21 +531,17 @@ pub fn repair(partial: &Path) -> Result<Repaired, FileError> {
             ),
         ));
     }
-    let with_packets = || entries.iter().filter(|e| e.packets > 0);
-    let meta = FileMeta {
-        store_version: STORE_VERSION,
-        stream,
-        seq,
-        format: meta::format_name(format).into(),
-        container: meta::container_name(container).into(),
-        first_ts_ns: with_packets().map(|e| e.first_ts_ns).min().unwrap_or(0),
-        last_ts_ns: with_packets().map(|e| e.last_ts_ns).max().unwrap_or(0),
-        packets: entries.iter().map(|e| u64::from(e.packets)).sum(),
-        interfaces: header.interfaces.iter().map(InterfaceMeta::from).collect(),
-        counts: Vec::new(),
+    let meta = salvaged_meta(
+        meta::DataName {
+            stream,
+            seq,
+            format,
+            container,
+        },
+        &header,
+        &entries,
         out_of_order,
-        repaired: true,
-    };
+    );
     let index = ChunkIndex {
         meta: serde_json::to_string(&meta).expect("metadata serializes"),
         entries,
@@ -554,6 +550,68 @@ pub fn repair(partial: &Path) -> Result<Repaired, FileError> {
     finalize(end, partial, &final_path, container, &index)
         .map_err(|e| FileError::whole(partial, format!("cannot finalize: {e}")))?;
     Ok(Repaired::As(final_path))
+}
+
+/// The metadata of a file whose index was rebuilt from its complete frames: what its writer
+/// would have recorded, less the per-interface counts it never wrote.
+fn salvaged_meta(
+    name: meta::DataName,
+    header: &Header,
+    entries: &[ChunkEntry],
+    out_of_order: u64,
+) -> FileMeta {
+    let with_packets = || entries.iter().filter(|e| e.packets > 0);
+    FileMeta {
+        store_version: STORE_VERSION,
+        stream: name.stream,
+        seq: name.seq,
+        format: meta::format_name(name.format).into(),
+        container: meta::container_name(name.container).into(),
+        first_ts_ns: with_packets().map(|e| e.first_ts_ns).min().unwrap_or(0),
+        last_ts_ns: with_packets().map(|e| e.last_ts_ns).max().unwrap_or(0),
+        packets: entries.iter().map(|e| u64::from(e.packets)).sum(),
+        interfaces: header.interfaces.iter().map(InterfaceMeta::from).collect(),
+        counts: Vec::new(),
+        out_of_order,
+        repaired: true,
+    }
+}
+
+/// Opens a file a recorder is writing, as far as its complete frames go (its last flush,
+/// at most `--flush-interval` ago): the index is rebuilt by scanning it, read-only, as
+/// `repair` would without touching it. A frame being written as we read ends the scan.
+pub fn open_live(partial: &Path) -> Result<StoredFile, FileError> {
+    let name = partial
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (data_name, _) = meta::DataName::of_partial(&name).ok_or_else(|| {
+        FileError::whole(
+            partial,
+            "not the name of a file being written (.NAME.partial)",
+        )
+    })?;
+    let file = File::open(partial).map_err(|e| FileError::whole(partial, e.to_string()))?;
+    let Rebuilt {
+        header,
+        entries,
+        end,
+        out_of_order,
+    } = rebuild(partial, &file, data_name.container)?;
+    let meta = salvaged_meta(data_name, &header, &entries, out_of_order);
+    let index = ChunkIndex {
+        meta: serde_json::to_string(&meta).expect("metadata serializes"),
+        entries,
+    };
+    Ok(StoredFile::from_parts(
+        partial.to_path_buf(),
+        data_name.format,
+        data_name.container,
+        index,
+        meta,
+        end,
+        file,
+    ))
 }
 
 fn rebuild(path: &Path, file: &File, container: Container) -> Result<Rebuilt, FileError> {
