@@ -298,6 +298,41 @@ pub fn compact_utc(ts_ns: u64) -> String {
     )
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The first packet time a stored file's name gives (`file_name`'s first part), for a
+/// file whose index is lost.
+pub fn time_of_name(name: &str) -> Option<u64> {
+    let t = name.get(..26)?;
+    let b = t.as_bytes();
+    if b[8] != b'T' || b[15] != b'.' || b[25] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let f = t.get(r)?;
+        f.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| f.parse().ok())?
+    };
+    let (y, mo, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (h, mi, s) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s;
+    let ns = u64::try_from(num(16..25)?).ok()?;
+    u64::try_from(secs)
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(ns)
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -352,6 +387,8 @@ mod tests {
             compact_utc(951_782_400_000_000_000),
             "20000229T000000.000000000Z"
         );
+        assert_eq!(time_of_name(&name), Some(ts));
+        assert_eq!(time_of_name("capture.pcap"), None);
         assert!(
             file_name(ts, 0, 1, Format::Pcap, Container::Plain)
                 < file_name(ts + 1, 0, 0, Format::Pcap, Container::Plain)

@@ -12,7 +12,9 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use tapdeck_pcap::container::{self, ChunkEntry, ChunkIndex, Container, ContainerError, FrameKind};
+use tapdeck_pcap::container::{
+    self, ChunkEntry, ChunkIndex, Codec, Container, ContainerError, FrameKind,
+};
 use tapdeck_pcap::{
     Format, FormatError, Interface, InterfaceStats, Packet, PacketFlags, TraceReader,
 };
@@ -134,6 +136,28 @@ impl StoredFile {
             data_len,
             file,
         })
+    }
+
+    /// A file whose index was rebuilt from its frames (see `verify::salvage`): its
+    /// data ends at `data_len`, after the last whole frame.
+    pub(crate) fn from_salvage(
+        path: &Path,
+        name: meta::DataName,
+        index: ChunkIndex,
+        meta: FileMeta,
+        file: File,
+        data_len: u64,
+    ) -> StoredFile {
+        StoredFile {
+            path: path.to_path_buf(),
+            container: name.container,
+            format: name.format,
+            index,
+            meta,
+            stored_len: data_len,
+            data_len,
+            file,
+        }
     }
 
     pub fn name(&self) -> String {
@@ -265,11 +289,16 @@ impl StoredFile {
         }
     }
 
-    /// Chunks per codec, e.g. `{"zstd:6": 3, "lz4": 1}`.
+    /// Chunks holding packets per codec, e.g. `{"zstd:6": 3, "lz4": 1}`. A repaired
+    /// file's zstd chunks say `zstd`: a zstd frame does not record its level.
     pub fn codec_mix(&self) -> BTreeMap<String, u64> {
         let mut mix = BTreeMap::new();
-        for e in self.packet_chunks() {
-            *mix.entry(e.codec.to_string()).or_insert(0) += 1;
+        for e in self.packet_chunks().filter(|e| e.packets > 0) {
+            let codec = match e.codec {
+                Codec::Zstd(0) => "zstd".to_string(),
+                c => c.to_string(),
+            };
+            *mix.entry(codec).or_insert(0) += 1;
         }
         mix
     }
