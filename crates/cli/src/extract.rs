@@ -146,19 +146,21 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     for d in &report.damage {
         eprintln!("tapdeck: damaged: {d}");
     }
-    let lost = if report.damage.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; DAMAGE: {} place(s) could not be read, {} packets lost (by the index's count){}",
-            report.damage.len(),
-            report.packets_lost(),
-            if report.damage.iter().any(|d| d.packets_lost.is_none()) {
-                ", plus the unindexed tails of cut files"
-            } else {
-                ""
-            }
-        )
+    let cut = report
+        .damage
+        .iter()
+        .filter(|d| d.packets_lost.is_none())
+        .count();
+    let lost = match (report.damage.len(), cut) {
+        (0, _) => String::new(),
+        (places, 0) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count)",
+            report.packets_lost()
+        ),
+        (places, cut) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count) plus the cut-off tails of {cut} file(s), whose packets no index counts",
+            report.packets_lost()
+        ),
     };
     eprintln!(
         "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index){lost}",
