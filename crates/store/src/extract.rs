@@ -11,9 +11,9 @@
 //! to the earlier input, the lower stream, then the earlier lane: a fixed key), one decoded
 //! chunk per lane in memory at a time; one run after another is one lane.
 //!
-//! Damage: with [`Plan::skip_damage`], a chunk that does not decode is reported (file,
-//! offset, packets the index gives it) and reading goes on with the next chunk; a file
-//! whose index is lost (cut short) is skipped unread when its name's time and its
+//! Damage: with `skip_damage` ([`plan_stores`]), a chunk that does not decode is reported
+//! (file, offset, packets the index gives it) and reading goes on with the next chunk; a
+//! file whose index is lost (cut short) is skipped unread when its name's time and its
 //! stream's next file place it outside the window, else salvaged in memory up to its last
 //! whole chunk. Without it, the first defect is an error, as `extract --strict` wants.
 //!
@@ -555,13 +555,6 @@ impl Plan {
                 ..Default::default()
             },
         }
-    }
-
-    /// Go on past damage instead of stopping at the first defect (see the module comment).
-    /// A plan made by [`plan_stores`] with `skip_damage` has it on already.
-    pub fn skip_damage(mut self, on: bool) -> Plan {
-        self.skip_damage = on;
-        self
     }
 
     /// Decodes the chosen chunks, merges the streams by time and writes the packets in the
