@@ -282,12 +282,21 @@ pub struct VerifyArgs {
     pub paths: Vec<PathBuf>,
 
     /// Finalize files left incomplete by a crash (`.NAME.partial`): keep every complete
-    /// chunk, rebuild the index, rename to the final name.
+    /// chunk, rebuild the index, rename to the final name. Also salvages a finished file
+    /// that was cut short later (its index lost): keeps it up to its last whole chunk and
+    /// writes a new index; a file with a corrupt chunk in its middle is left as it is
+    /// (`extract` reads around the chunk).
     #[arg(long)]
     pub repair: bool,
+
+    /// A data directory of the store that is no longer where its manifest says (moved):
+    /// found by the id in its `.tapdeck-dir` file. Repeat for several.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = EXTRACT_EXIT_CODES)]
 pub struct ExtractArgs {
     /// The store to read (its directory), then the filter's words; with -f, every
     /// argument is a store, and the stores' packets are merged by time.
@@ -320,7 +329,28 @@ pub struct ExtractArgs {
     /// Output format (default: the store's).
     #[arg(long, value_parser = ["pcapng", "pcap"])]
     pub format: Option<String>,
+
+    /// Stop at the first damaged chunk or file (exit 1) instead of reading around it.
+    #[arg(long)]
+    pub strict: bool,
+
+    /// A data directory of the store that is no longer where its manifest says (moved):
+    /// found by the id in its `.tapdeck-dir` file. Repeat for several.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dirs: Vec<PathBuf>,
 }
+
+/// What `extract`'s exit status means; shown under `extract --help`.
+const EXTRACT_EXIT_CODES: &str = "\
+Damage: a chunk that does not decode is reported on one line (file, byte offset, packets
+lost by the index's count) and skipped; a stored file whose index was lost (cut short) is
+read up to its last whole chunk, with a warning; files outside the window are not read at
+all. The summary line counts what was lost.
+
+Exit status: 0 every selected packet was read; 3 the output is complete except for the
+damage reported (the summary counts the packets lost); 1 nothing usable was written (bad
+arguments, not a store, unreadable store, output failed, or damage with --strict).
+A reader that closes the pipe early (`| tcpdump -c 10`) is not an error.";
 
 #[derive(Args, Debug)]
 pub struct MergeArgs {
@@ -387,6 +417,11 @@ pub struct InfoArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// A data directory of the store that is no longer where its manifest says (moved):
+    /// found by the id in its `.tapdeck-dir` file. Repeat for several.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

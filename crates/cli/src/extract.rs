@@ -96,14 +96,14 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     }
     let opened = stores
         .iter()
-        .map(|s| Store::open(s))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|s| open_store(s, &args.data_dirs))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let inputs: Vec<StoreInput<'_>> = opened
         .iter()
         .zip(&offsets)
         .map(|(store, &offset_ns)| StoreInput { store, offset_ns })
         .collect();
-    let plan = extract::plan_many(&inputs, window)?;
+    let plan = extract::plan_stores(&inputs, window, !args.strict)?;
     let format = match args.format.as_deref() {
         Some("pcap") => Format::Pcap,
         Some(_) => Format::Pcapng,
@@ -143,8 +143,27 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         Err(ExtractError::Output(e)) => anyhow::bail!("{}: writing failed: {e}", args.write),
         Err(e) => return Err(e.into()),
     };
+    for d in &report.damage {
+        eprintln!("tapdeck: damaged: {d}");
+    }
+    let cut = report
+        .damage
+        .iter()
+        .filter(|d| d.packets_lost.is_none())
+        .count();
+    let lost = match (report.damage.len(), cut) {
+        (0, _) => String::new(),
+        (places, 0) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count)",
+            report.packets_lost()
+        ),
+        (places, cut) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count) plus the cut-off tails of {cut} file(s), whose packets no index counts",
+            report.packets_lost()
+        ),
+    };
     eprintln!(
-        "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index)",
+        "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index){lost}",
         report.packets_written,
         report.packets_filtered,
         report.files_decoded,
@@ -154,5 +173,20 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         files_selected,
         chunks_selected
     );
-    Ok(0)
+    // 3: the output holds everything but the damage reported (see `extract --help`).
+    Ok(if report.damage.is_empty() { 0 } else { 3 })
+}
+
+/// Opens a store for extraction: a directory with neither a manifest nor stored files is
+/// not one.
+fn open_store(dir: &Path, moved: &[PathBuf]) -> anyhow::Result<Store> {
+    let store = Store::open_with(dir, moved)?;
+    if store.manifest.is_none() && store.files.is_empty() && store.partials.is_empty() {
+        anyhow::bail!(
+            "{}: not a tapdeck store (no {} and no stored files in it); name the directory `tapdeck record --store` wrote",
+            dir.display(),
+            meta::MANIFEST
+        );
+    }
+    Ok(store)
 }

@@ -14,7 +14,7 @@ use crate::args::InfoArgs;
 pub fn run(args: &InfoArgs) -> anyhow::Result<i32> {
     let path = &args.store;
     if path.is_dir() {
-        return describe_store(&Store::open(path)?, args.json);
+        return describe_store(&Store::open_with(path, &args.data_dirs)?, args.json);
     }
     if !path.is_file() {
         anyhow::bail!(
@@ -81,6 +81,7 @@ fn list(files: &[PathBuf]) -> Listing {
 
 fn row(f: &StoredFile, drops: Option<u64>) -> Value {
     let m = &f.meta;
+    let empty = m.packets == 0;
     let codecs: Vec<String> = f
         .codec_mix()
         .iter()
@@ -91,10 +92,11 @@ fn row(f: &StoredFile, drops: Option<u64>) -> Value {
         "path": f.path,
         "stream": m.stream,
         "seq": m.seq,
-        "first": format_time(m.first_ts_ns),
-        "last": format_time(m.last_ts_ns),
-        "first_ts_ns": m.first_ts_ns,
-        "last_ts_ns": m.last_ts_ns,
+        // A file without packets (a repaired one, cut before its first chunk) has no times.
+        "first": if empty { "empty".to_string() } else { format_time(m.first_ts_ns) },
+        "last": if empty { "empty".to_string() } else { format_time(m.last_ts_ns) },
+        "first_ts_ns": (!empty).then_some(m.first_ts_ns),
+        "last_ts_ns": (!empty).then_some(m.last_ts_ns),
         "packets": m.packets,
         "chunks": f.packet_chunks().count(),
         "stored_bytes": f.stored_len,

@@ -30,7 +30,26 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-    let result = match &cli.command {
+    quiet_on_closed_stdout();
+    let result = std::panic::catch_unwind(|| run(&cli)).unwrap_or_else(|panic| {
+        if is_closed_stdout(panic.as_ref()) {
+            // `tapdeck info S | head -1`: the reader has what it wanted.
+            std::process::exit(0);
+        }
+        std::panic::resume_unwind(panic)
+    });
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            // One line: what is wrong, and (in the message) what to do about it.
+            eprintln!("tapdeck: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<i32> {
+    match &cli.command {
         Command::Record(a) => record::run(a),
         Command::Export(a) => export::run(a),
         Command::Collect(a) => collect::run(a),
@@ -42,13 +61,26 @@ fn main() {
         Command::Decrypt(a) => convert::decrypt(a),
         Command::Keygen(a) => convert::keygen(a),
         Command::Analyze(a) => convert::analyze(a),
-    };
-    match result {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            // One line: what is wrong, and (in the message) what to do about it.
-            eprintln!("tapdeck: {e:#}");
-            std::process::exit(1);
-        }
     }
+}
+
+/// `println!` panics when standard output is a pipe whose reader has gone (Rust ignores
+/// SIGPIPE, so the write fails with EPIPE). For every subcommand that is the reader saying
+/// it has enough, not an error: the panic hook stays silent for it and `main` exits 0.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_closed_stdout(info.payload()) {
+            default(info);
+        }
+    }));
+}
+
+fn is_closed_stdout(payload: &(dyn std::any::Any + Send)) -> bool {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    message.starts_with("failed printing to stdout") && message.contains("Broken pipe")
 }

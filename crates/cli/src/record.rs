@@ -171,9 +171,6 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         min_free,
         min_keep: Duration::from_secs(args.min_keep),
     };
-    if live {
-        print_live_defaults(&rotation, &retention);
-    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
@@ -266,6 +263,9 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
                 prepare_dirs_for(user, &dirs)?;
                 tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
                 check_writable_by(user, &dirs)?;
+            }
+            if !args.quiet {
+                print_live_defaults(&cfg.rotation, &cfg.retention);
             }
             let mut cfg = cfg;
             cfg.options["source"] =

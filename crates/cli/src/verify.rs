@@ -27,7 +27,7 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<i32> {
             refuse_live(path)?;
         }
         if path.is_dir() {
-            let store = Store::open(path)?;
+            let store = Store::open_with(path, &args.data_dirs)?;
             for file in &store.files {
                 check(file, args.repair, &mut totals);
             }
@@ -100,6 +100,17 @@ fn check(path: &Path, repair: bool, totals: &mut Totals) {
             }
             Err(e) => Err(e),
         }
+    } else if repair && verify::is_truncated(path) {
+        match verify::repair_truncated(path) {
+            Ok(packets) => {
+                eprintln!(
+                    "{}: repaired: its index was lost; kept its {packets} packets up to the last whole chunk",
+                    path.display()
+                );
+                verify::verify_file(path)
+            }
+            Err(e) => Err(e),
+        }
     } else {
         verify::verify_file(path)
     };
@@ -125,7 +136,7 @@ fn report_failure(e: &FileError) {
 fn describe(s: &FileSummary) -> String {
     let range = match (s.first_ts_ns, s.last_ts_ns) {
         (Some(a), Some(b)) => format!("{} .. {}", format_time(a), format_time(b)),
-        _ => "no packets".into(),
+        _ => "empty".into(),
     };
     let codecs = if s.codecs.is_empty() {
         String::new()

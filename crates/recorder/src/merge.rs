@@ -100,7 +100,8 @@ pub fn survey(store: &Store, spec: &InputSpec, label: &str) -> Result<StoreSurve
     for path in &store.files {
         metas.push(StoredFile::open(path)?.meta);
     }
-    metas.sort_by_key(|m| (m.stream, m.seq));
+    // In time order: a store may hold several runs, whose sequence numbers each start at 1.
+    metas.sort_by_key(|m| (m.stream, m.first_ts_ns, m.seq));
     // Counts are cumulative per stream since its recorder started; a smaller number than
     // the file before means the recorder restarted.
     let mut previous: HashMap<u32, InterfaceCounts> = HashMap::new();

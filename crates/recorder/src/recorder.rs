@@ -186,13 +186,19 @@ pub fn record<S: PacketSource + 'static>(
     let container = cfg.ladder.container();
     let data_dirs = Arc::new(DataDirs::new(abs_dirs.clone()));
     let started_ns = now_ns();
+    // Relative paths and ids keep the store readable after a move or a copy.
+    let store_abs =
+        std::fs::canonicalize(&cfg.store).map_err(|e| format!("{}: {e}", cfg.store.display()))?;
+    let marked = meta::DataDirs::mark(&store_abs, &abs_dirs)?;
     let mut manifest = Manifest {
         store_version: meta::STORE_VERSION,
         tapdeck_version: env!("CARGO_PKG_VERSION").into(),
         host: hostname(),
         format: meta::format_name(cfg.format).into(),
         container: meta::container_name(container).into(),
-        dirs: abs_dirs.iter().map(|d| d.display().to_string()).collect(),
+        dirs: marked.dirs,
+        store_id: Some(marked.store_id),
+        dir_ids: marked.dir_ids,
         streams: streams as u32,
         interfaces: Vec::new(),
         linktypes: Vec::new(),

@@ -89,8 +89,17 @@ pub struct Manifest {
     pub host: String,
     pub format: String,
     pub container: String,
-    /// Directories holding data files (absolute paths), in round-robin order.
+    /// Directories holding data files, in round-robin order: relative to the store when
+    /// inside it (`.` for the store itself), else absolute. Older stores hold absolute paths
+    /// only, and no ids; readers still follow them (see `read::Store::open_with`).
     pub dirs: Vec<String>,
+    /// Random id of the store, also written into each data directory's [`DIR_MARK`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+    /// Id of each entry of `dirs` (same order), as its [`DIR_MARK`] holds it: how a moved
+    /// data directory is recognized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dir_ids: Vec<String>,
     pub streams: u32,
     pub interfaces: Vec<InterfaceMeta>,
     pub linktypes: Vec<u16>,
@@ -157,6 +166,91 @@ pub struct MergedInput {
     pub packets: u64,
     #[serde(default)]
     pub duplicates: u64,
+}
+
+/// The small file in each data directory that says whose it is.
+pub const DIR_MARK: &str = ".tapdeck-dir";
+
+/// What a data directory's [`DIR_MARK`] holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DirMark {
+    pub store_id: String,
+    pub dir_id: String,
+}
+
+impl DirMark {
+    /// The mark in `dir`, if it has a readable one.
+    pub fn read(dir: &std::path::Path) -> Option<DirMark> {
+        serde_json::from_slice(&std::fs::read(dir.join(DIR_MARK)).ok()?).ok()
+    }
+}
+
+/// The data directories of a store as its manifest records them, with their ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDirs {
+    pub store_id: String,
+    /// [`Manifest::dirs`].
+    pub dirs: Vec<String>,
+    /// [`Manifest::dir_ids`].
+    pub dir_ids: Vec<String>,
+}
+
+impl DataDirs {
+    /// Marks each of `dirs` (absolute, existing) as a data directory of the store at
+    /// `store` (absolute): the store keeps its id across runs (from its manifest, if it
+    /// has one) and a directory keeps its id while its mark names this store.
+    pub fn mark(store: &std::path::Path, dirs: &[std::path::PathBuf]) -> Result<DataDirs, String> {
+        let store_id = std::fs::read(store.join(MANIFEST))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
+            .and_then(|m| m.store_id)
+            .unwrap_or_else(new_id);
+        let mut out = DataDirs {
+            store_id: store_id.clone(),
+            dirs: Vec::new(),
+            dir_ids: Vec::new(),
+        };
+        for dir in dirs {
+            let mark = match DirMark::read(dir) {
+                Some(m) if m.store_id == store_id => m,
+                _ => {
+                    let m = DirMark {
+                        store_id: store_id.clone(),
+                        dir_id: new_id(),
+                    };
+                    let json = serde_json::to_vec(&m).expect("mark serializes");
+                    let tmp = dir.join(format!("{DIR_MARK}.partial"));
+                    std::fs::write(&tmp, json)
+                        .and_then(|_| std::fs::rename(&tmp, dir.join(DIR_MARK)))
+                        .map_err(|e| {
+                            format!("cannot write {}: {e}", dir.join(DIR_MARK).display())
+                        })?;
+                    m
+                }
+            };
+            out.dirs.push(match dir.strip_prefix(store) {
+                Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => dir.display().to_string(),
+            });
+            out.dir_ids.push(mark.dir_id);
+        }
+        Ok(out)
+    }
+}
+
+/// 128 random bits in hex (from the kernel; the time and process id if that fails).
+pub fn new_id() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if random.is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b = (t ^ (u128::from(std::process::id()) << 96)).to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Writes `STORE/manifest.json` atomically (a hidden file, then a rename).
@@ -298,6 +392,41 @@ pub fn compact_utc(ts_ns: u64) -> String {
     )
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The first packet time a stored file's name gives (`file_name`'s first part), for a
+/// file whose index is lost.
+pub fn time_of_name(name: &str) -> Option<u64> {
+    let t = name.get(..26)?;
+    let b = t.as_bytes();
+    if b[8] != b'T' || b[15] != b'.' || b[25] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let f = t.get(r)?;
+        f.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| f.parse().ok())?
+    };
+    let (y, mo, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (h, mi, s) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s;
+    let ns = u64::try_from(num(16..25)?).ok()?;
+    u64::try_from(secs)
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(ns)
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -352,6 +481,8 @@ mod tests {
             compact_utc(951_782_400_000_000_000),
             "20000229T000000.000000000Z"
         );
+        assert_eq!(time_of_name(&name), Some(ts));
+        assert_eq!(time_of_name("capture.pcap"), None);
         assert!(
             file_name(ts, 0, 1, Format::Pcap, Container::Plain)
                 < file_name(ts + 1, 0, 0, Format::Pcap, Container::Plain)

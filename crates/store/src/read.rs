@@ -12,7 +12,9 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use tapdeck_pcap::container::{self, ChunkEntry, ChunkIndex, Container, ContainerError, FrameKind};
+use tapdeck_pcap::container::{
+    self, ChunkEntry, ChunkIndex, Codec, Container, ContainerError, FrameKind,
+};
 use tapdeck_pcap::{
     Format, FormatError, Interface, InterfaceStats, Packet, PacketFlags, TraceReader,
 };
@@ -136,31 +138,30 @@ impl StoredFile {
         })
     }
 
-    pub fn name(&self) -> String {
-        file_name_of(&self.path)
-    }
-
-    /// A file whose index was built by other means (`verify::open_live`). `data_len` is
-    /// where its complete frames end: nothing beyond is read.
-    pub(crate) fn from_parts(
-        path: PathBuf,
-        format: Format,
-        container: Container,
+    /// A file whose index was rebuilt from its frames (see `verify::salvage`): its
+    /// data ends at `data_len`, after the last whole frame.
+    pub(crate) fn from_salvage(
+        path: &Path,
+        name: meta::DataName,
         index: ChunkIndex,
         meta: FileMeta,
-        data_len: u64,
         file: File,
+        data_len: u64,
     ) -> StoredFile {
         StoredFile {
-            path,
-            container,
-            format,
+            path: path.to_path_buf(),
+            container: name.container,
+            format: name.format,
             index,
             meta,
             stored_len: data_len,
             data_len,
             file,
         }
+    }
+
+    pub fn name(&self) -> String {
+        file_name_of(&self.path)
     }
 
     /// The interfaces packets of this file refer to, as its metadata records them.
@@ -288,11 +289,16 @@ impl StoredFile {
         }
     }
 
-    /// Chunks per codec, e.g. `{"zstd:6": 3, "lz4": 1}`.
+    /// Chunks holding packets per codec, e.g. `{"zstd:6": 3, "lz4": 1}`. A repaired
+    /// file's zstd chunks say `zstd`: a zstd frame does not record its level.
     pub fn codec_mix(&self) -> BTreeMap<String, u64> {
         let mut mix = BTreeMap::new();
-        for e in self.packet_chunks() {
-            *mix.entry(e.codec.to_string()).or_insert(0) += 1;
+        for e in self.packet_chunks().filter(|e| e.packets > 0) {
+            let codec = match e.codec {
+                Codec::Zstd(0) => "zstd".to_string(),
+                c => c.to_string(),
+            };
+            *mix.entry(codec).or_insert(0) += 1;
         }
         mix
     }
@@ -448,6 +454,12 @@ impl Store {
     /// Opens a store directory. Without a manifest the directory itself is taken as the one
     /// data directory, so a directory of copied files works too.
     pub fn open(root: &Path) -> Result<Store, FileError> {
+        Store::open_with(root, &[])
+    }
+
+    /// Like [`Store::open`]; `moved` are places where data directories that moved may be
+    /// now (recognized by their ids, see [`Store::data_dirs`]).
+    pub fn open_with(root: &Path, moved: &[PathBuf]) -> Result<Store, FileError> {
         let manifest_path = root.join(meta::MANIFEST);
         let manifest: Option<Manifest> = match std::fs::read(&manifest_path) {
             Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
@@ -456,8 +468,8 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(FileError::io(&manifest_path, e)),
         };
-        let mut dirs: Vec<PathBuf> = match &manifest {
-            Some(m) if !m.dirs.is_empty() => m.dirs.iter().map(|d| root.join(d)).collect(),
+        let mut dirs = match &manifest {
+            Some(m) if !m.dirs.is_empty() => Store::data_dirs(root, m, moved)?,
             _ => vec![root.to_path_buf()],
         };
         dirs.dedup();
@@ -486,6 +498,128 @@ impl Store {
             partials,
         })
     }
+
+    /// Where the data directories of the store at `root` are now. A directory with an id
+    /// is the one whose `.tapdeck-dir` mark holds that id and the store's: at its recorded
+    /// place (relative to the store), else among `moved`, the store and the store's
+    /// subdirectories; otherwise the error says which one is missing and how to name its
+    /// new place. A manifest without ids (older stores: absolute paths) is followed as
+    /// written, except that a path into the store's old place is taken relative to where
+    /// the store is now, so a moved or copied store reads its own files.
+    pub fn data_dirs(
+        root: &Path,
+        m: &Manifest,
+        moved: &[PathBuf],
+    ) -> Result<Vec<PathBuf>, FileError> {
+        let manifest_path = root.join(meta::MANIFEST);
+        if let Some(store_id) = m
+            .store_id
+            .as_deref()
+            .filter(|_| m.dir_ids.len() == m.dirs.len())
+        {
+            let mut near: Vec<PathBuf> = moved.to_vec();
+            near.push(root.to_path_buf());
+            if let Ok(entries) = std::fs::read_dir(root) {
+                let mut subdirs: Vec<PathBuf> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect();
+                subdirs.sort();
+                near.extend(subdirs);
+            }
+            let mut out = Vec::new();
+            for (d, id) in m.dirs.iter().zip(&m.dir_ids) {
+                let recorded = under(root, Path::new(d));
+                let is_it = |p: &Path| {
+                    meta::DirMark::read(p)
+                        .is_some_and(|k| k.store_id == store_id && &k.dir_id == id)
+                };
+                let found = std::iter::once(&recorded)
+                    .chain(near.iter())
+                    .find(|p| is_it(p));
+                match found {
+                    Some(p) => out.push(p.clone()),
+                    None => {
+                        let there = match meta::DirMark::read(&recorded) {
+                            Some(_) => {
+                                "holds another data directory (its .tapdeck-dir names another id)"
+                            }
+                            None if recorded.is_dir() => "has no .tapdeck-dir mark of this store",
+                            None => "does not exist",
+                        };
+                        return Err(FileError::whole(
+                            &manifest_path,
+                            format!(
+                                "data directory {} (id {id}) is missing: {} {there}; if it moved, name its new place with --data-dir DIR",
+                                d,
+                                recorded.display()
+                            ),
+                        ));
+                    }
+                }
+            }
+            return Ok(out);
+        }
+        // Older manifests: absolute paths, no ids.
+        let here = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let mut out = Vec::new();
+        for d in &m.dirs {
+            let recorded = under(root, Path::new(d));
+            if !recorded.is_absolute()
+                || std::fs::canonicalize(&recorded).ok() == Some(here.clone())
+            {
+                out.push(recorded);
+                continue;
+            }
+            // The nearest directory above (or at) the recorded path that holds a manifest
+            // was the store's place when it was recorded; if that is not here, the store
+            // was copied or moved, and the path is taken relative to it.
+            let old_root = recorded
+                .ancestors()
+                .find(|a| a.join(meta::MANIFEST).is_file());
+            if let Some(old) = old_root {
+                let rebased = under(root, recorded.strip_prefix(old).unwrap_or(Path::new("")));
+                if rebased.is_dir() {
+                    out.push(rebased);
+                    continue;
+                }
+            }
+            if recorded.is_dir() {
+                out.push(recorded);
+                continue;
+            }
+            let name = recorded.file_name();
+            let guess = if m.dirs.len() == 1 {
+                Some(root.to_path_buf())
+            } else {
+                moved
+                    .iter()
+                    .find(|p| p.file_name() == name)
+                    .cloned()
+                    .or_else(|| name.map(|n| root.join(n)).filter(|p| p.is_dir()))
+            };
+            match guess {
+                Some(p) => out.push(p),
+                None => {
+                    return Err(FileError::whole(
+                        &manifest_path,
+                        format!(
+                            "data directory {} does not exist; if it moved, name its new place with --data-dir DIR",
+                            recorded.display()
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `dir` relative to `root` (an absolute `dir` stays itself), without `.` components, so
+/// that `.` is the store itself and paths print as users expect.
+fn under(root: &Path, dir: &Path) -> PathBuf {
+    root.join(dir).components().collect()
 }
 
 /// RFC 3339 in UTC to the nanosecond: `2026-11-23T05:57:34.000000123Z`.
@@ -770,6 +904,100 @@ mod tests {
         let store = Store::open(root.path()).unwrap();
         assert_eq!(store.files, [p0, p1]);
         assert_eq!(store.partials.len(), 1);
+    }
+
+    fn manifest_json(dirs: serde_json::Value, ids: Option<(&str, Vec<String>)>) -> String {
+        let mut m = serde_json::json!({
+            "store_version": 1, "tapdeck_version": "0", "host": "h", "format": "pcapng",
+            "container": "zstd", "dirs": dirs, "streams": 1, "interfaces": [], "linktypes": [1],
+            "snaplen": 0, "options": {}, "started_ns": 0
+        });
+        if let Some((store_id, dir_ids)) = ids {
+            m["store_id"] = store_id.into();
+            m["dir_ids"] = dir_ids.into();
+        }
+        m.to_string()
+    }
+
+    fn one_file(dir: &Path, ts: u64) -> PathBuf {
+        let mut s = FileSpec::new(0, 1, Format::Pcapng, Container::Zstd);
+        s.chunks = vec![(Codec::Raw, vec![pkt(ts, 1)])];
+        write_file(dir, &s)
+    }
+
+    #[test]
+    fn moved_and_copied_stores_read_their_own_directories() {
+        let top = tempfile::tempdir().unwrap();
+        let (store, extra) = (top.path().join("good"), top.path().join("extra"));
+        std::fs::create_dir_all(store.join("d1")).unwrap();
+        std::fs::create_dir_all(&extra).unwrap();
+        let dirs = [store.join("d1"), extra.clone()];
+        let marked = meta::DataDirs::mark(&store, &dirs).unwrap();
+        assert_eq!(marked.dirs[0], "d1");
+        assert_eq!(marked.dirs[1], extra.display().to_string());
+        let json = manifest_json(
+            marked.dirs.clone().into(),
+            Some((&marked.store_id, marked.dir_ids.clone())),
+        );
+        std::fs::write(store.join(meta::MANIFEST), json).unwrap();
+        // Marking again (a second run, which finds the manifest) keeps the ids.
+        assert_eq!(meta::DataDirs::mark(&store, &dirs).unwrap(), marked);
+        let f1 = one_file(&store.join("d1"), 1_000);
+        let f2 = one_file(&extra, 2_000);
+        assert_eq!(Store::open(&store).unwrap().files, [f1, f2.clone()]);
+
+        // A copy reads its own d1, and the extra directory where it is.
+        let copy = top.path().join("copy");
+        std::fs::create_dir_all(copy.join("d1")).unwrap();
+        std::fs::copy(store.join(meta::MANIFEST), copy.join(meta::MANIFEST)).unwrap();
+        for e in std::fs::read_dir(store.join("d1")).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), copy.join("d1").join(e.file_name())).unwrap();
+        }
+        let files = Store::open(&copy).unwrap().files;
+        assert!(files[0].starts_with(&copy), "{files:?}");
+        assert_eq!(files[1], f2);
+
+        // The extra directory moved: the error names it and says how to point at it;
+        // given its new place (or moved into the store), it is found by its id.
+        let moved = top.path().join("elsewhere");
+        std::fs::rename(&extra, &moved).unwrap();
+        let err = Store::open(&store).unwrap_err().to_string();
+        assert!(
+            err.contains(&extra.display().to_string()) && err.contains("--data-dir"),
+            "{err}"
+        );
+        let s = Store::open_with(&store, std::slice::from_ref(&moved)).unwrap();
+        assert!(s.files[1].starts_with(&moved));
+        std::fs::rename(&moved, store.join("disk2")).unwrap();
+        assert!(Store::open(&store).unwrap().files[1].starts_with(store.join("disk2")));
+    }
+
+    #[test]
+    fn old_manifests_with_absolute_paths_follow_a_moved_or_copied_store() {
+        let top = tempfile::tempdir().unwrap();
+        let good = top.path().join("good");
+        std::fs::create_dir_all(&good).unwrap();
+        let abs = good.canonicalize().unwrap();
+        std::fs::write(
+            good.join(meta::MANIFEST),
+            manifest_json(serde_json::json!([abs]), None),
+        )
+        .unwrap();
+        let f = one_file(&good, 1_000);
+        assert_eq!(Store::open(&good).unwrap().files, [f]);
+        // Copied: the copy reads itself, not `good`.
+        let copy = top.path().join("copy");
+        std::fs::create_dir_all(&copy).unwrap();
+        for e in std::fs::read_dir(&good).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+        }
+        assert!(Store::open(&copy).unwrap().files[0].starts_with(&copy));
+        // Moved: the old place is gone.
+        let other = top.path().join("other");
+        std::fs::rename(&good, &other).unwrap();
+        assert!(Store::open(&other).unwrap().files[0].starts_with(&other));
     }
 
     /// `ChunkIndex::read_trailer` looks for a sidecar's index frame at the offset where the

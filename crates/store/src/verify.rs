@@ -531,37 +531,28 @@ pub fn repair(partial: &Path) -> Result<Repaired, FileError> {
             ),
         ));
     }
-    let meta = salvaged_meta(
-        meta::DataName {
-            stream,
-            seq,
-            format,
-            container,
-        },
-        &header,
-        &entries,
-        out_of_order,
-    );
-    let index = ChunkIndex {
-        meta: serde_json::to_string(&meta).expect("metadata serializes"),
-        entries,
+    let name = meta::DataName {
+        stream,
+        seq,
+        format,
+        container,
     };
+    let (index, _) = salvaged_index(name, &header, entries, out_of_order);
     let end = SalvagedEnd { file: &file, end };
     finalize(end, partial, &final_path, container, &index)
         .map_err(|e| FileError::whole(partial, format!("cannot finalize: {e}")))?;
     Ok(Repaired::As(final_path))
 }
 
-/// The metadata of a file whose index was rebuilt from its complete frames: what its writer
-/// would have recorded, less the per-interface counts it never wrote.
-fn salvaged_meta(
+/// The index of a salvaged file: its surviving entries and metadata marked `repaired`.
+fn salvaged_index(
     name: meta::DataName,
     header: &Header,
-    entries: &[ChunkEntry],
+    entries: Vec<ChunkEntry>,
     out_of_order: u64,
-) -> FileMeta {
+) -> (ChunkIndex, FileMeta) {
     let with_packets = || entries.iter().filter(|e| e.packets > 0);
-    FileMeta {
+    let meta = FileMeta {
         store_version: STORE_VERSION,
         stream: name.stream,
         seq: name.seq,
@@ -574,7 +565,49 @@ fn salvaged_meta(
         counts: Vec::new(),
         out_of_order,
         repaired: true,
+    };
+    let index = ChunkIndex {
+        meta: serde_json::to_string(&meta).expect("metadata serializes"),
+        entries,
+    };
+    (index, meta)
+}
+
+/// A complete-named stored file whose index is lost (a cut file), read in memory up to
+/// its last whole chunk, without changing it; also the number of bytes after that chunk.
+/// `extract` reads such a file this way; `repair_truncated` makes it whole on disk.
+pub fn salvage(path: &Path) -> Result<(StoredFile, u64), FileError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let data_name = meta::DataName::parse(&name)
+        .ok_or_else(|| FileError::whole(path, "not the name of a stored file"))?;
+    let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
+    let len = file
+        .metadata()
+        .map_err(|e| FileError::whole(path, e.to_string()))?
+        .len();
+    let Rebuilt {
+        header,
+        entries,
+        end,
+        out_of_order,
+    } = rebuild(path, &file, data_name.container)?;
+    if header.format != data_name.format {
+        return Err(FileError::at(
+            path,
+            0,
+            format!(
+                "the name says {}, the header {}",
+                data_name.format.extension(),
+                header.format.extension()
+            ),
+        ));
     }
+    let (index, meta) = salvaged_index(data_name, &header, entries, out_of_order);
+    let stored = StoredFile::from_salvage(path, data_name, index, meta, file, end);
+    Ok((stored, len.saturating_sub(end)))
 }
 
 /// Opens a file a recorder is writing, as far as its complete frames go (its last flush,
@@ -598,20 +631,66 @@ pub fn open_live(partial: &Path) -> Result<StoredFile, FileError> {
         end,
         out_of_order,
     } = rebuild(partial, &file, data_name.container)?;
-    let meta = salvaged_meta(data_name, &header, &entries, out_of_order);
-    let index = ChunkIndex {
-        meta: serde_json::to_string(&meta).expect("metadata serializes"),
-        entries,
-    };
-    Ok(StoredFile::from_parts(
-        partial.to_path_buf(),
-        data_name.format,
-        data_name.container,
-        index,
-        meta,
-        end,
-        file,
+    let (index, meta) = salvaged_index(data_name, &header, entries, out_of_order);
+    Ok(StoredFile::from_salvage(
+        partial, data_name, index, meta, file, end,
     ))
+}
+
+/// Is this a complete-named compressed stored file whose index cannot be read (a file
+/// cut short after it was finished, e.g. by a copy that stopped)? `repair_truncated`
+/// salvages such a file.
+pub fn is_truncated(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stored = meta::DataName::parse(&name).is_some_and(|n| n.container != Container::Plain);
+    stored
+        && File::open(path)
+            .map(|f| ChunkIndex::read_trailer(&f).is_err())
+            .unwrap_or(false)
+}
+
+/// Makes a cut stored file (see [`is_truncated`]) whole again in place: keeps every whole
+/// chunk, cuts the file after the last one, and writes a new index (metadata marked
+/// `repaired`). Refused when a whole frame in the middle does not decode: cutting there
+/// would throw away the whole chunks after it, which `extract` still reads.
+pub fn repair_truncated(path: &Path) -> Result<u64, FileError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let data_name = meta::DataName::parse(&name)
+        .ok_or_else(|| FileError::whole(path, "not the name of a stored file"))?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| FileError::whole(path, e.to_string()))?;
+    let (frames, _) =
+        container::scan_frames(&file).map_err(|e| FileError::whole(path, e.to_string()))?;
+    let rebuilt = rebuild(path, &file, data_name.container)?;
+    if let Some(&(at, _)) = frames.get(rebuilt.entries.len()) {
+        return Err(FileError::at(
+            path,
+            at,
+            "this frame does not decode, and whole frames follow it; not cutting them off (extract reads around it)",
+        ));
+    }
+    let (index, meta) = salvaged_index(
+        data_name,
+        &rebuilt.header,
+        rebuilt.entries,
+        rebuilt.out_of_order,
+    );
+    let end = SalvagedEnd {
+        file: &file,
+        end: rebuilt.end,
+    };
+    finalize(end, path, path, data_name.container, &index)
+        .map_err(|e| FileError::whole(path, format!("cannot finalize: {e}")))?;
+    Ok(meta.packets)
 }
 
 fn rebuild(path: &Path, file: &File, container: Container) -> Result<Rebuilt, FileError> {
@@ -1221,5 +1300,66 @@ mod tests {
             Repaired::As(p) => p,
             Repaired::RemovedEmpty => panic!("removed instead of repaired"),
         }
+    }
+}
+
+#[cfg(test)]
+mod truncated_tests {
+    use super::*;
+    use crate::read::testutil::*;
+
+    #[test]
+    fn a_cut_stored_file_is_repaired_in_place_up_to_its_last_whole_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileSpec::new(0, 3, Format::Pcapng, Container::Zstd);
+        s.chunks = vec![
+            (Codec::Zstd(3), vec![pkt(1_000, 1), pkt(2_000, 2)]),
+            (Codec::Lz4, vec![pkt(3_000, 3)]),
+            (Codec::Zstd(1), vec![pkt(4_000, 4)]),
+        ];
+        let path = write_file(dir.path(), &s);
+        let last = StoredFile::open(&path).unwrap().index.entries[3];
+        let cut = last.frame_offset + 5;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        assert!(is_truncated(&path));
+        let (read, lost) = salvage(&path).unwrap();
+        assert_eq!((read.meta.packets, lost), (3, 5));
+        assert_eq!(repair_truncated(&path).unwrap(), 3);
+        assert!(!is_truncated(&path));
+        let summary = verify_file(&path).unwrap();
+        assert_eq!((summary.packets, summary.chunks), (3, 2));
+        assert!(summary.repaired);
+        // Repaired zstd chunks do not know their level.
+        assert_eq!(summary.codecs.keys().collect::<Vec<_>>(), ["lz4", "zstd"]);
+    }
+
+    #[test]
+    fn a_corrupt_middle_chunk_is_not_cut_off_by_repair() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileSpec::new(0, 3, Format::Pcapng, Container::Zstd);
+        s.chunks = vec![
+            (Codec::Zstd(3), vec![pkt(1_000, 1)]),
+            (Codec::Zstd(3), vec![pkt(2_000, 2)]),
+            (Codec::Zstd(3), vec![pkt(3_000, 3)]),
+        ];
+        let path = write_file(dir.path(), &s);
+        let f = StoredFile::open(&path).unwrap();
+        let (mid, last) = (f.index.entries[2], f.index.entries[3]);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Junk inside the middle frame's compressed block (its header stays whole), and
+        // the trailer lost.
+        let at = mid.frame_offset as usize + mid.frame_len as usize - 6;
+        bytes[at..at + 3].fill(0xEE);
+        bytes.truncate((last.frame_offset + u64::from(last.frame_len)) as usize);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(is_truncated(&path));
+        let err = repair_truncated(&path).unwrap_err().to_string();
+        assert!(err.contains("not cutting them off"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "the file was changed");
     }
 }
