@@ -649,7 +649,12 @@ impl StreamWriter {
             seq: DataName::parse(&cur.name).map_or(0, |n| n.seq),
             format: meta::format_name(self.cfg.format).into(),
             container: meta::container_name(self.cfg.container).into(),
-            first_ts_ns: cur.first_ts_ns,
+            // Its first packet: chunks refused at its start (retention holding) are not in it.
+            first_ts_ns: if cur.packets > 0 {
+                cur.min_ts_ns
+            } else {
+                cur.first_ts_ns
+            },
             last_ts_ns: if cur.packets > 0 {
                 cur.max_ts_ns
             } else {

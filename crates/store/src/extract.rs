@@ -3,10 +3,12 @@
 //! Planning reads only trailers: a file whose chunks all miss the window is never decoded,
 //! and within a file only the chunks whose time range meets the window are.
 //!
-//! Time order is the store's invariant for readers, whatever the files' names say: a
-//! store may hold several runs (whose sequence numbers each start at 1) and files of equal
-//! stream and sequence. So a stream's files are ordered by the time range their index
-//! gives, and laid into *lanes*: a file goes into the first lane of its stream whose last
+//! Time order is the store's invariant for readers. A stream whose files have distinct
+//! sequence numbers (what the recorder writes: each run continues the store's sequence)
+//! is read in sequence order, the order it was captured in. An older store may hold
+//! several runs whose sequence numbers each start at 1, and files of equal stream and
+//! sequence: there a stream's files are ordered by the time range their index gives, and
+//! laid into *lanes*: a file goes into the first lane of its stream whose last
 //! file ends before it begins, else into a new one. Lanes are merged by timestamp (ties go
 //! to the earlier input, the lower stream, then the earlier lane: a fixed key), one decoded
 //! chunk per lane in memory at a time; one run after another is one lane.
@@ -357,15 +359,36 @@ pub fn plan_stores(
             });
         }
     }
+    // A stream whose sequence numbers are all distinct (every store a recorder of now
+    // writes: runs continue the sequence) is read in sequence order, which is the order
+    // it was captured in, in one lane. Only older stores, whose runs each restarted at 1,
+    // need the files' times to tell runs apart.
+    let mut seqs: std::collections::HashMap<(u32, u32), Vec<u64>> = Default::default();
+    for c in &candidates {
+        let m = &c.file.file.meta;
+        seqs.entry((c.input, m.stream)).or_default().push(m.seq);
+    }
+    let by_sequence: std::collections::HashSet<(u32, u32)> = seqs
+        .into_iter()
+        .filter_map(|(k, mut v)| {
+            let n = v.len();
+            v.sort_unstable();
+            v.dedup();
+            (v.len() == n).then_some(k)
+        })
+        .collect();
     // The fixed order files are laid into lanes in, and output interfaces numbered in.
     candidates.sort_by(|a, b| {
         let key = |c: &Candidate| {
+            let m = &c.file.file.meta;
+            let in_sequence = by_sequence.contains(&(c.input, m.stream));
             (
                 c.input,
-                c.file.file.meta.stream,
+                m.stream,
+                if in_sequence { m.seq } else { 0 },
                 c.first_ns,
                 c.last_ns,
-                c.file.file.meta.seq,
+                m.seq,
             )
         };
         key(a)
@@ -396,9 +419,10 @@ pub fn plan_stores(
                 at as u32
             })
             .collect();
-        let lane = streams
-            .iter()
-            .position(|s| s.input == c.input && s.stream == stream && s.end_ns <= c.first_ns);
+        let in_sequence = by_sequence.contains(&(c.input, stream));
+        let lane = streams.iter().position(|s| {
+            s.input == c.input && s.stream == stream && (in_sequence || s.end_ns <= c.first_ns)
+        });
         let lane = match lane {
             Some(at) => at,
             None => {
