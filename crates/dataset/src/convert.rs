@@ -1143,9 +1143,15 @@ fn warm_up_plain(
     }
 }
 
-fn chain_key(path: &str) -> Option<(PathBuf, u32, u64)> {
+/// A stored file's place in its store: (store, stream, sequence). The store is known by the
+/// id its data directories carry, so that a stream's files chain across the directories a
+/// recorder spreads them over (by the directory itself for stores older than the ids).
+fn chain_key(path: &str) -> Option<(String, u32, u64)> {
     let p = Path::new(path);
     let name = p.file_name()?.to_str()?;
     let name = tapdeck_store::meta::DataName::parse(name)?;
-    Some((p.parent()?.to_path_buf(), name.stream, name.seq))
+    let dir = p.parent()?;
+    let store = tapdeck_store::meta::DirMark::read(dir)
+        .map_or_else(|| dir.display().to_string(), |m| m.store_id);
+    Some((store, name.stream, name.seq))
 }
