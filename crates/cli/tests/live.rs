@@ -265,6 +265,51 @@ fn record_as_another_user_after_opening_the_sockets() {
     assert_ne!(owner, 0, "the data file was written as root");
 }
 
+/// `--user` creates a store that does not exist yet (as root, before switching) and gives
+/// it to the user; an existing one the user cannot write is named in one line.
+#[test]
+fn record_as_another_user_creates_its_store() {
+    require_root!();
+    let net = TestNet::new(1);
+    // The parent stays root's (0755): nobody could not create the store there itself.
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("new-store");
+    let sent: Vec<Vec<u8>> = (0..20u32)
+        .map(|i| frames::ipv4(17, 1, 1, 2, 2, 100, i))
+        .collect();
+    let mut child = spawn_record(net.outside(0), &store, sent.len(), &["--user", "nobody"]);
+    wait_started(&store, &mut child);
+    net.sender_inside(0).send_all(&sent);
+    let stderr = finish(child);
+    assert!(stderr.contains("now running as nobody"), "{stderr}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&store).unwrap().uid(),
+        65534,
+        "the store is nobody's"
+    );
+    let files = data_files(&store);
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().uid(), 65534);
+
+    let root_owned = dir.path().join("root-store");
+    std::fs::create_dir(&root_owned).unwrap();
+    let out = Command::new(BIN)
+        .args(["record", "-q", "--store"])
+        .arg(&root_owned)
+        .args(["-i", net.outside(0), "--user", "nobody", "--count", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "--user nobody cannot write to {}",
+            root_owned.display()
+        )),
+        "{err}"
+    );
+}
+
 #[test]
 fn errors_are_one_line_with_what_to_do() {
     require_root!();

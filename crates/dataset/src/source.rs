@@ -63,11 +63,17 @@ pub fn discover(inputs: &[PathBuf], warn: &mut impl FnMut(String)) -> Result<Vec
         } else if input.join(tapdeck_store::meta::MANIFEST).exists() {
             let store = Store::open(input)?;
             for p in &store.partials {
-                warn(format!(
-                    "{}: skipped, left incomplete by a recorder that stopped; `tapdeck verify --repair {}` finishes it",
-                    p.display(),
-                    input.display()
-                ));
+                warn(match tapdeck_store::lock::writer_of(p) {
+                    Some(holder) => format!(
+                        "{}: skipped, being written by {holder}; convert again once it is complete (`tapdeck extract` reads it live)",
+                        p.display()
+                    ),
+                    None => format!(
+                        "{}: skipped, left incomplete by a recorder that stopped; `tapdeck verify --repair {}` finishes it",
+                        p.display(),
+                        input.display()
+                    ),
+                });
             }
             paths.extend(store.files);
         } else {
