@@ -156,3 +156,27 @@ def test_runs_and_crashes_continue_the_store_in_time_order(tapdeck, procs, tmp_p
     assert len(ts) == info["totals"]["packets"] > 0
     back = sum(1 for a, b in zip(ts, ts[1:]) if b < a)
     assert back == 0, f"{back} backward time steps in the extract of {len(files)} files"
+
+
+def test_info_counts_each_runs_drops_once(tapdeck, tmp_path):
+    """Files carry their run's cumulative counters; `info` tells runs apart by the run
+    start each file records, so two runs' drops add up to what their stats say, even when
+    the second run's first file already counts more drops than the first run's last (which
+    the old heuristic, "a smaller total means a restart", took for the same run)."""
+    store = tmp_path / "S"
+    common = ["--synthetic", "1514", "--rate", "40000", "--codec", "none",
+              "--staging", "32MiB", "--chunk-size", "1MiB", "--rotate-size", "2MiB"]
+    # Run A: over its --max-bytes after 6 MiB; the rest is refused (files are too young
+    # for retention to delete) and counted.
+    a = tapdeck.record(store, *common, "--count", "20000", "--max-bytes", "6MiB")
+    assert a.returncode == 0, a.describe()
+    held = sum(f.stat().st_size for f in data_files(store))
+    # Run B: no room for a single chunk more; all 40,000 are refused, in its first file,
+    # and a run that could store nothing exits 1.
+    b = tapdeck.record(store, *common, "--count", "40000", "--max-bytes", str(held + 512 * 1024))
+    assert b.returncode == 1 and "no packet could be written" in b.stderr, b.describe()
+    finals = [r for r in stats_records(store) if r.get("final")]
+    assert len(finals) == 2
+    drops = [dropped_total(r) for r in finals]
+    assert drops[1] > drops[0] > 0, drops
+    assert tapdeck.info(store)["totals"]["drops"] == sum(drops)

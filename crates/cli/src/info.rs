@@ -44,7 +44,7 @@ fn list(files: &[PathBuf]) -> Listing {
     };
     // Counts in a file are cumulative since its recorder started: a file's own drops are
     // the difference from the previous file of its stream.
-    let mut previous: HashMap<u32, Vec<InterfaceCounts>> = HashMap::new();
+    let mut previous: HashMap<u32, (Option<u64>, Vec<InterfaceCounts>)> = HashMap::new();
     for path in files {
         let f = match StoredFile::open(path) {
             Ok(f) => f,
@@ -60,16 +60,20 @@ fn list(files: &[PathBuf]) -> Listing {
                 c.dropped_kernel + c.dropped_staging_full + c.dropped_write_error
             };
             let now: u64 = m.counts.iter().map(total).sum();
-            let before: u64 = prev.map_or(0, |p| p.iter().map(total).sum());
-            // A smaller total means the recorder restarted and its counters with it.
-            if now >= before {
-                now - before
-            } else {
+            let before: u64 = prev.map_or(0, |(_, p)| p.iter().map(total).sum());
+            // Another run started its counters from zero: files say which run wrote them
+            // (older files do not; there a smaller total is the sign of a restart).
+            let other_run = prev.is_some_and(|(run, _)| {
+                run.is_some() && m.run_started_ns.is_some() && *run != m.run_started_ns
+            });
+            if other_run || now < before {
                 now
+            } else {
+                now - before
             }
         });
         if !m.counts.is_empty() {
-            previous.insert(m.stream, m.counts.clone());
+            previous.insert(m.stream, (m.run_started_ns, m.counts.clone()));
         }
         l.packets += m.packets;
         l.bytes += f.stored_len;

@@ -239,6 +239,7 @@ pub fn record<S: PacketSource + 'static>(
                 discard: cfg.discard,
                 disk_limit: cfg.disk_limit,
                 first_seq: next_seq.get(&(stream as u32)).copied().unwrap_or(1),
+                run_started_ns: started_ns,
             },
             Arc::clone(&data_dirs),
             Arc::clone(&retention),

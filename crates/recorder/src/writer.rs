@@ -112,6 +112,8 @@ pub struct WriterConfig {
     /// Sequence number of this stream's first file: one past the store's highest, so a
     /// second run into a store never reuses a name.
     pub first_seq: u64,
+    /// When this run started: written into each file's metadata (see `FileMeta`).
+    pub run_started_ns: u64,
 }
 
 /// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
@@ -665,6 +667,7 @@ impl StreamWriter {
             counts,
             out_of_order: close.out_of_order,
             repaired: false,
+            run_started_ns: Some(self.cfg.run_started_ns),
         };
         let index = ChunkIndex {
             meta: serde_json::to_string(&meta).expect("meta serializes"),

@@ -79,6 +79,11 @@ pub struct FileMeta {
     /// it has no statistics block and `counts` is empty.
     #[serde(default)]
     pub repaired: bool,
+    /// When the run that wrote the file started (ns since the epoch): `counts` are
+    /// cumulative within a run, so readers tell runs apart by it. Absent in older files
+    /// and in repaired ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_started_ns: Option<u64>,
 }
 
 /// The store manifest: what a reader needs to know before opening any file.

@@ -831,6 +831,7 @@ pub mod testutil {
                 .collect(),
             out_of_order: 0,
             repaired: false,
+            run_started_ns: None,
         };
         let mut index = ChunkIndex {
             meta: serde_json::to_string(&meta).unwrap(),

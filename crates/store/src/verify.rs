@@ -565,6 +565,7 @@ fn salvaged_index(
         counts: Vec::new(),
         out_of_order,
         repaired: true,
+        run_started_ns: None,
     };
     let index = ChunkIndex {
         meta: serde_json::to_string(&meta).expect("metadata serializes"),
