@@ -204,6 +204,24 @@ def stats_records(store) -> list[dict]:
     return out
 
 
+# A live (synthetic) recording's options for tests that watch it through its stats.
+LIVE = ["--staging", "32MiB", "--chunk-size", "1MiB", "--stats-interval", "0.2",
+        "--flush-interval", "0.2", "--log", "warn", "-q"]
+
+
+def start_recording(tapdeck, procs, store, *args):
+    """Starts `record --store STORE` with LIVE options and `args`; killed at the test's end."""
+    p = tapdeck.popen("record", "--store", store, *LIVE, *args)
+    procs.append(p)
+    return p
+
+
+def stored_so_far(store) -> int:
+    """Packets stored as the last stats record says (0 before the first)."""
+    recs = stats_records(store)
+    return recs[-1]["totals"]["stored"] if recs else 0
+
+
 def final_stats(store) -> dict:
     recs = stats_records(store)
     assert recs, f"no stats records in {store}"

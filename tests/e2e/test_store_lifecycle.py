@@ -23,22 +23,12 @@ from conftest import (
     partial_files,
     read_packets,
     stats_records,
+    stored_so_far,
     wait_for,
 )
-
-LIVE = ["--staging", "32MiB", "--chunk-size", "1MiB", "--stats-interval", "0.2",
-        "--flush-interval", "0.2", "--log", "warn", "-q"]
-
-
-def start(tapdeck, procs, store, *args):
-    p = tapdeck.popen("record", "--store", store, *LIVE, *args)
-    procs.append(p)
-    return p
-
-
-def stored_so_far(store) -> int:
-    recs = stats_records(store)
-    return recs[-1]["totals"]["stored"] if recs else 0
+from conftest import (
+    start_recording as start,
+)
 
 
 def seq_of(path) -> tuple[int, int]:

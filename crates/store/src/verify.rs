@@ -574,16 +574,21 @@ fn salvaged_index(
     (index, meta)
 }
 
-/// A complete-named stored file whose index is lost (a cut file), read in memory up to
-/// its last whole chunk, without changing it; also the number of bytes after that chunk.
-/// `extract` reads such a file this way; `repair_truncated` makes it whole on disk.
-pub fn salvage(path: &Path) -> Result<(StoredFile, u64), FileError> {
+/// The parsed name of a complete stored file, or an error saying it is not one.
+fn stored_name(path: &Path) -> Result<meta::DataName, FileError> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let data_name = meta::DataName::parse(&name)
-        .ok_or_else(|| FileError::whole(path, "not the name of a stored file"))?;
+    meta::DataName::parse(&name)
+        .ok_or_else(|| FileError::whole(path, "not the name of a stored file"))
+}
+
+/// A complete-named stored file whose index is lost (a cut file), read in memory up to
+/// its last whole chunk, without changing it; also the number of bytes after that chunk.
+/// `extract` reads such a file this way; `repair_truncated` makes it whole on disk.
+pub fn salvage(path: &Path) -> Result<(StoredFile, u64), FileError> {
+    let data_name = stored_name(path)?;
     let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
     let len = file
         .metadata()
@@ -658,12 +663,7 @@ pub fn is_truncated(path: &Path) -> bool {
 /// `repaired`). Refused when a whole frame in the middle does not decode: cutting there
 /// would throw away the whole chunks after it, which `extract` still reads.
 pub fn repair_truncated(path: &Path) -> Result<u64, FileError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let data_name = meta::DataName::parse(&name)
-        .ok_or_else(|| FileError::whole(path, "not the name of a stored file"))?;
+    let data_name = stored_name(path)?;
     let file = OpenOptions::new()
         .read(true)
         .write(true)
