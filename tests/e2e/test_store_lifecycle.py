@@ -160,6 +160,8 @@ def test_info_counts_each_runs_drops_once(tapdeck, tmp_path):
     # for retention to delete) and counted.
     a = tapdeck.record(store, *common, "--count", "20000", "--max-bytes", "6MiB")
     assert a.returncode == 0, a.describe()
+    # Every drop is logged within a second, by cause (alerts without a metrics system).
+    assert "packets (write_error) in the last" in a.stderr, a.describe()
     held = sum(f.stat().st_size for f in data_files(store))
     # Run B: no room for a single chunk more; all 40,000 are refused, in its first file,
     # and a run that could store nothing exits 1.

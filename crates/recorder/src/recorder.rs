@@ -300,6 +300,7 @@ pub fn record<S: PacketSource + 'static>(
         record
     };
     let mut next_report = start + cfg.stats_interval;
+    let mut drops = DropWarnings::default();
     let mut errors = Vec::new();
     while capture_threads.iter().any(|t| !t.is_finished()) {
         thread::sleep(Duration::from_millis(50));
@@ -307,7 +308,9 @@ pub fn record<S: PacketSource + 'static>(
             report(&snapshot(), false);
             next_report += cfg.stats_interval;
         }
+        drops.check(&stats);
     }
+    drops.check_now(&stats);
     for t in capture_threads {
         match t.join() {
             Ok(Ok(ifaces)) => merge_interfaces(&mut manifest, &ifaces),
@@ -354,6 +357,51 @@ pub fn record<S: PacketSource + 'static>(
         discard: cfg.discard,
         headers: cfg.headers,
     })
+}
+
+/// Alerts without a metrics system: every drop is logged (WARN) within a second of
+/// happening, one line per cause per second at most, with the count since the last line
+/// and the run's total.
+#[derive(Default)]
+struct DropWarnings {
+    last: Option<(Instant, [u64; 3])>,
+}
+
+impl DropWarnings {
+    const INTERVAL: Duration = Duration::from_secs(1);
+    const CAUSES: [&'static str; 3] = ["kernel", "staging_full", "write_error"];
+
+    fn check(&mut self, stats: &StatsHub) {
+        if self
+            .last
+            .is_none_or(|(at, _)| at.elapsed() >= Self::INTERVAL)
+        {
+            self.check_now(stats);
+        }
+    }
+
+    fn check_now(&mut self, stats: &StatsHub) {
+        let mut now = [0u64; 3];
+        for s in &stats.streams {
+            for c in s.interface_counts() {
+                now[0] += c.dropped_kernel;
+                now[1] += c.dropped_staging_full;
+                now[2] += c.dropped_write_error;
+            }
+        }
+        let before = self.last.map_or([0; 3], |(_, b)| b);
+        for (i, cause) in Self::CAUSES.iter().enumerate() {
+            if now[i] > before[i] {
+                tracing::warn!(
+                    "dropped {} packets ({cause}) in the last {:.1} s; {} in this run",
+                    now[i] - before[i],
+                    self.last.map_or(0.0, |(at, _)| at.elapsed().as_secs_f64()),
+                    now[i]
+                );
+            }
+        }
+        self.last = Some((Instant::now(), now));
+    }
 }
 
 /// Files an earlier run left incomplete (killed, or its disk failed) are finalized before
