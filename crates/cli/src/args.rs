@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::exit::EXIT_CODES_HELP;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tapdeck",
@@ -13,7 +15,8 @@ use clap::{Args, Parser, Subcommand};
 compressed in independent chunks (zstd or lz4, chosen per chunk from the backlog) with a \
 chunk index, so that `zstd -dc FILE | tcpdump -r -` reads any file and `tapdeck extract` \
 seeks to a time range without decompressing the rest. Every packet that reached the \
-recorder is either stored or counted as dropped, by cause."
+recorder is either stored or counted as dropped, by cause.",
+    after_help = EXIT_CODES_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -26,15 +29,20 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Record packets into a trace store.
+    #[command(after_help = EXIT_CODES_HELP)]
     Record(Box<RecordArgs>),
     /// Capture live and forward each packet's headers to collectors as IPFIX (PSAMP
     /// packet reports over UDP) instead of storing them.
+    #[command(after_help = EXIT_CODES_HELP)]
     Export(Box<ExportArgs>),
     /// Receive IPFIX packet reports from exporters into a trace store.
+    #[command(after_help = EXIT_CODES_HELP)]
     Collect(Box<CollectArgs>),
     /// Check stored files strictly; optionally finalize files left incomplete by a crash.
+    #[command(after_help = EXIT_CODES_HELP)]
     Verify(VerifyArgs),
     /// Write the packets of a time range (and a filter) as one standard capture file.
+    /// (Its own exit statuses, with 3 for output around damage: see `extract --help`.)
     Extract(ExtractArgs),
     /// Merge the stores of several monitors by time into one store (k-way, streaming).
     ///
@@ -46,19 +54,24 @@ pub enum Command {
     /// merged packets and bytes, and how the inputs' spans overlap or leave gaps. Offsets
     /// and each input's clock state (as its recorder read it) are kept in the output's
     /// manifest. See docs/merge.md.
+    #[command(after_help = EXIT_CODES_HELP)]
     Merge(Box<MergeArgs>),
     /// List the files of a store with their time ranges, packet counts and drops (or
     /// describe one stored file the same way).
+    #[command(after_help = EXIT_CODES_HELP)]
     Info(InfoArgs),
     /// Convert traces into a Parquet dataset: packets, RPC and NFS tables, catalog.
+    #[command(after_help = EXIT_CODES_HELP)]
     Convert(ConvertArgs),
     /// Decrypt names that `convert --key` encrypted.
+    #[command(after_help = EXIT_CODES_HELP)]
     Decrypt(DecryptArgs),
     /// Make a new key file for `convert --key`.
+    #[command(after_help = EXIT_CODES_HELP)]
     Keygen(KeygenArgs),
     /// Analyze a dataset: hands over to `tapdeck-analyze` (the Python package in python/),
     /// e.g. `tapdeck analyze report DATASET --out DIR`.
-    #[command(disable_help_flag = true)]
+    #[command(after_help = EXIT_CODES_HELP, disable_help_flag = true)]
     Analyze(AnalyzeArgs),
 }
 

@@ -4,20 +4,16 @@
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tapdeck_forward::collect::{CollectorSource, LiveStream, MessageFile, Outputs};
 use tapdeck_forward::ledger::{Ledger, LedgerFile, LEDGER_FILE};
-use tapdeck_pcap::Format;
-use tapdeck_recorder::affinity::Pinning;
-use tapdeck_recorder::ladder::CodecLadder;
+use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
-use tapdeck_recorder::recorder::{self, RecorderConfig, Rotation, StatsWriter};
-use tapdeck_recorder::retention::RetentionPolicy;
+use tapdeck_recorder::recorder::{self, StatsWriter};
 
 use crate::args::CollectArgs;
-use crate::record::{chunk_and_staging, install_signals, parse_size, print_summary};
+use crate::record::{install_signals, print_summary};
 
 pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     let listen: SocketAddr = args
@@ -45,16 +41,26 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     if args.output.format == "pcap" {
         bail!("--format pcap: a collector stores every interface its exporters announce, and classic pcap holds one; use pcapng (the default)");
     }
-    let ladder =
-        CodecLadder::parse(&args.output.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-    let (chunk_size, staging_bytes) =
-        chunk_and_staging(&args.output.chunk_size, args.output.staging.as_deref())?;
-    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        Duration::try_from_secs_f64(s)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .with_context(|| format!("{flag} must be a positive number of seconds"))
+    if args.output.rotate_interval == Some(0) {
+        bail!("--rotate-interval must be at least 1 second");
+    }
+    let o = &args.output;
+    let opts = RecordOptions {
+        store: args.store.clone(),
+        format: o.format.clone(),
+        codec: o.codec.clone(),
+        chunk_size: o.chunk_size.clone(),
+        staging: o.staging.clone(),
+        rotate_size: o.rotate_size.clone(),
+        rotate_interval: o.rotate_interval,
+        flush_interval: o.flush_interval,
+        no_direct: o.no_direct,
+        compressors: Some(1),
+        duration: args.duration,
+        stats_interval: args.stats_interval,
+        ..RecordOptions::default()
     };
+    let mut cfg = opts.builder()?;
     std::fs::create_dir_all(&args.store)
         .with_context(|| format!("cannot create store {}", args.store.display()))?;
     let ledger_path = args.store.join(LEDGER_FILE);
@@ -80,52 +86,12 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         .first()
         .and_then(|s| s.local_addr())
         .unwrap_or(listen);
-    let cfg = RecorderConfig {
-        store: args.store.clone(),
-        dirs: Vec::new(),
-        format: match args.output.format.as_str() {
-            "pcap" => Format::Pcap,
-            _ => Format::Pcapng,
-        },
-        chunk_size,
-        staging_bytes,
-        rotation: Rotation {
-            max_bytes: args
-                .output
-                .rotate_size
-                .as_deref()
-                .map(|s| parse_size("--rotate-size", s))
-                .transpose()?,
-            interval_ns: match args.output.rotate_interval {
-                Some(0) => bail!("--rotate-interval must be at least 1 second"),
-                s => s.map(|s| s * 1_000_000_000),
-            },
-        },
-        retention: RetentionPolicy::default(),
-        compressors: 1,
-        pinning: Pinning::default(),
-        direct: !args.output.no_direct,
-        discard: false,
-        disk_limit: None,
-        flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
-        stats_interval: seconds("--stats-interval", args.stats_interval)?,
-        duration: args
-            .duration
-            .map(|d| seconds("--duration", d))
-            .transpose()?,
-        headers: None,
-        merge: None,
-        options: serde_json::json!({
-            "source": format!("ipfix udp {bound}"),
-            "allow": args.allow,
-            "sockets": args.sockets,
-            "codec": ladder.describe(),
-            "chunk_size": chunk_size,
-            "staging_bytes": staging_bytes,
-            "ipfix_file": args.ipfix_file,
-        }),
-        ladder,
-    };
+    let options = cfg.options_mut();
+    options["source"] = serde_json::json!(format!("ipfix udp {bound}"));
+    options["allow"] = serde_json::json!(args.allow);
+    options["sockets"] = serde_json::json!(args.sockets);
+    options["ipfix_file"] = serde_json::json!(args.ipfix_file);
+    let cfg = cfg.build();
     let control = Arc::new(Control::default());
     install_signals(&control)?;
     let stats_path = args.store.join("stats.jsonl");

@@ -168,27 +168,16 @@ fn merged_inputs(args: &ConvertArgs) -> anyhow::Result<PathBuf> {
         std::fs::remove_dir_all(&out)
             .with_context(|| format!("cannot remove the old merge {}", out.display()))?;
     }
-    let cfg = RecorderConfig {
-        store: out.clone(),
-        dirs: Vec::new(),
-        format: tapdeck_pcap::Format::Pcapng,
-        ladder: CodecLadder::parse("zstd:1").map_err(anyhow::Error::msg)?,
-        chunk_size: 4 << 20,
-        staging_bytes: 64 << 20,
-        rotation: Default::default(),
-        retention: Default::default(),
-        compressors: 1,
-        pinning: Default::default(),
-        direct: false,
-        discard: false,
-        disk_limit: None,
-        flush_interval: std::time::Duration::from_secs(2),
-        stats_interval: std::time::Duration::from_secs(3600),
-        duration: None,
-        headers: None,
-        options: serde_json::json!({ "source": "convert --merge" }),
-        merge: None,
-    };
+    // One zstd:1 compressor and a small pool: the merge feeds a conversion, which is the
+    // slow part; no stats worth reading.
+    let cfg = RecorderConfig::builder(out.clone())
+        .ladder(CodecLadder::parse("zstd:1")?)
+        .staging_bytes(64 << 20)
+        .compressors(1)
+        .direct(false)
+        .stats_interval(std::time::Duration::from_secs(3600))
+        .options(serde_json::json!({ "source": "convert --merge" }))
+        .build();
     let opts = MergeOptions {
         window: Default::default(),
         dedup_window_ns: None,

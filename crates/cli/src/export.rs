@@ -12,7 +12,7 @@ use tapdeck_forward::export::{self, Balance, ExportConfig, ExportStats};
 use tapdeck_recorder::recorder::HeaderDepth;
 
 use crate::args::ExportArgs;
-use crate::record::parse_size;
+use tapdeck_recorder::options::parse_size;
 
 pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
     let mut collectors = Vec::new();

@@ -3,6 +3,7 @@
 mod args;
 mod collect;
 mod convert;
+mod exit;
 mod export;
 mod extract;
 mod info;
@@ -43,7 +44,7 @@ fn main() {
         Err(e) => {
             // One line: what is wrong, and (in the message) what to do about it.
             eprintln!("tapdeck: {e:#}");
-            std::process::exit(1);
+            std::process::exit(exit::code_of(&e));
         }
     }
 }

@@ -1,25 +1,20 @@
 //! `tapdeck merge`: flags to a merge of stores, the stats file, and the report.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tapdeck_pcap::Format;
-use tapdeck_recorder::affinity::Pinning;
+use tapdeck_recorder::error::OptionsError;
 use tapdeck_recorder::ladder::CodecLadder;
 use tapdeck_recorder::merge::{self, MergeOptions, MergeReport};
+use tapdeck_recorder::options::{parse_size, DEFAULT_CHUNK_SIZE};
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{RecorderConfig, Rotation, StatsWriter};
-use tapdeck_recorder::retention::RetentionPolicy;
 use tapdeck_store::meta::ClockSync;
 use tapdeck_store::read::format_time;
 
 use crate::args::MergeArgs;
 use crate::extract::{input_specs, window};
-use crate::record::{install_signals, parse_size};
-
-/// Chunk size of the output: the recorder's default.
-const CHUNK_SIZE: usize = 4 << 20;
+use crate::record::install_signals;
 
 pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
     let window = window(&args.start, &args.end)?;
@@ -34,12 +29,15 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
     } else {
         None
     };
-    let ladder = CodecLadder::parse(&args.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let ladder = CodecLadder::parse(&args.codec).map_err(|cause| OptionsError::Invalid {
+        flag: "--codec",
+        cause,
+    })?;
     let staging_bytes = parse_size("--staging", &args.staging)? as usize;
-    if staging_bytes < 2 * CHUNK_SIZE {
+    if staging_bytes < 2 * DEFAULT_CHUNK_SIZE {
         bail!(
             "--staging must hold at least two chunks ({} bytes)",
-            2 * CHUNK_SIZE
+            2 * DEFAULT_CHUNK_SIZE
         );
     }
     let rotate_size = args
@@ -47,42 +45,29 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<i32> {
         .as_deref()
         .map(|s| parse_size("--rotate-size", s))
         .transpose()?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cfg = RecorderConfig {
-        store: args.out.clone(),
-        dirs: Vec::new(),
-        format: Format::Pcapng,
-        chunk_size: CHUNK_SIZE,
-        staging_bytes,
-        rotation: Rotation {
+    let options = serde_json::json!({
+        "source": format!("merge {}", args.stores.iter().map(|s| s.display().to_string()).collect::<Vec<_>>().join(" ")),
+        "format": "pcapng",
+        "codec": ladder.describe(),
+        "chunk_size": DEFAULT_CHUNK_SIZE,
+        "staging_bytes": staging_bytes,
+        "rotate_size": rotate_size,
+        "direct": !args.no_direct,
+        "dedup_window_ns": dedup_window_ns,
+        "start": args.start,
+        "end": args.end,
+    });
+    // The recorder's defaults otherwise: pcapng, 4 MiB chunks, no retention.
+    let cfg = RecorderConfig::builder(args.out.clone())
+        .ladder(ladder)
+        .staging_bytes(staging_bytes)
+        .rotation(Rotation {
             max_bytes: rotate_size,
             interval_ns: None,
-        },
-        retention: RetentionPolicy::default(),
-        compressors: cores.saturating_sub(1).max(1),
-        pinning: Pinning::default(),
-        direct: !args.no_direct,
-        discard: false,
-        disk_limit: None,
-        flush_interval: Duration::from_secs(2),
-        stats_interval: Duration::from_secs(5),
-        duration: None,
-        headers: None,
-        options: serde_json::json!({
-            "source": format!("merge {}", args.stores.iter().map(|s| s.display().to_string()).collect::<Vec<_>>().join(" ")),
-            "format": "pcapng",
-            "codec": ladder.describe(),
-            "chunk_size": CHUNK_SIZE,
-            "staging_bytes": staging_bytes,
-            "rotate_size": rotate_size,
-            "direct": !args.no_direct,
-            "dedup_window_ns": dedup_window_ns,
-            "start": args.start,
-            "end": args.end,
-        }),
-        ladder,
-        merge: None,
-    };
+        })
+        .direct(!args.no_direct)
+        .options(options)
+        .build();
     let control = Arc::new(Control::default());
     install_signals(&control)?;
     // Refuse bad inputs before anything is created.

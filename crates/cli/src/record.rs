@@ -1,47 +1,21 @@
-//! `tapdeck record`: builds the recorder configuration from flags, installs signal handlers,
-//! shows progress, and prints the final accounting.
+//! `tapdeck record`: turns the flags into record options (`tapdeck_recorder::options`, which
+//! builds the recorder configuration), installs signal handlers, shows progress, and prints
+//! the final accounting.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tapdeck_capture::{AfPacketConfig, AfPacketSource, FileSource, PacketSource, SyntheticSource};
-use tapdeck_pcap::Format;
-use tapdeck_recorder::affinity::{parse_cpu_list, Pinning};
-use tapdeck_recorder::ladder::CodecLadder;
+use tapdeck_capture::{AfPacketSource, FileSource, PacketSource, SyntheticSource};
+use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
-use tapdeck_recorder::recorder::{
-    self, HeaderDepth, RecorderConfig, Rotation, StatsWriter, Summary,
-};
+use tapdeck_recorder::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
 use tapdeck_recorder::retention::RetentionPolicy;
 use tapdeck_recorder::stats::StatsRecord;
 
 use crate::args::RecordArgs;
-
-pub fn parse_size(flag: &str, value: &str) -> anyhow::Result<u64> {
-    parse_size::parse_size(value)
-        .with_context(|| format!("{flag} {value}: not a size (e.g. 4MiB, 10G, 123456)"))
-}
-
-/// `record -i` cuts files at 1 GiB of capture data or every minute, whichever comes first.
-const DEFAULT_ROTATE_SIZE: u64 = 1 << 30;
-const DEFAULT_ROTATE_INTERVAL_S: u64 = 60;
-
-/// `record -i` keeps the smaller of 10 % of the data filesystem and 1 GiB free.
-fn default_min_free(store: &std::path::Path, dir: Option<&std::path::PathBuf>) -> Option<u64> {
-    // The store may not exist yet: ask about the nearest directory that does.
-    let mut at = dir.map_or(store, |d| d.as_path());
-    while !at.exists() {
-        at = at
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-    }
-    let size = tapdeck_recorder::retention::filesystem_bytes(at)?;
-    Some((size / 10).min(1 << 30))
-}
+use crate::exit::usage;
 
 /// Says at start what a live recording will do about files and disk space.
 fn print_live_defaults(rotation: &Rotation, retention: &RetentionPolicy) {
@@ -133,152 +107,79 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
-    let ladder =
-        CodecLadder::parse(&args.output.codec).map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-    let format = match args.output.format.as_str() {
-        "pcap" => Format::Pcap,
-        _ => Format::Pcapng,
-    };
-    let (chunk_size, staging_bytes) =
-        chunk_and_staging(&args.output.chunk_size, args.output.staging.as_deref())?;
-    // A live interface records until stopped: unless told otherwise, files are cut and
-    // the disk is kept from filling (see `live_defaults`).
-    let live = !args.interfaces.is_empty();
-    let size = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
-        v.as_deref().map(|s| parse_size(flag, s)).transpose()
-    };
-    let rotate_size = size("--rotate-size", &args.output.rotate_size)?;
-    let rotation = Rotation {
-        max_bytes: match rotate_size {
-            Some(0) => None,
-            None if live => Some(DEFAULT_ROTATE_SIZE),
-            s => s,
-        },
-        interval_ns: match args.output.rotate_interval {
-            Some(0) => None,
-            None if live => Some(DEFAULT_ROTATE_INTERVAL_S * 1_000_000_000),
-            s => s.map(|s| s * 1_000_000_000),
-        },
-    };
-    let min_free = match size("--min-free", &args.min_free)? {
-        Some(0) => None,
-        None if live => default_min_free(&args.store, args.dirs.first()),
-        m => m,
-    };
-    let retention = RetentionPolicy {
-        max_bytes: size("--max-bytes", &args.max_bytes)?,
-        min_free,
-        min_keep: Duration::from_secs(args.min_keep),
-    };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        Duration::try_from_secs_f64(s)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .with_context(|| format!("{flag} must be a positive number of seconds"))
-    };
-    let cpus = |flag: &str, v: &Option<String>| -> anyhow::Result<Vec<usize>> {
-        v.as_deref()
-            .map(|s| parse_cpu_list(s).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
-            .transpose()
-            .map(Option::unwrap_or_default)
-    };
-    let cfg = RecorderConfig {
+/// The flags as record options: the same names and defaults a config file has.
+pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
+    let o = &args.output;
+    RecordOptions {
+        read: args.read.clone(),
+        synthetic: args.synthetic.clone(),
+        interfaces: args.interfaces.clone(),
+        threads: args.threads,
+        filter: args.filter.clone(),
+        snaplen: args.snaplen,
+        headers: args.headers.clone(),
+        ring_block_size: args.ring_block_size.clone(),
+        ring_blocks: args.ring_blocks,
+        block_timeout_ms: args.block_timeout_ms,
+        user: args.user.clone(),
+        rate: args.rate,
         store: args.store.clone(),
         dirs: args.dirs.clone(),
-        format,
-        chunk_size,
-        staging_bytes,
-        rotation,
-        retention,
-        compressors: args.compressors.unwrap_or(cores.saturating_sub(1).max(1)),
-        pinning: Pinning {
-            capture: cpus("--pin-capture", &args.pin_capture)?,
-            writers: cpus("--pin-writers", &args.pin_writers)?,
-            compressors: cpus("--pin-compressors", &args.pin_compressors)?,
-        },
-        direct: !args.output.no_direct,
+        max_bytes: args.max_bytes.clone(),
+        min_free: args.min_free.clone(),
+        min_keep: args.min_keep,
+        format: o.format.clone(),
+        codec: o.codec.clone(),
+        chunk_size: o.chunk_size.clone(),
+        staging: o.staging.clone(),
+        rotate_size: o.rotate_size.clone(),
+        rotate_interval: o.rotate_interval,
+        flush_interval: o.flush_interval,
+        no_direct: o.no_direct,
+        compressors: args.compressors,
+        pin_capture: args.pin_capture.clone(),
+        pin_writers: args.pin_writers.clone(),
+        pin_compressors: args.pin_compressors.clone(),
+        count: args.count,
+        duration: args.duration,
+        stats_interval: args.stats_interval,
+        stats: args.stats.clone(),
         discard: args.discard,
-        disk_limit: args
-            .bench_disk_limit
-            .as_deref()
-            .map(|v| parse_size("--bench-disk-limit", v))
-            .transpose()?,
-        flush_interval: seconds("--flush-interval", args.output.flush_interval)?,
-        stats_interval: seconds("--stats-interval", args.stats_interval)?,
-        duration: args
-            .duration
-            .map(|d| seconds("--duration", d))
-            .transpose()?,
-        headers: match args.headers.as_deref() {
-            Some("rpc") => Some(HeaderDepth::Rpc),
-            Some(_) => Some(HeaderDepth::Transport),
-            None => None,
-        },
-        options: serde_json::json!({
-            "source": args.read.as_ref().map(|r| format!("file {r}")).or(args.synthetic.as_ref().map(|s| format!("synthetic {s}"))),
-            "format": args.output.format,
-            "codec": ladder.describe(),
-            "chunk_size": chunk_size,
-            "staging_bytes": staging_bytes,
-            "rotate_size": rotation.max_bytes,
-            "rotate_interval_s": args.output.rotate_interval,
-            "max_bytes": retention.max_bytes,
-            "min_free": retention.min_free,
-            "direct": !args.output.no_direct,
-            "pin_capture": args.pin_capture,
-            "pin_writers": args.pin_writers,
-            "pin_compressors": args.pin_compressors,
-            "headers": args.headers,
-        }),
-        merge: None,
-        ladder,
-    };
+        bench_disk_limit: args.bench_disk_limit.clone(),
+        quiet: args.quiet,
+    }
+}
 
+pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
+    let opts = record_options(args);
+    let cfg = opts.builder()?.build();
     let control = Arc::new(Control::default());
     install_signals(&control)?;
-    if args.interfaces.is_empty()
-        && (args.filter.is_some() || args.snaplen.is_some() || args.user.is_some())
-    {
-        bail!("--filter, --snaplen and --user apply to live capture: add -i IF");
+    if !opts.is_live() && (opts.filter.is_some() || opts.snaplen.is_some() || opts.user.is_some()) {
+        return Err(usage(
+            "--filter, --snaplen and --user apply to live capture: add -i IF",
+        ));
     }
-    let summary = match (&args.read, &args.synthetic) {
-        (None, None) if !args.interfaces.is_empty() => {
-            let live = AfPacketConfig {
-                interfaces: args.interfaces.clone(),
-                block_size: u32::try_from(parse_size("--ring-block-size", &args.ring_block_size)?)
-                    .context("--ring-block-size must be under 4 GiB")?,
-                blocks: args.ring_blocks,
-                block_timeout_ms: args.block_timeout_ms,
-                filter: args.filter.clone(),
-                snaplen: args.snaplen,
-                count: args.count,
-                ..AfPacketConfig::default()
-            };
-            let sources = AfPacketSource::open_fanout(&live, args.threads)
+    let summary = match (&opts.read, &opts.synthetic) {
+        (None, None) if opts.is_live() => {
+            let live = opts.capture_config()?;
+            let sources = AfPacketSource::open_fanout(&live, opts.threads)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            if let Some(user) = &args.user {
+            if let Some(user) = &opts.user {
                 let dirs = store_dirs(&cfg);
                 prepare_dirs_for(user, &dirs)?;
                 tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
                 check_writable_by(user, &dirs)?;
             }
-            if !args.quiet {
+            if !opts.quiet {
                 print_live_defaults(&cfg.rotation, &cfg.retention);
             }
-            let mut cfg = cfg;
-            cfg.options["source"] =
-                serde_json::json!(format!("live {}", args.interfaces.join(",")));
-            cfg.options["threads"] = serde_json::json!(args.threads);
-            cfg.options["filter"] = serde_json::json!(args.filter);
-            cfg.options["snaplen"] = serde_json::json!(args.snaplen);
             run_with(cfg, sources, control, args)?
         }
         (Some(path), None) => {
             let source = FileSource::open(path)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
-                .with_limit(args.count);
+                .with_limit(opts.count);
             run_with(cfg, vec![source], control, args)?
         }
         (None, Some(profile)) => {
@@ -287,12 +188,16 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
                 .map_err(|e: String| anyhow::anyhow!("--synthetic: {e}"))?;
             run_with(
                 cfg,
-                vec![SyntheticSource::new(profile, args.count, 1).with_rate(args.rate)],
+                vec![SyntheticSource::new(profile, opts.count, 1).with_rate(opts.rate)],
                 control,
                 args,
             )?
         }
-        _ => bail!("say where packets come from: -i IF, -r FILE or --synthetic PROFILE"),
+        _ => {
+            return Err(usage(
+                "say where packets come from: -i IF, -r FILE or --synthetic PROFILE",
+            ))
+        }
     };
     print_summary(&summary);
     if let Some(fatal) = summary.fatal {
@@ -501,25 +406,6 @@ fn decimal_bytes(n: u64) -> String {
     format!("{v:.digits$} {}", UNITS[unit])
 }
 
-/// `--chunk-size` and `--staging` (default: the recorder's), checked to hold two chunks.
-pub(crate) fn chunk_and_staging(
-    chunk: &str,
-    staging: Option<&str>,
-) -> anyhow::Result<(usize, usize)> {
-    let chunk_size = parse_size("--chunk-size", chunk)? as usize;
-    let staging_bytes = match staging {
-        Some(s) => parse_size("--staging", s)? as usize,
-        None => recorder::default_staging_bytes(),
-    };
-    if staging_bytes < 2 * chunk_size {
-        bail!(
-            "--staging must hold at least two chunks ({} bytes with --chunk-size {chunk})",
-            2 * chunk_size
-        );
-    }
-    Ok((chunk_size, staging_bytes))
-}
-
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
 pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -596,6 +482,36 @@ fn print_ladder(s: &Summary, elapsed: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::{CommandFactory, Parser};
+
+    use crate::args::{Cli, Command};
+
+    /// A config file (issue 16) and the flags fill the same `RecordOptions`: every `record`
+    /// flag must be one of its keys, with the same default.
+    #[test]
+    fn every_record_flag_is_a_record_option_key_with_the_same_default() {
+        let cli = Cli::command();
+        let record = cli.find_subcommand("record").unwrap();
+        let mut flags: Vec<String> = record
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !["log", "help"].contains(l))
+            .map(str::to_string)
+            .collect();
+        flags.sort();
+        let json = serde_json::to_value(RecordOptions::default()).unwrap();
+        let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        assert_eq!(flags, keys);
+
+        let Command::Record(args) = Cli::parse_from(["tapdeck", "record", "--store", "s"]).command
+        else {
+            unreachable!()
+        };
+        let from_file: RecordOptions =
+            serde_json::from_value(serde_json::json!({"store": "s"})).unwrap();
+        assert_eq!(record_options(&args), from_file);
+    }
 
     #[test]
     fn bytes_in_decimal_units() {

@@ -25,6 +25,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 
 use crate::bytes::{Cursor, ShortInput};
+pub use crate::error::UnknownCodec;
 
 const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 const LZ4_MAGIC: u32 = 0x184D_2204;
@@ -119,8 +120,8 @@ impl std::fmt::Display for Codec {
 }
 
 impl std::str::FromStr for Codec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Codec, String> {
+    type Err = UnknownCodec;
+    fn from_str(s: &str) -> Result<Codec, UnknownCodec> {
         let s = s.trim().to_ascii_lowercase();
         match s.as_str() {
             "raw" | "none" => Ok(Codec::Raw),
@@ -132,9 +133,7 @@ impl std::str::FromStr for Codec {
                     .map(|l| l.strip_prefix(':').unwrap_or(l))
                     .and_then(|l| l.parse::<i8>().ok())
                     .filter(|l| (-7..=22).contains(l));
-                level.map(Codec::Zstd).ok_or_else(|| {
-                    format!("unknown codec '{s}': use raw, lz4, zstd or zstd:LEVEL (LEVEL -7..22)")
-                })
+                level.map(Codec::Zstd).ok_or(UnknownCodec { given: s })
             }
         }
     }

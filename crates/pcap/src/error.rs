@@ -39,3 +39,11 @@ impl From<crate::bytes::ShortInput> for FormatError {
         FormatError::new(e.offset, FormatErrorKind::Truncated(e.field))
     }
 }
+
+/// A codec name that is none of raw, lz4, zstd or zstd:LEVEL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown codec '{given}': use raw, lz4, zstd or zstd:LEVEL (LEVEL -7..22)")]
+pub struct UnknownCodec {
+    /// The name as given, lower-cased.
+    pub given: String,
+}

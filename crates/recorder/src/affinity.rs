@@ -4,6 +4,8 @@
 //! charged to the sending core, so a benchmark pins the generator to one core and the
 //! capture thread to the other, and says so.
 
+use crate::error::ConfigError;
+
 /// Which CPUs each thread role may run on; empty means "wherever the scheduler likes".
 #[derive(Debug, Clone, Default)]
 pub struct Pinning {
@@ -22,7 +24,7 @@ impl Pinning {
 }
 
 /// Parses a CPU list as taskset and the kernel write them: `0`, `0,2`, `1-3`, `0,4-5`.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, ConfigError> {
     let online = online_cpus();
     let mut cpus = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -34,14 +36,14 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
             }
         };
         if lo > hi {
-            return Err(format!("CPU range {part:?} runs backwards: write LOW-HIGH"));
+            return Err(ConfigError::CpuRangeBackwards { part: part.into() });
         }
         for cpu in lo..=hi {
             if cpu >= online {
-                return Err(format!(
-                    "CPU {cpu} does not exist: this machine has CPUs 0-{}",
-                    online.saturating_sub(1)
-                ));
+                return Err(ConfigError::NoSuchCpu {
+                    cpu,
+                    last: online.saturating_sub(1),
+                });
             }
             if !cpus.contains(&cpu) {
                 cpus.push(cpu);
@@ -49,15 +51,15 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
         }
     }
     if cpus.is_empty() {
-        return Err(format!("empty CPU list {s:?}: give CPUs like 0,1 or 0-3"));
+        return Err(ConfigError::EmptyCpuList { list: s.into() });
     }
     Ok(cpus)
 }
 
-fn parse_cpu(s: &str, whole: &str) -> Result<usize, String> {
+fn parse_cpu(s: &str, whole: &str) -> Result<usize, ConfigError> {
     s.trim()
         .parse()
-        .map_err(|_| format!("bad CPU list {whole:?}: give CPUs like 0,1 or 0-3"))
+        .map_err(|_| ConfigError::BadCpuList { list: whole.into() })
 }
 
 fn online_cpus() -> usize {
@@ -68,7 +70,7 @@ fn online_cpus() -> usize {
 
 /// Restricts the calling thread to `cpus` (no-op when empty). Returns the error so the
 /// caller can warn: a pinning that silently fails would falsify a benchmark.
-pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
+pub fn pin_current_thread(cpus: &[usize]) -> Result<(), ConfigError> {
     if cpus.is_empty() {
         return Ok(());
     }
@@ -80,10 +82,10 @@ pub fn pin_current_thread(cpus: &[usize]) -> Result<(), String> {
             libc::CPU_SET(c, &mut set);
         }
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(format!(
-                "cannot pin to CPUs {cpus:?}: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(ConfigError::Pin {
+                cpus: cpus.to_vec(),
+                cause: std::io::Error::last_os_error(),
+            });
         }
     }
     Ok(())
@@ -139,11 +141,21 @@ mod tests {
             assert_eq!(parse_cpu_list("0-1").unwrap(), vec![0, 1]);
             assert_eq!(parse_cpu_list("1,0,1").unwrap(), vec![1, 0]);
         }
-        assert!(parse_cpu_list("1-0").unwrap_err().contains("backwards"));
-        assert!(parse_cpu_list("x").unwrap_err().contains("bad CPU list"));
-        assert!(parse_cpu_list("").unwrap_err().contains("empty"));
+        assert!(parse_cpu_list("1-0")
+            .unwrap_err()
+            .to_string()
+            .contains("backwards"));
+        assert!(parse_cpu_list("x")
+            .unwrap_err()
+            .to_string()
+            .contains("bad CPU list"));
+        assert!(parse_cpu_list("")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
         assert!(parse_cpu_list("100000")
             .unwrap_err()
+            .to_string()
             .contains("does not exist"));
     }
 

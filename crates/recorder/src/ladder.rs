@@ -7,6 +7,8 @@
 
 use tapdeck_pcap::container::{Codec, Container};
 
+use crate::error::ConfigError;
+
 /// Backlog at which rungs without an explicit threshold stop being used.
 const SPREAD_UP_TO: f64 = 0.75;
 /// Backlog from which chunks are always stored raw.
@@ -22,7 +24,7 @@ pub struct CodecLadder {
 
 impl CodecLadder {
     /// Parses `zstd:6,zstd:1@0.5,lz4,raw`; `none` means plain files.
-    pub fn parse(spec: &str) -> Result<CodecLadder, String> {
+    pub fn parse(spec: &str) -> Result<CodecLadder, ConfigError> {
         let spec = spec.trim();
         if spec.eq_ignore_ascii_case("none") {
             return Ok(CodecLadder {
@@ -39,29 +41,26 @@ impl CodecLadder {
                         .parse()
                         .ok()
                         .filter(|t| (0.0..=1.0).contains(t))
-                        .ok_or_else(|| {
-                            format!(
-                                "bad threshold in '{part}': give a fraction of the pool, 0 to 1"
-                            )
-                        })?;
+                        .ok_or_else(|| ConfigError::LadderThreshold { part: part.into() })?;
                     (c, Some(t))
                 }
                 None => (part, None),
             };
             let codec: Codec = codec.parse()?;
             if rungs.iter().any(|(c, _)| *c == codec) {
-                return Err(format!("codec ladder '{spec}' names {codec} twice"));
+                return Err(ConfigError::LadderCodecTwice {
+                    spec: spec.into(),
+                    codec: codec.to_string(),
+                });
             }
             if codec == Codec::Raw && rungs.iter().any(|(c, _)| *c == Codec::Raw) {
-                return Err("raw may appear once, as the last rung".into());
+                return Err(ConfigError::LadderRawTwice);
             }
             rungs.push((codec, threshold));
         }
         if let Some(pos) = rungs.iter().position(|(c, _)| *c == Codec::Raw) {
             if pos != rungs.len() - 1 {
-                return Err(format!(
-                    "in '{spec}', raw must be the last rung: nothing is cheaper"
-                ));
+                return Err(ConfigError::LadderRawNotLast { spec: spec.into() });
             }
         }
         let container = if rungs.iter().any(|(c, _)| matches!(c, Codec::Zstd(_))) {
@@ -91,9 +90,7 @@ impl CodecLadder {
                 threshold.unwrap_or(spread).min(RAW_FROM)
             };
             if t < previous {
-                return Err(format!(
-                    "thresholds in '{spec}' must increase from rung to rung"
-                ));
+                return Err(ConfigError::LadderThresholdsDecrease { spec: spec.into() });
             }
             previous = t;
             out.push((codec, t));
@@ -185,7 +182,7 @@ mod tests {
             ("zstd@2", "fraction"),
             ("gzip", "unknown codec"),
         ] {
-            let err = CodecLadder::parse(spec).unwrap_err();
+            let err = CodecLadder::parse(spec).unwrap_err().to_string();
             assert!(err.contains(says), "{spec}: {err}");
         }
     }

@@ -13,8 +13,10 @@
 pub mod affinity;
 pub mod controller;
 pub mod direct;
+pub mod error;
 pub mod ladder;
 pub mod merge;
+pub mod options;
 pub mod pipeline;
 pub mod recorder;
 pub mod retention;
