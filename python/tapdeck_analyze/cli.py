@@ -12,6 +12,15 @@ from .times import TimeFormatError, zone
 
 PROG = "tapdeck-analyze"
 
+# The convention `tapdeck` follows too. The dataset and the time range are arguments: one that
+# names nothing analyzable (no dataset, a newer schema, an empty range) is a usage error.
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_STATUS = (
+    "Exit status: 0 ok, 1 failure (a query failed, the dataset's conversion is unfinished), "
+    "2 usage error (unknown, missing or malformed arguments, or a DATASET or time range "
+    "that holds nothing to analyze)."
+)
+
 
 def _common(p: argparse.ArgumentParser, engine: bool = True) -> None:
     p.add_argument(
@@ -41,14 +50,17 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Analyses of a tapdeck dataset (packets, RPC and NFS tables in Parquet): "
         "rates, burstiness, sizes, NFS latency and operations, RPC matching, files, recency.",
+        epilog=EXIT_STATUS,
     )
     sub = ap.add_subparsers(dest="command", required=True)
 
-    rp = sub.add_parser("report", help="run every analysis; write tables, plots and report.html")
+    rp = sub.add_parser(
+        "report", help="run every analysis; write tables, plots and report.html", epilog=EXIT_STATUS
+    )
     _common(rp)
     rp.add_argument("--out", required=True, metavar="DIR", help="directory for the report")
 
-    run = sub.add_parser("run", help="run one analysis and print its table")
+    run = sub.add_parser("run", help="run one analysis and print its table", epilog=EXIT_STATUS)
     run.add_argument("name", choices=sorted(ANALYSES), metavar="NAME",
                      help="one of: " + ", ".join(ANALYSES))  # fmt: skip
     _common(run)
@@ -63,7 +75,9 @@ def parser() -> argparse.ArgumentParser:
                      help="rates: one series per interface, direction (in, out, or unknown) "
                           "or both")  # fmt: skip
 
-    sq = sub.add_parser("sql", help="ad-hoc SQL over the dataset's tables (as views)")
+    sq = sub.add_parser(
+        "sql", help="ad-hoc SQL over the dataset's tables (as views)", epilog=EXIT_STATUS
+    )
     _common(sq)
     sq.add_argument("query", metavar="SQL")
     sq.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
@@ -104,16 +118,16 @@ def main(argv=None) -> int:
     except IncompleteDatasetError as e:
         # not a usage error: the dataset is valid, only not finished yet
         print(f"{PROG}: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILURE
     except (DatasetError, TimeFormatError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except QueryError as e:
         print(f"{PROG}: query failed: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILURE
     except BrokenPipeError:
-        return 0
-    return 0
+        return EXIT_OK
+    return EXIT_OK
 
 
 def _run(ds, args):

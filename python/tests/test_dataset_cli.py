@@ -221,6 +221,21 @@ def test_bad_completeness_keys_are_one_line(tmp_path, meta, message):
 def test_usage_errors_exit_2(tmp_path):
     r = run_cli("run", "rates")
     assert r.returncode == 2 and "usage: tapdeck-analyze run" in r.stderr
+    r = run_cli("sql", small(tmp_path), "SELECT 1", "--no-such-flag")
+    assert r.returncode == 2 and "unrecognized arguments: --no-such-flag" in r.stderr
+
+
+def test_a_failure_exits_1(tmp_path):
+    r = run_cli("sql", small(tmp_path), "SELECT no_such_column FROM packets")
+    assert r.returncode == 1, r
+    assert r.stderr.startswith("tapdeck-analyze: query failed: ") and "Traceback" not in r.stderr
+
+
+def test_every_help_states_the_exit_codes():
+    for args in ((), ("run",), ("sql",), ("report",)):
+        r = run_cli(*args, "--help")
+        assert r.returncode == 0
+        assert "Exit status: 0 ok, 1 failure" in " ".join(r.stdout.split()), args
 
 
 def test_catalog_of_an_older_converter_reads(tmp_path):

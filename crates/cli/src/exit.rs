@@ -3,8 +3,9 @@
 //! do not go together, which the commands check with [`usage`]).
 
 /// The line each `--help` ends with.
-pub const EXIT_CODES_HELP: &str =
-    "Exit status: 0 ok, 1 failure, 2 usage error (a flag unknown, missing, malformed or out of place).";
+pub const EXIT_CODES_HELP: &str = "Exit status: 0 ok, 1 failure, 2 usage error (an unknown, \
+missing or misplaced flag, flags that do not go together: the command line cannot be run as \
+written).";
 
 pub const FAILURE: i32 = 1;
 pub const USAGE: i32 = 2;
