@@ -181,6 +181,45 @@ pub enum ContainerError {
     Io(#[from] std::io::Error),
 }
 
+/// What is wrong with one compressed frame (as the index locates it).
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame claims {0} bytes of data, more than any chunk tapdeck writes")]
+    ClaimsTooMuch(usize),
+    #[error("{0}")]
+    ZstdInit(std::io::Error),
+    #[error("zstd frame does not decode: {0}")]
+    Zstd(std::io::Error),
+    #[error("lz4 frame does not decode: {0}")]
+    Lz4(std::io::Error),
+    #[error("frame starts with unknown magic {0:#010x}")]
+    StartsWithUnknownMagic(u32),
+    #[error("frame shorter than its magic number")]
+    NoMagic,
+    #[error("frame decodes to {got} bytes, the index says {expected}")]
+    DecodedLength { got: usize, expected: usize },
+    #[error("unknown frame magic {0:#010x}")]
+    UnknownMagic(u32),
+    #[error("zstd frame header has its reserved bit set")]
+    ZstdReservedBit,
+    #[error("zstd block of reserved type")]
+    ZstdReservedBlock,
+    #[error("zstd frame longer than any tapdeck writes")]
+    ZstdTooLong,
+    #[error("lz4 frame of an unknown version")]
+    Lz4Version,
+    #[error("lz4 frame longer than any tapdeck writes")]
+    Lz4TooLong,
+}
+
+/// For callers that keep a frame's defect as text beside their own context (the store's
+/// `FileError::at`).
+impl From<FrameError> for String {
+    fn from(e: FrameError) -> String {
+        e.to_string()
+    }
+}
+
 /// A field cut short is a defect at the field's offset, named in the message.
 impl From<ShortInput> for ContainerError {
     fn from(e: ShortInput) -> ContainerError {
@@ -334,47 +373,46 @@ pub fn decode_frame(
     frame: &[u8],
     expected_len: usize,
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), FrameError> {
     if container == Container::Plain {
         out.extend_from_slice(frame);
         return Ok(());
     }
     if expected_len > MAX_FRAME_LEN {
-        return Err(format!(
-            "frame claims {expected_len} bytes of data, more than any chunk tapdeck writes"
-        ));
+        return Err(FrameError::ClaimsTooMuch(expected_len));
     }
     let start = out.len();
     match Cursor::new(frame).u32_at(0, "frame magic").ok() {
         Some(ZSTD_MAGIC) => {
             let mut dec =
-                zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?;
+                zstd::stream::read::Decoder::with_buffer(frame).map_err(FrameError::ZstdInit)?;
             (&mut dec)
                 .take(expected_len as u64 + 1)
                 .read_to_end(out)
-                .map_err(|e| format!("zstd frame does not decode: {e}"))?;
+                .map_err(FrameError::Zstd)?;
         }
         Some(LZ4_MAGIC) => {
             let dec = lz4_flex::frame::FrameDecoder::new(frame);
             dec.take(expected_len as u64 + 1)
                 .read_to_end(out)
-                .map_err(|e| format!("lz4 frame does not decode: {e}"))?;
+                .map_err(FrameError::Lz4)?;
         }
-        Some(m) => return Err(format!("frame starts with unknown magic {m:#010x}")),
-        None => return Err("frame shorter than its magic number".into()),
+        Some(m) => return Err(FrameError::StartsWithUnknownMagic(m)),
+        None => return Err(FrameError::NoMagic),
     }
     let got = out.len() - start;
     if got != expected_len {
-        return Err(format!(
-            "frame decodes to {got} bytes, the index says {expected_len}"
-        ));
+        return Err(FrameError::DecodedLength {
+            got,
+            expected: expected_len,
+        });
     }
     Ok(())
 }
 
 /// Length of the frame at the start of `buf` (zstd, LZ4 or skippable), found by walking its
 /// block headers without decoding. `Ok(None)` means `buf` ends before the frame does.
-pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
     let c = Cursor::new(buf);
     let Ok(magic) = c.u32_at(0, "frame magic") else {
         return Ok(None);
@@ -386,18 +424,18 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, String> {
             .u32_at(4, "skippable frame length")
             .ok()
             .map(|n| 8 + n as usize),
-        m => return Err(format!("unknown frame magic {m:#010x}")),
+        m => return Err(FrameError::UnknownMagic(m)),
     };
     Ok(len.filter(|&n| n <= buf.len()))
 }
 
 /// Walks a zstd frame's block headers. A short read means the frame goes on past `c`.
-fn zstd_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
+fn zstd_frame_len(c: Cursor<'_>) -> Result<Option<usize>, FrameError> {
     let Ok(fhd) = c.u8_at(4, "zstd frame header descriptor") else {
         return Ok(None);
     };
     if fhd & 0x08 != 0 {
-        return Err("zstd frame header has its reserved bit set".into());
+        return Err(FrameError::ZstdReservedBit);
     }
     let single_segment = fhd & 0x20 != 0;
     let dict_len = [0, 1, 2, 4][usize::from(fhd & 3)];
@@ -417,10 +455,10 @@ fn zstd_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
         pos += 3 + match (header >> 1) & 3 {
             0 | 2 => size,
             1 => 1,
-            _ => return Err("zstd block of reserved type".into()),
+            _ => return Err(FrameError::ZstdReservedBlock),
         };
         if pos > MAX_FRAME_LEN {
-            return Err("zstd frame longer than any tapdeck writes".into());
+            return Err(FrameError::ZstdTooLong);
         }
         if header & 1 == 1 {
             break;
@@ -433,12 +471,12 @@ fn zstd_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
 }
 
 /// Walks an LZ4 frame's block sizes. A short read means the frame goes on past `c`.
-fn lz4_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
+fn lz4_frame_len(c: Cursor<'_>) -> Result<Option<usize>, FrameError> {
     let Ok(flg) = c.u8_at(4, "lz4 frame flags") else {
         return Ok(None);
     };
     if flg >> 6 != 1 {
-        return Err("lz4 frame of an unknown version".into());
+        return Err(FrameError::Lz4Version);
     }
     let block_checksum = flg & 0x10 != 0;
     let mut pos = 7 + if flg & 0x08 != 0 { 8 } else { 0 } + if flg & 0x01 != 0 { 4 } else { 0 };
@@ -452,7 +490,7 @@ fn lz4_frame_len(c: Cursor<'_>) -> Result<Option<usize>, String> {
         }
         pos += (size & 0x7FFF_FFFF) as usize + if block_checksum { 4 } else { 0 };
         if pos > MAX_FRAME_LEN {
-            return Err("lz4 frame longer than any tapdeck writes".into());
+            return Err(FrameError::Lz4TooLong);
         }
     }
     if flg & 0x04 != 0 {

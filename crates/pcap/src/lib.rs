@@ -18,7 +18,7 @@ pub mod reader;
 pub mod validate;
 mod write;
 
-pub use error::{FormatError, FormatErrorKind, UnknownCodec};
+pub use error::{BlockError, FormatError, FormatErrorKind, UnknownCodec};
 pub use packet::{Direction, Interface, InterfaceStats, Packet, PacketFlags};
 pub use reader::{TraceBytes, TraceReader};
 pub use write::{Format, SectionInfo};

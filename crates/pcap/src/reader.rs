@@ -19,7 +19,10 @@ use std::ops::Range;
 
 use crate::bytes::{ByteOrder, Cursor, ShortInput};
 use crate::pcapng::{self, pad4};
-use crate::{Format, FormatError, FormatErrorKind, Interface, InterfaceStats, Packet, PacketFlags};
+use crate::{
+    BlockError, Format, FormatError, FormatErrorKind, Interface, InterfaceStats, Packet,
+    PacketFlags,
+};
 
 /// The largest pcapng block or pcap record we accept. Real captures stay far below it
 /// (the largest snaplen in use is 256 KiB); anything bigger is a corrupt length field.
@@ -159,14 +162,13 @@ struct Clock {
 }
 
 impl Clock {
-    fn ns(&self, raw: u64) -> Result<u64, String> {
+    fn ns(&self, raw: u64) -> Result<u64, BlockError> {
         let ns =
             self.resolution.to_ns(raw) as i128 + i128::from(self.offset_s) * i128::from(NS_PER_S);
-        u64::try_from(ns).map_err(|_| {
-            format!(
-                "timestamp {raw} (resolution {:?}, offset {} s) is outside the range of 64-bit nanoseconds since 1970",
-                self.resolution, self.offset_s
-            )
+        u64::try_from(ns).map_err(|_| BlockError::TimestampRange {
+            raw,
+            resolution: format!("{:?}", self.resolution),
+            offset_s: self.offset_s,
         })
     }
 }
@@ -599,7 +601,7 @@ impl<R: Read> TraceReader<R> {
             ));
         }
         self.handle_block(block_type, endian, body_len, start)
-            .map_err(|msg| invalid(start, msg))
+            .map_err(|e| FormatError::new(start, e.into()))
     }
 
     /// Interprets a block body that is complete and has consistent lengths.
@@ -609,7 +611,7 @@ impl<R: Read> TraceReader<R> {
         endian: ByteOrder,
         body_len: usize,
         start: u64,
-    ) -> Result<Step, String> {
+    ) -> Result<Step, BlockError> {
         // The body's bytes are in the file after the block header.
         let body = Cursor::new(body_of(&self.input, &self.buf, self.body_in_input))
             .with_order(endian)
@@ -629,7 +631,7 @@ impl<R: Read> TraceReader<R> {
             }
             pcapng::IDB => {
                 if self.ifaces.len() >= u32::MAX as usize {
-                    return Err("more interfaces than 32-bit interface numbers can name".into());
+                    return Err(BlockError::TooManyInterfaces);
                 }
                 let (iface, clock) = parse_idb(body)?;
                 self.ifaces.push(iface);
@@ -684,15 +686,16 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// Maps a section-local interface id to the global index.
-    fn global_iface(&self, first: usize, local: u32, block_type: u32) -> Result<usize, String> {
+    fn global_iface(&self, first: usize, local: u32, block_type: u32) -> Result<usize, BlockError> {
         let in_section = self.ifaces.len() - first;
         if (local as usize) < in_section {
             Ok(first + local as usize)
         } else {
-            Err(format!(
-                "{} names interface {local} but its section has {in_section} interface(s) so far",
-                block_name(block_type)
-            ))
+            Err(BlockError::NoSuchInterface {
+                block: block_name(block_type),
+                local,
+                in_section,
+            })
         }
     }
 
@@ -945,14 +948,13 @@ fn min_block_len(block_type: u32) -> usize {
 /// Options are optional, and so is the end marker when the block ends right after them.
 fn for_each_option(
     mut opts: Cursor<'_>,
-    mut f: impl FnMut(u16, Cursor<'_>) -> Result<(), String>,
-) -> Result<(), String> {
+    mut f: impl FnMut(u16, Cursor<'_>) -> Result<(), BlockError>,
+) -> Result<(), BlockError> {
     while !opts.is_empty() {
         if opts.remaining() < ng_field::OPT_HEADER_LEN {
-            return Err(format!(
-                "an option header needs 4 bytes but only {} remain in the block",
-                opts.remaining()
-            ));
+            return Err(BlockError::OptionHeader {
+                remaining: opts.remaining(),
+            });
         }
         let code = opts.u16("an option code")?;
         let len = opts.u16("an option length")? as usize;
@@ -962,10 +964,11 @@ fn for_each_option(
         // Option areas start 4-aligned in blocks whose lengths are multiples of 4, so a
         // value that fits also has room for its padding.
         if pad4(len) > opts.remaining() {
-            return Err(format!(
-                "option {code} says its value is {len} bytes but only {} remain in the block",
-                opts.remaining()
-            ));
+            return Err(BlockError::OptionValue {
+                code,
+                len,
+                remaining: opts.remaining(),
+            });
         }
         let value = opts.sub(opts.position(), len, "an option value")?;
         opts.skip(pad4(len), "an option value")?;
@@ -975,15 +978,13 @@ fn for_each_option(
 }
 
 /// Checks a section header body (at least 16 bytes); its byte order is already known.
-fn parse_shb(body: Cursor<'_>) -> Result<(), String> {
+fn parse_shb(body: Cursor<'_>) -> Result<(), BlockError> {
     let major = body.u16_at(ng_field::SHB_MAJOR, "the section header version")?;
     let minor = body.u16_at(ng_field::SHB_MINOR, "the section header version")?;
     // The specification tells readers to skip sections of another major version; we
     // cannot skip to the next section without trusting the section length, so we stop.
     if major != 1 {
-        return Err(format!(
-            "section header version {major}.{minor}; this reader knows version 1"
-        ));
+        return Err(BlockError::SectionVersion { major, minor });
     }
     for_each_option(options(body, ng_field::SHB_OPTIONS)?, |_, _| Ok(()))
 }
@@ -996,7 +997,7 @@ fn options<'a>(body: Cursor<'a>, at: usize) -> Result<Cursor<'a>, ShortInput> {
 }
 
 /// Decodes an interface description body (at least 8 bytes).
-fn parse_idb(body: Cursor<'_>) -> Result<(Interface, Clock), String> {
+fn parse_idb(body: Cursor<'_>) -> Result<(Interface, Clock), BlockError> {
     let mut iface = Interface {
         linktype: body.u16_at(ng_field::IDB_LINKTYPE, "the interface link type")?,
         snaplen: body.u32_at(ng_field::IDB_SNAPLEN, "the interface snap length")?,
@@ -1016,11 +1017,23 @@ fn parse_idb(body: Cursor<'_>) -> Result<(Interface, Clock), String> {
             }
             pcapng::IF_TSRESOL => match v.remaining() {
                 1 => clock.resolution = Resolution::from_option(v.u8_at(0, "if_tsresol")?),
-                n => return Err(format!("if_tsresol option is {n} bytes, not 1")),
+                len => {
+                    return Err(BlockError::OptionWidth {
+                        option: "if_tsresol",
+                        len,
+                        want: 1,
+                    })
+                }
             },
             pcapng::IF_TSOFFSET => match v.remaining() {
                 8 => clock.offset_s = v.u64_at(0, "if_tsoffset")? as i64,
-                n => return Err(format!("if_tsoffset option is {n} bytes, not 8")),
+                len => {
+                    return Err(BlockError::OptionWidth {
+                        option: "if_tsoffset",
+                        len,
+                        want: 8,
+                    })
+                }
             },
             _ => {}
         }
@@ -1040,7 +1053,7 @@ struct EpbFields {
 
 /// Decodes an enhanced or obsolete packet block body (at least 20 bytes).
 #[inline]
-fn parse_epb(block_type: u32, body: Cursor<'_>) -> Result<EpbFields, String> {
+fn parse_epb(block_type: u32, body: Cursor<'_>) -> Result<EpbFields, BlockError> {
     // The fixed fields, checked once (this is the per-packet path).
     let head = body.sub(0, ng_field::EPB_DATA, "the packet block's fixed fields")?;
     let iface = if block_type == pcapng::OPB {
@@ -1056,9 +1069,7 @@ fn parse_epb(block_type: u32, body: Cursor<'_>) -> Result<EpbFields, String> {
         } else {
             "enhanced"
         };
-        return Err(format!(
-            "{kind} packet block says captured length {caplen} but the block holds {room} bytes"
-        ));
+        return Err(BlockError::CapturedLength { kind, caplen, room });
     }
     let data = ng_field::EPB_DATA..ng_field::EPB_DATA + caplen;
     let opts = options(body, ng_field::EPB_DATA + pad4(caplen))?;
@@ -1069,10 +1080,11 @@ fn parse_epb(block_type: u32, body: Cursor<'_>) -> Result<EpbFields, String> {
         for_each_option(opts, |code, v| {
             if code == pcapng::EPB_FLAGS {
                 if v.remaining() != 4 {
-                    return Err(format!(
-                        "epb_flags option is {} bytes, not 4",
-                        v.remaining()
-                    ));
+                    return Err(BlockError::OptionWidth {
+                        option: "epb_flags",
+                        len: v.remaining(),
+                        want: 4,
+                    });
                 }
                 flags = Some(PacketFlags(v.u32_at(0, "epb_flags")?));
             }
@@ -1130,7 +1142,7 @@ impl RawStats {
 }
 
 /// Decodes an interface statistics body (at least 12 bytes).
-fn parse_isb(body: Cursor<'_>) -> Result<RawStats, String> {
+fn parse_isb(body: Cursor<'_>) -> Result<RawStats, BlockError> {
     let mut s = RawStats {
         iface: body.u32_at(ng_field::ISB_IFACE, "the interface id")?,
         ts: ts(
@@ -1155,10 +1167,10 @@ fn parse_isb(body: Cursor<'_>) -> Result<RawStats, String> {
             _ => return Ok(()),
         };
         if v.remaining() != 8 {
-            return Err(format!(
-                "interface statistics option {code} is {} bytes, not 8",
-                v.remaining()
-            ));
+            return Err(BlockError::StatisticsWidth {
+                code,
+                len: v.remaining(),
+            });
         }
         *slot = Some(if code == pcapng::ISB_ENDTIME {
             ts(&v, 0..4, 4..8, "isb_endtime")?
@@ -1385,9 +1397,10 @@ mod tests {
         }
     }
 
-    fn invalid_msg(e: &FormatError) -> &str {
+    fn invalid_msg(e: &FormatError) -> String {
         match &e.kind {
-            FormatErrorKind::Invalid(m) => m,
+            FormatErrorKind::Invalid(m) => m.clone(),
+            FormatErrorKind::Block(b) => b.to_string(),
             k => panic!("expected Invalid, got {k:?}"),
         }
     }
