@@ -12,7 +12,7 @@ pub use afpacket::{
     drop_privileges, lookup_user, AfPacketConfig, AfPacketSource, KernelStats, DEFAULT_SNAPLEN,
 };
 pub use file::{open_trace, open_trace_bytes, FileSource};
-pub use synthetic::{SyntheticProfile, SyntheticSource};
+pub use synthetic::{SyntheticProfile, SyntheticSource, UnknownProfile};
 pub use tapdeck_pcap::{Interface, Packet};
 
 /// Receives the packets a source delivers; implemented by the recorder's capture loop.

@@ -30,16 +30,19 @@ pub enum SyntheticProfile {
     Mix,
 }
 
+/// A profile name that is none of 64, 1514 or mix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown synthetic profile '{0}': use 64, 1514 or mix")]
+pub struct UnknownProfile(pub String);
+
 impl std::str::FromStr for SyntheticProfile {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownProfile;
+    fn from_str(s: &str) -> Result<Self, UnknownProfile> {
         match s {
             "64" | "small" => Ok(SyntheticProfile::Small),
             "1514" | "full" => Ok(SyntheticProfile::Full),
             "mix" | "imix" => Ok(SyntheticProfile::Mix),
-            _ => Err(format!(
-                "unknown synthetic profile '{s}': use 64, 1514 or mix"
-            )),
+            _ => Err(UnknownProfile(s.into())),
         }
     }
 }

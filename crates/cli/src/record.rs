@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use tapdeck_capture::{AfPacketSource, FileSource, PacketSource, SyntheticSource};
+use tapdeck_capture::{AfPacketSource, FileSource, PacketSource, SyntheticSource, UnknownProfile};
 use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
@@ -185,7 +185,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
         (None, Some(profile)) => {
             let profile = profile
                 .parse()
-                .map_err(|e: String| anyhow::anyhow!("--synthetic: {e}"))?;
+                .map_err(|e: UnknownProfile| anyhow::anyhow!("--synthetic: {e}"))?;
             run_with(
                 cfg,
                 vec![SyntheticSource::new(profile, opts.count, 1).with_rate(opts.rate)],

@@ -17,6 +17,7 @@ use tapdeck_capture::{
 use tapdeck_ipfix::{ie, read_header, Decoder, Record, SequenceEvent};
 use tapdeck_pcap::{Format, SectionInfo};
 
+use crate::error::ForwardError;
 use crate::ledger::{Ledger, Refusal};
 use crate::udp::{self, RecvBatch};
 
@@ -365,9 +366,11 @@ pub struct MessageFile {
 }
 
 impl MessageFile {
-    pub fn create(path: &std::path::Path) -> Result<MessageFile, String> {
-        let f = std::fs::File::create(path)
-            .map_err(|e| format!("--ipfix-file {}: cannot create it: {e}", path.display()))?;
+    pub fn create(path: &std::path::Path) -> Result<MessageFile, ForwardError> {
+        let f = std::fs::File::create(path).map_err(|cause| ForwardError::IpfixFile {
+            path: path.into(),
+            cause,
+        })?;
         Ok(MessageFile {
             out: std::io::BufWriter::with_capacity(1 << 20, f),
             failed: false,
@@ -492,18 +495,14 @@ impl CollectorSource {
         allow: &[IpAddr],
         ledger: &Arc<Mutex<Ledger>>,
         outputs: &Arc<Outputs>,
-    ) -> Result<Vec<CollectorSource>, String> {
+    ) -> Result<Vec<CollectorSource>, ForwardError> {
         if sockets == 0 {
-            return Err("--sockets must be at least 1".into());
+            return Err(ForwardError::NoSockets);
         }
-        let bind_error = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::AddrInUse => {
-                format!("--listen {listen}: the port is in use by another program; choose another port or stop it")
-            }
-            std::io::ErrorKind::AddrNotAvailable => {
-                format!("--listen {listen}: no interface here has that address")
-            }
-            _ => format!("--listen {listen}: cannot listen there: {e}"),
+        let bind_error = |cause: std::io::Error| match cause.kind() {
+            std::io::ErrorKind::AddrInUse => ForwardError::PortInUse { listen },
+            std::io::ErrorKind::AddrNotAvailable => ForwardError::NoSuchAddress { listen },
+            _ => ForwardError::Listen { listen, cause },
         };
         let probe = UdpSocket::bind(listen).map_err(bind_error)?;
         let listen = probe.local_addr().map_err(bind_error)?;

@@ -23,6 +23,7 @@ use tapdeck_ipfix::{
     PacketReport,
 };
 
+use crate::error::ForwardError;
 use crate::udp;
 
 /// Messages per `sendmmsg` call.
@@ -150,26 +151,26 @@ struct Link {
 }
 
 impl Link {
-    fn open(to: SocketAddr, message_len: Option<usize>, gso: bool) -> Result<Link, String> {
-        let socket = udp::connect(to).map_err(|e| match e.kind() {
-            std::io::ErrorKind::PermissionDenied => format!(
-                "collector {to}: cannot send to it ({e}); is it a broadcast address?"
-            ),
-            _ => format!("collector {to}: unreachable from here ({e}); check the address and the routes (`ip route get {}`)", to.ip()),
+    fn open(to: SocketAddr, message_len: Option<usize>, gso: bool) -> Result<Link, ForwardError> {
+        let socket = udp::connect(to).map_err(|cause| match cause.kind() {
+            std::io::ErrorKind::PermissionDenied => ForwardError::CollectorRefused { to, cause },
+            _ => ForwardError::CollectorUnreachable { to, cause },
         })?;
         let len = match message_len {
             Some(n) => n,
             None => {
                 let mtu = udp::path_mtu(&socket, &to)
-                    .map_err(|e| format!("collector {to}: cannot learn the path MTU: {e}"))?;
+                    .map_err(|cause| ForwardError::PathMtu { to, cause })?;
                 mtu.saturating_sub(udp::ip_udp_overhead(&to))
             }
         }
         .min(udp::MAX_UDP_PAYLOAD);
         if len < MIN_MESSAGE_LEN {
-            return Err(format!(
-                "collector {to}: messages of {len} octets are too small (at least {MIN_MESSAGE_LEN}): raise --mtu or the path's MTU"
-            ));
+            return Err(ForwardError::MessagesTooSmall {
+                to,
+                len,
+                min: MIN_MESSAGE_LEN,
+            });
         }
         let gso = gso && udp::gso_supported(&socket);
         Ok(Link {
@@ -533,9 +534,9 @@ pub fn run<S: PacketSource + 'static>(
     sources: Vec<S>,
     stop: Arc<AtomicBool>,
     mut report: impl FnMut(&ExportStats, bool),
-) -> Result<ExportStats, String> {
+) -> Result<ExportStats, ForwardError> {
     if cfg.collectors.is_empty() {
-        return Err("name at least one collector (--to HOST:PORT)".into());
+        return Err(ForwardError::NoCollector);
     }
     let id = |k: usize| Identity {
         process: std::process::id(),
@@ -577,7 +578,7 @@ pub fn run<S: PacketSource + 'static>(
                 .spawn(move || {
                     export_loop(source, exporter, &stop, deadline, interval, &published[k])
                 })
-                .map_err(|e| format!("cannot start an export thread: {e}"))?,
+                .map_err(ForwardError::Thread)?,
         );
     }
     let snapshot = |ts_ns: u64| {
@@ -615,7 +616,7 @@ pub fn run<S: PacketSource + 'static>(
                 error.get_or_insert(e);
             }
             Err(_) => {
-                error.get_or_insert("an export thread panicked".to_string());
+                error.get_or_insert(ForwardError::ThreadPanicked);
             }
         }
     }
@@ -634,7 +635,7 @@ fn export_loop<S: PacketSource>(
     deadline: Option<Instant>,
     template_interval: Duration,
     published: &Mutex<ThreadCounts>,
-) -> Result<(), String> {
+) -> Result<(), ForwardError> {
     let mut last_templates = Instant::now();
     let mut last_publish = Instant::now();
     let result = loop {
@@ -657,7 +658,7 @@ fn export_loop<S: PacketSource>(
         match poll {
             Ok(Poll::Delivered | Poll::Idle) => {}
             Ok(Poll::End) => break Ok(()),
-            Err(e) => break Err(e.to_string()),
+            Err(e) => break Err(e.into()),
         }
     };
     // The last word: final counts with the templates, so the collector's record is whole.
@@ -945,7 +946,7 @@ mod tests {
     #[test]
     fn small_message_size_refused() {
         let (_rx, to) = receiver();
-        let err = Link::open(to, Some(400), true).err().unwrap();
+        let err = Link::open(to, Some(400), true).err().unwrap().to_string();
         assert!(err.contains("too small"), "{err}");
     }
 }

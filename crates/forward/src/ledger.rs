@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
+use crate::error::ForwardError;
+
 use serde::{Deserialize, Serialize};
 use tapdeck_ipfix::{ExporterStats, SequenceCounts, SequenceEvent, SequenceTracker};
 
@@ -222,19 +224,23 @@ impl Ledger {
     }
 
     /// Continues from a saved ledger (`collector.json` of the store), if there is one.
-    pub fn resume_from(path: &Path) -> Result<Ledger, String> {
+    pub fn resume_from(path: &Path) -> Result<Ledger, ForwardError> {
         let mut ledger = Ledger::new();
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ledger),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            Err(cause) => {
+                return Err(ForwardError::LedgerRead {
+                    path: path.into(),
+                    cause,
+                })
+            }
         };
-        let file: LedgerFile = serde_json::from_slice(&bytes).map_err(|e| {
-            format!(
-                "{} is not a collector ledger ({e}); move it away to start counting afresh",
-                path.display()
-            )
-        })?;
+        let file: LedgerFile =
+            serde_json::from_slice(&bytes).map_err(|cause| ForwardError::LedgerParse {
+                path: path.into(),
+                cause,
+            })?;
         for s in file.streams {
             let Ok(ip) = s.exporter.parse::<IpAddr>() else {
                 continue;
@@ -414,12 +420,15 @@ impl Ledger {
 
     /// Writes the snapshot to `path` (under a temporary name first, so a reader never sees
     /// half of it).
-    pub fn save(&self, path: &Path) -> Result<(), String> {
+    pub fn save(&self, path: &Path) -> Result<(), ForwardError> {
         let json = serde_json::to_vec_pretty(&self.snapshot()).expect("ledger serializes");
         let tmp = path.with_extension("json.partial");
         std::fs::write(&tmp, json)
             .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            .map_err(|cause| ForwardError::LedgerWrite {
+                path: path.into(),
+                cause,
+            })
     }
 }
 
@@ -457,7 +466,7 @@ mod tests {
         let path = dir.path().join(LEDGER_FILE);
         std::fs::write(&path, b"not json").unwrap();
         let e = Ledger::resume_from(&path).err().unwrap();
-        assert!(e.contains("not a collector ledger"), "{e}");
+        assert!(e.to_string().contains("not a collector ledger"), "{e}");
         assert!(Ledger::resume_from(&dir.path().join("none.json")).is_ok());
     }
 }

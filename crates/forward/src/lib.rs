@@ -12,6 +12,7 @@
 //!   domain, saved in the store so a restarted collector counts what it missed.
 
 pub mod collect;
+pub mod error;
 pub mod export;
 pub mod ledger;
 pub mod udp;
@@ -19,5 +20,6 @@ pub mod udp;
 pub use collect::{
     CollectorSource, Intake, InterfaceTable, LiveStream, MessageFile, Outcome, Outputs,
 };
+pub use error::ForwardError;
 pub use export::{Balance, ExportConfig, ExportStats, LinkCounts};
 pub use ledger::{Ledger, LedgerFile, StreamLedger, LEDGER_FILE};
