@@ -2,7 +2,11 @@
 //! options) and a pinning the kernel refused. Each keeps the text the user gave and, where
 //! there is one, the underlying cause.
 
+use std::path::PathBuf;
+
 use tapdeck_pcap::container::UnknownCodec;
+use tapdeck_store::extract::ExtractError;
+use tapdeck_store::read::FileError;
 
 /// A setting that cannot be used as given.
 #[derive(Debug, thiserror::Error)]
@@ -90,4 +94,74 @@ impl OptionsError {
     pub fn key(&self) -> &'static str {
         self.flag().trim_start_matches('-')
     }
+}
+
+/// Why `merge` refused its inputs or its output, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("name at least one store to merge")]
+    NoInputs,
+    #[error("{given} stores given; merge at most {max} at a time (merge merged stores for more)")]
+    TooManyInputs { given: usize, max: usize },
+    #[error("{}: not a store directory; name the --store directories of the recordings", .root.display())]
+    NotAStore { root: PathBuf },
+    #[error(transparent)]
+    Store(#[from] FileError),
+    /// An input store whose files cannot be surveyed.
+    #[error("{cause}; run `tapdeck verify {}` to see what is damaged, or merge without that store", .root.display())]
+    Survey { root: PathBuf, cause: FileError },
+    #[error(transparent)]
+    Plan(#[from] ExtractError),
+    #[error("--out {} is one of the inputs; name a new directory", .out.display())]
+    OutIsInput { out: PathBuf },
+    #[error("--out {} already holds a store; name a new or empty directory", .out.display())]
+    OutHoldsStore { out: PathBuf },
+    /// The recorder stopped (its error is text today); what was merged is kept.
+    #[error("merge stopped: {cause}; {} holds the packets merged before it, in complete files; \
+             merge without the damaged store, or `tapdeck verify --repair` it first", .store.display())]
+    Stopped { store: PathBuf, cause: String },
+    #[error("merge interrupted: {} holds the packets merged so far, in complete files (its \
+             manifest says \"complete\": false); merge again into a new directory", .store.display())]
+    Interrupted { store: PathBuf },
+    /// The output's manifest cannot be read back (the merge section is added last).
+    #[error("{}: {cause}", .path.display())]
+    ManifestRead {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("{}: {cause}", .path.display())]
+    ManifestParse {
+        path: PathBuf,
+        cause: serde_json::Error,
+    },
+    /// The store's manifest writer reports in text, naming the file.
+    #[error("{0}")]
+    ManifestWrite(String),
+    #[error("--offset {given:?}: {problem}; write STORE=±NANOSECONDS or with a unit, e.g. mon1=+1500 or mon1=-1.5ms")]
+    Offset {
+        given: String,
+        problem: OffsetProblem,
+    },
+}
+
+/// What is wrong with a `STORE=±NS` offset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetProblem {
+    #[error("no '='")]
+    NoEquals,
+    #[error("no store before '='")]
+    NoStore,
+    #[error(transparent)]
+    Time(#[from] TimeError),
+}
+
+/// A signed time (`-1500`, `+2.5ms`, `50us`) that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    #[error("not a whole number of nanoseconds")]
+    NotWholeNanos,
+    #[error("not a number")]
+    NotANumber,
+    #[error("too large")]
+    TooLarge,
 }

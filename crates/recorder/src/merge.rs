@@ -17,6 +17,7 @@ use serde::Serialize;
 use tapdeck_capture::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
 use tapdeck_pcap::{Interface, Packet};
 
+use crate::error::{MergeError, OffsetProblem, TimeError};
 use crate::pipeline::Control;
 use crate::recorder::{self, RecorderConfig, Summary};
 use crate::stats::StatsRecord;
@@ -366,36 +367,35 @@ pub struct InputReport {
 }
 
 /// Opens and surveys the inputs; errors are one line naming the store or file.
-pub fn open_inputs(inputs: &[InputSpec]) -> Result<(Vec<Store>, Vec<StoreSurvey>), String> {
+pub fn open_inputs(inputs: &[InputSpec]) -> Result<(Vec<Store>, Vec<StoreSurvey>), MergeError> {
     if inputs.is_empty() {
-        return Err("name at least one store to merge".into());
+        return Err(MergeError::NoInputs);
     }
     if inputs.len() > MAX_INPUTS {
-        return Err(format!(
-            "{} stores given; merge at most {MAX_INPUTS} at a time (merge merged stores for more)",
-            inputs.len()
-        ));
+        return Err(MergeError::TooManyInputs {
+            given: inputs.len(),
+            max: MAX_INPUTS,
+        });
     }
     let mut stores = Vec::new();
     for spec in inputs {
         if !spec.root.is_dir() {
-            return Err(format!(
-                "{}: not a store directory; name the --store directories of the recordings",
-                spec.root.display()
-            ));
+            return Err(MergeError::NotAStore {
+                root: spec.root.clone(),
+            });
         }
-        stores.push(Store::open(&spec.root).map_err(|e| e.to_string())?);
+        stores.push(Store::open(&spec.root)?);
     }
     let roots: Vec<&Path> = inputs.iter().map(|s| s.root.as_path()).collect();
     let labels = extract::store_labels(&roots);
     let mut surveys = Vec::new();
     for ((store, spec), label) in stores.iter().zip(inputs).zip(&labels) {
-        surveys.push(survey(store, spec, label).map_err(|e| {
-            format!(
-                "{e}; run `tapdeck verify {}` to see what is damaged, or merge without that store",
-                spec.root.display()
-            )
-        })?);
+        surveys.push(
+            survey(store, spec, label).map_err(|cause| MergeError::Survey {
+                root: spec.root.clone(),
+                cause,
+            })?,
+        );
     }
     Ok((stores, surveys))
 }
@@ -408,7 +408,7 @@ pub fn merge(
     mut cfg: RecorderConfig,
     control: Arc<Control>,
     report: impl FnMut(&StatsRecord, bool),
-) -> Result<MergeReport, String> {
+) -> Result<MergeReport, MergeError> {
     let (stores, surveys) = open_inputs(inputs)?;
     check_output(&cfg.store, inputs)?;
     let store_inputs: Vec<StoreInput<'_>> = stores
@@ -419,7 +419,7 @@ pub fn merge(
             offset_ns: spec.offset_ns,
         })
         .collect();
-    let plan = extract::plan_many(&store_inputs, opts.window).map_err(|e| e.to_string())?;
+    let plan = extract::plan_many(&store_inputs, opts.window)?;
     let interfaces = plan.output_interfaces();
     let linktypes = interfaces.iter().map(|i| i.linktype).collect();
     let mut manifest = MergeManifest {
@@ -465,13 +465,11 @@ pub fn merge(
         end: Arc::clone(&end),
     };
     let store_dir = cfg.store.clone();
-    let summary = recorder::record(cfg, vec![source], control, report).map_err(|e| {
-        format!(
-            "merge stopped: {e}; {} holds the packets merged before it, in complete files; \
-             merge without the damaged store, or `tapdeck verify --repair` it first",
-            store_dir.display()
-        )
-    })?;
+    let summary =
+        recorder::record(cfg, vec![source], control, report).map_err(|e| MergeError::Stopped {
+            store: store_dir.clone(),
+            cause: e.to_string(),
+        })?;
     let tally = tally.lock().unwrap().clone();
     let end = *end.lock().unwrap();
     for (m, t) in manifest.inputs.iter_mut().zip(&tally) {
@@ -481,11 +479,7 @@ pub fn merge(
     manifest.complete = end.ended && summary.fatal.is_none();
     update_manifest(&store_dir, manifest)?;
     if !end.ended && summary.fatal.is_none() {
-        return Err(format!(
-            "merge interrupted: {} holds the packets merged so far, in complete files (its \
-             manifest says \"complete\": false); merge again into a new directory",
-            store_dir.display()
-        ));
+        return Err(MergeError::Interrupted { store: store_dir });
     }
     let packets: u64 = tally.iter().map(|t| t.packets).sum();
     let bytes: u64 = tally.iter().map(|t| t.wire_bytes).sum();
@@ -514,38 +508,39 @@ pub fn merge(
 }
 
 /// The output must be a new (or empty) store, and none of the inputs.
-pub fn check_output(out: &Path, inputs: &[InputSpec]) -> Result<(), String> {
+pub fn check_output(out: &Path, inputs: &[InputSpec]) -> Result<(), MergeError> {
     if let Ok(out_abs) = std::fs::canonicalize(out) {
         for spec in inputs {
             if std::fs::canonicalize(&spec.root).is_ok_and(|r| r == out_abs) {
-                return Err(format!(
-                    "--out {} is one of the inputs; name a new directory",
-                    out.display()
-                ));
+                return Err(MergeError::OutIsInput { out: out.into() });
             }
         }
-        let existing = Store::open(out).map_err(|e| e.to_string())?;
+        let existing = Store::open(out)?;
         if !existing.files.is_empty()
             || !existing.partials.is_empty()
             || existing.manifest.is_some()
         {
-            return Err(format!(
-                "--out {} already holds a store; name a new or empty directory",
-                out.display()
-            ));
+            return Err(MergeError::OutHoldsStore { out: out.into() });
         }
     }
     Ok(())
 }
 
 /// Rewrites the output manifest with the final merge section.
-fn update_manifest(store: &Path, merge: MergeManifest) -> Result<(), String> {
+fn update_manifest(store: &Path, merge: MergeManifest) -> Result<(), MergeError> {
     let path = store.join(meta::MANIFEST);
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(&path).map_err(|cause| MergeError::ManifestRead {
+        path: path.clone(),
+        cause,
+    })?;
     let mut manifest: meta::Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|cause| MergeError::ManifestParse {
+            path: path.clone(),
+            cause,
+        })?;
     manifest.merge = Some(merge);
-    meta::write_manifest(store, &manifest)
+    // Its message names the file already.
+    meta::write_manifest(store, &manifest).map_err(|e| MergeError::ManifestWrite(e.to_string()))
 }
 
 /// What only the merge source knows when the recorder is done with it.
@@ -595,23 +590,26 @@ impl PacketSource for Reporting {
 
 /// Parses `STORE=±NS` (an offset in nanoseconds, or with a unit: `STORE=-1.5ms`, `s`, `ms`,
 /// `us`, `ns`).
-pub fn parse_offset(s: &str) -> Result<(PathBuf, i64), String> {
-    let bad = |why: &str| {
-        format!("--offset {s:?}: {why}; write STORE=±NANOSECONDS or with a unit, e.g. mon1=+1500 or mon1=-1.5ms")
+pub fn parse_offset(s: &str) -> Result<(PathBuf, i64), MergeError> {
+    let bad = |problem: OffsetProblem| MergeError::Offset {
+        given: s.into(),
+        problem,
     };
-    let (store, value) = s.rsplit_once('=').ok_or_else(|| bad("no '='"))?;
+    let (store, value) = s
+        .rsplit_once('=')
+        .ok_or_else(|| bad(OffsetProblem::NoEquals))?;
     if store.is_empty() {
-        return Err(bad("no store before '='"));
+        return Err(bad(OffsetProblem::NoStore));
     }
     Ok((
         PathBuf::from(store),
-        parse_nanos(value).map_err(|e| bad(&e))?,
+        parse_nanos(value).map_err(|e| bad(e.into()))?,
     ))
 }
 
 /// A signed time in nanoseconds: a whole number, or a number with a unit (`s`, `ms`, `us`,
 /// `ns`): `-1500`, `+2.5ms`, `50us`.
-pub fn parse_nanos(value: &str) -> Result<i64, String> {
+pub fn parse_nanos(value: &str) -> Result<i64, TimeError> {
     let value = value.trim();
     let (number, scale) = [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)]
         .iter()
@@ -619,14 +617,12 @@ pub fn parse_nanos(value: &str) -> Result<i64, String> {
         .unwrap_or((value, 1.0));
     let number = number.trim();
     if scale == 1.0 {
-        return number
-            .parse::<i64>()
-            .map_err(|_| "not a whole number of nanoseconds".to_string());
+        return number.parse::<i64>().map_err(|_| TimeError::NotWholeNanos);
     }
-    let v: f64 = number.parse().map_err(|_| "not a number".to_string())?;
+    let v: f64 = number.parse().map_err(|_| TimeError::NotANumber)?;
     let ns = (v * scale).round();
     if !ns.is_finite() || ns.abs() > 9.0e18 {
-        return Err("too large".into());
+        return Err(TimeError::TooLarge);
     }
     Ok(ns as i64)
 }
@@ -640,18 +636,23 @@ mod tests {
 
     #[test]
     fn offsets_parse_with_and_without_units() {
-        assert_eq!(parse_offset("a=1500"), Ok(("a".into(), 1500)));
-        assert_eq!(parse_offset("a=+1500"), Ok(("a".into(), 1500)));
+        assert_eq!(parse_offset("a=1500").ok(), Some(("a".into(), 1500)));
+        assert_eq!(parse_offset("a=+1500").ok(), Some(("a".into(), 1500)));
         assert_eq!(
-            parse_offset("/x/mon1=-1.5ms"),
-            Ok(("/x/mon1".into(), -1_500_000))
+            parse_offset("/x/mon1=-1.5ms").ok(),
+            Some(("/x/mon1".into(), -1_500_000))
         );
-        assert_eq!(parse_offset("b=2s"), Ok(("b".into(), 2_000_000_000)));
-        assert_eq!(parse_offset("b=-3us"), Ok(("b".into(), -3000)));
-        assert_eq!(parse_offset("b=7ns"), Ok(("b".into(), 7)));
+        assert_eq!(parse_offset("b=2s").ok(), Some(("b".into(), 2_000_000_000)));
+        assert_eq!(parse_offset("b=-3us").ok(), Some(("b".into(), -3000)));
+        assert_eq!(parse_offset("b=7ns").ok(), Some(("b".into(), 7)));
         for bad in ["a", "=5", "a=", "a=x", "a=1.5", "a=1e30s"] {
             assert!(parse_offset(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            parse_offset("a=1.5").unwrap_err().to_string(),
+            "--offset \"a=1.5\": not a whole number of nanoseconds; write STORE=±NANOSECONDS or \
+             with a unit, e.g. mon1=+1500 or mon1=-1.5ms"
+        );
     }
 
     fn packet(ts: u64, data: &[u8]) -> Packet<'_> {
@@ -848,7 +849,7 @@ mod tests {
         let len = std::fs::metadata(f).unwrap().len();
         let bytes = std::fs::read(f).unwrap();
         std::fs::write(f, &bytes[..len as usize - 30]).unwrap();
-        let err = open_inputs(&inputs).unwrap_err();
+        let err = open_inputs(&inputs).unwrap_err().to_string();
         assert!(!err.contains('\n'), "{err}");
         assert!(err.contains(&f.display().to_string()), "{err}");
         assert!(err.contains("tapdeck verify"), "{err}");
@@ -857,7 +858,7 @@ mod tests {
             root: dir.path().join("nope"),
             offset_ns: 0,
         }];
-        let err = open_inputs(&missing).unwrap_err();
+        let err = open_inputs(&missing).unwrap_err().to_string();
         assert!(err.contains("not a store directory"), "{err}");
     }
 
@@ -964,7 +965,8 @@ mod tests {
             |_, _| {},
         )
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
         assert!(err.contains("already holds a store"), "{err}");
     }
 
@@ -984,7 +986,8 @@ mod tests {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let err = merge(&inputs, &opts, recorder_cfg(&out), control, |_, _| {})
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(err.starts_with("merge interrupted: "), "{err}");
         let store = Store::open(&out).unwrap();
         assert!(store.partials.is_empty());
@@ -1036,7 +1039,8 @@ mod tests {
             |_, _| {},
         )
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
         assert!(!err.contains('\n'), "{err}");
         assert!(err.starts_with("merge stopped: "), "{err}");
         assert!(err.contains(&victim.display().to_string()), "{err}");
