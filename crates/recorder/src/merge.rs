@@ -863,27 +863,15 @@ mod tests {
     }
 
     fn recorder_cfg(out: &Path) -> RecorderConfig {
-        RecorderConfig {
-            store: out.to_path_buf(),
-            dirs: Vec::new(),
-            format: Format::Pcapng,
-            ladder: crate::ladder::CodecLadder::parse("zstd:1").unwrap(),
-            chunk_size: 1 << 20,
-            staging_bytes: 4 << 20,
-            rotation: Default::default(),
-            retention: Default::default(),
-            compressors: 1,
-            pinning: Default::default(),
-            direct: false,
-            discard: false,
-            disk_limit: None,
-            flush_interval: std::time::Duration::from_secs(1),
-            stats_interval: std::time::Duration::from_secs(60),
-            duration: None,
-            headers: None,
-            options: serde_json::Value::Null,
-            merge: None,
-        }
+        RecorderConfig::builder(out.to_path_buf())
+            .ladder(crate::ladder::CodecLadder::parse("zstd:1").unwrap())
+            .chunk_size(1 << 20)
+            .staging_bytes(4 << 20)
+            .compressors(1)
+            .direct(false)
+            .flush_interval(std::time::Duration::from_secs(1))
+            .stats_interval(std::time::Duration::from_secs(60))
+            .build()
     }
 
     fn read_back(store: &Path) -> Vec<(u64, u8)> {
