@@ -42,7 +42,7 @@ pub enum Command {
     #[command(after_help = EXIT_CODES_HELP)]
     Verify(VerifyArgs),
     /// Write the packets of a time range (and a filter) as one standard capture file.
-    /// (Its own exit statuses, with 3 for output around damage: see `extract --help`.)
+    // Not EXIT_CODES_HELP: extract documents its own statuses (3: output around damage).
     Extract(ExtractArgs),
     /// Merge the stores of several monitors by time into one store (k-way, streaming).
     ///
