@@ -28,3 +28,19 @@ pub fn code_of(e: &anyhow::Error) -> i32 {
         FAILURE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn usage_errors_exit_2_even_with_context_and_others_1() {
+        assert_eq!(code_of(&usage("add -i IF")), USAGE);
+        let wrapped = Err::<(), _>(usage("add -i IF"))
+            .context("record")
+            .unwrap_err();
+        assert_eq!(code_of(&wrapped), USAGE);
+        assert_eq!(code_of(&anyhow::anyhow!("no such file")), FAILURE);
+    }
+}
