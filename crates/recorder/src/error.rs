@@ -116,10 +116,10 @@ pub enum MergeError {
     OutIsInput { out: PathBuf },
     #[error("--out {} already holds a store; name a new or empty directory", .out.display())]
     OutHoldsStore { out: PathBuf },
-    /// The recorder stopped (its error is text today); what was merged is kept.
+    /// The recorder stopped; what was merged is kept.
     #[error("merge stopped: {cause}; {} holds the packets merged before it, in complete files; \
              merge without the damaged store, or `tapdeck verify --repair` it first", .store.display())]
-    Stopped { store: PathBuf, cause: String },
+    Stopped { store: PathBuf, cause: RecordError },
     #[error("merge interrupted: {} holds the packets merged so far, in complete files (its \
              manifest says \"complete\": false); merge again into a new directory", .store.display())]
     Interrupted { store: PathBuf },
@@ -164,4 +164,46 @@ pub enum TimeError {
     NotANumber,
     #[error("too large")]
     TooLarge,
+}
+
+/// Why a recording could not start, or stopped. The capture loop's own reasons (a source's
+/// error, a trace the output format cannot hold) arrive as text from the sources.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("cannot create store {}: {source}", .path.display())]
+    CreateStore {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create data directory {}: {source}", .path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .path.display())]
+    Resolve {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Lock(#[from] tapdeck_store::lock::LockError),
+    #[error("--chunk-size must be at least {min} bytes, to hold the largest packet")]
+    ChunkTooSmall { min: usize },
+    #[error("cannot list the store's files: {0}")]
+    ListFiles(std::io::Error),
+    #[error("the store cannot record within {limit}: only files retention may not delete are left (the 2 newest, or younger than --min-keep); free some space, raise the limit or lower --min-keep")]
+    RetentionHolds { limit: &'static str },
+    #[error("cannot allocate the staging pool ({bytes} bytes): {source}")]
+    Staging {
+        bytes: usize,
+        source: std::io::Error,
+    },
+    /// Marking the data directories or writing the manifest (the store's text).
+    #[error("{0}")]
+    Manifest(String),
+    /// A capture loop stopped: its source failed, or the trace does not fit the format.
+    #[error("{0}")]
+    Capture(String),
+    #[error("a {0} thread panicked")]
+    Panicked(&'static str),
 }

@@ -468,7 +468,7 @@ pub fn merge(
     let summary =
         recorder::record(cfg, vec![source], control, report).map_err(|e| MergeError::Stopped {
             store: store_dir.clone(),
-            cause: e.to_string(),
+            cause: e,
         })?;
     let tally = tally.lock().unwrap().clone();
     let end = *end.lock().unwrap();

@@ -17,6 +17,7 @@ use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::affinity::{cpu_for, pin, set_nice, Pinning};
 use crate::controller::{Decision, LadderController, Reason, SharedController};
+use crate::error::RecordError;
 use crate::ladder::CodecLadder;
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::{Retention, RetentionPolicy};
@@ -123,54 +124,55 @@ pub fn record<S: PacketSource + 'static>(
     sources: Vec<S>,
     control: Arc<Control>,
     mut report: impl FnMut(&StatsRecord, bool),
-) -> Result<Summary, String> {
+) -> Result<Summary, RecordError> {
     let dirs = if cfg.dirs.is_empty() {
         vec![cfg.store.clone()]
     } else {
         cfg.dirs.clone()
     };
-    std::fs::create_dir_all(&cfg.store)
-        .map_err(|e| format!("cannot create store {}: {e}", cfg.store.display()))?;
+    std::fs::create_dir_all(&cfg.store).map_err(|source| RecordError::CreateStore {
+        path: cfg.store.clone(),
+        source,
+    })?;
+    let resolve = |path: &std::path::Path| {
+        std::fs::canonicalize(path).map_err(|source| RecordError::Resolve {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
     let mut abs_dirs = Vec::new();
     for d in &dirs {
-        std::fs::create_dir_all(d)
-            .map_err(|e| format!("cannot create data directory {}: {e}", d.display()))?;
-        abs_dirs.push(std::fs::canonicalize(d).map_err(|e| format!("{}: {e}", d.display()))?);
+        std::fs::create_dir_all(d).map_err(|source| RecordError::CreateDir {
+            path: d.clone(),
+            source,
+        })?;
+        abs_dirs.push(resolve(d)?);
     }
-    let root =
-        std::fs::canonicalize(&cfg.store).map_err(|e| format!("{}: {e}", cfg.store.display()))?;
+    let root = resolve(&cfg.store)?;
     let mut lock_dirs = vec![root.clone()];
     lock_dirs.extend(abs_dirs.iter().filter(|d| **d != root).cloned());
     let command = std::env::args().take(2).collect::<Vec<_>>().join(" ");
-    let _lock = StoreLock::acquire(&lock_dirs, &command).map_err(|e| e.to_string())?;
+    let _lock = StoreLock::acquire(&lock_dirs, &command)?;
     finalize_leftovers(&abs_dirs);
     let next_seq = next_sequence_numbers(&abs_dirs);
     let max_record = cfg.format.max_record_len(256 * 1024);
     if cfg.chunk_size < max_record {
-        return Err(format!(
-            "--chunk-size must be at least {max_record} bytes, to hold the largest packet"
-        ));
+        return Err(RecordError::ChunkTooSmall { min: max_record });
     }
-    let retention = Arc::new(
-        Retention::new(cfg.retention, &abs_dirs)
-            .map_err(|e| format!("cannot list the store's files: {e}"))?,
-    );
+    let retention =
+        Arc::new(Retention::new(cfg.retention, &abs_dirs).map_err(RecordError::ListFiles)?);
     let streams = sources.len();
     let stats = Arc::new(StatsHub::new(streams));
     retention.enforce(&stats);
     if let Some(limit) = retention.holding() {
-        return Err(format!(
-            "the store cannot record within {limit}: only files retention may not delete are left (the 2 newest, or younger than --min-keep); free some space, raise the limit or lower --min-keep"
-        ));
+        return Err(RecordError::RetentionHolds { limit });
     }
     let pools: Vec<Arc<StagingPool>> = (0..streams)
         .map(|_| StagingPool::new(cfg.staging_bytes, cfg.chunk_size))
         .collect::<Result<_, _>>()
-        .map_err(|e| {
-            format!(
-                "cannot allocate the staging pool ({} bytes): {e}",
-                cfg.staging_bytes
-            )
+        .map_err(|source| RecordError::Staging {
+            bytes: cfg.staging_bytes,
+            source,
         })?;
 
     let controllers: Vec<Arc<SharedController>> = pools
@@ -187,9 +189,7 @@ pub fn record<S: PacketSource + 'static>(
     let data_dirs = Arc::new(DataDirs::new(abs_dirs.clone()));
     let started_ns = now_ns();
     // Relative paths and ids keep the store readable after a move or a copy.
-    let store_abs =
-        std::fs::canonicalize(&cfg.store).map_err(|e| format!("{}: {e}", cfg.store.display()))?;
-    let marked = meta::DataDirs::mark(&store_abs, &abs_dirs)?;
+    let marked = meta::DataDirs::mark(&root, &abs_dirs).map_err(RecordError::Manifest)?;
     let mut manifest = Manifest {
         store_version: meta::STORE_VERSION,
         tapdeck_version: env!("CARGO_PKG_VERSION").into(),
@@ -314,13 +314,13 @@ pub fn record<S: PacketSource + 'static>(
     for t in capture_threads {
         match t.join() {
             Ok(Ok(ifaces)) => merge_interfaces(&mut manifest, &ifaces),
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a capture thread panicked".into()),
+            Ok(Err(e)) => errors.push(RecordError::Capture(e)),
+            Err(_) => errors.push(RecordError::Panicked("capture")),
         }
     }
     for t in threads {
         if t.join().is_err() {
-            errors.push("a writer or compressor thread panicked".into());
+            errors.push(RecordError::Panicked("writer or compressor"));
         }
     }
     let last = snapshot();
@@ -533,8 +533,8 @@ fn merge_interfaces(manifest: &mut Manifest, ifaces: &[Interface]) {
     }
 }
 
-fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), String> {
-    meta::write_manifest(&cfg.store, manifest)
+fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), RecordError> {
+    meta::write_manifest(&cfg.store, manifest).map_err(RecordError::Manifest)
 }
 
 fn compress_loop(
