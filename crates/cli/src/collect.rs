@@ -45,21 +45,16 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         bail!("--rotate-interval must be at least 1 second");
     }
     let o = &args.output;
-    let opts = RecordOptions {
-        store: args.store.clone(),
-        format: o.format.clone(),
-        codec: o.codec.clone(),
-        chunk_size: o.chunk_size.clone(),
-        staging: o.staging.clone(),
-        rotate_size: o.rotate_size.clone(),
-        rotate_interval: o.rotate_interval,
-        flush_interval: o.flush_interval,
-        no_direct: o.no_direct,
-        compressors: Some(1),
-        duration: args.duration,
-        stats_interval: args.stats_interval,
-        ..RecordOptions::default()
-    };
+    let opts = crate::record::with_output(
+        o,
+        RecordOptions {
+            store: args.store.clone(),
+            compressors: Some(1),
+            duration: args.duration,
+            stats_interval: args.stats_interval,
+            ..RecordOptions::default()
+        },
+    );
     let mut cfg = opts.builder()?;
     std::fs::create_dir_all(&args.store)
         .with_context(|| format!("cannot create store {}", args.store.display()))?;

@@ -110,6 +110,7 @@ fn human_bytes(b: u64) -> String {
 /// The flags as record options: the same names and defaults a config file has.
 pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
     let o = &args.output;
+    // Every field by name (no `..default()`): a new option cannot be forgotten here.
     RecordOptions {
         read: args.read.clone(),
         synthetic: args.synthetic.clone(),
@@ -128,14 +129,6 @@ pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
         max_bytes: args.max_bytes.clone(),
         min_free: args.min_free.clone(),
         min_keep: args.min_keep,
-        format: o.format.clone(),
-        codec: o.codec.clone(),
-        chunk_size: o.chunk_size.clone(),
-        staging: o.staging.clone(),
-        rotate_size: o.rotate_size.clone(),
-        rotate_interval: o.rotate_interval,
-        flush_interval: o.flush_interval,
-        no_direct: o.no_direct,
         compressors: args.compressors,
         pin_capture: args.pin_capture.clone(),
         pin_writers: args.pin_writers.clone(),
@@ -147,6 +140,29 @@ pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
         discard: args.discard,
         bench_disk_limit: args.bench_disk_limit.clone(),
         quiet: args.quiet,
+        format: o.format.clone(),
+        codec: o.codec.clone(),
+        chunk_size: o.chunk_size.clone(),
+        staging: o.staging.clone(),
+        rotate_size: o.rotate_size.clone(),
+        rotate_interval: o.rotate_interval,
+        flush_interval: o.flush_interval,
+        no_direct: o.no_direct,
+    }
+}
+
+/// The options `collect` shares with `record` through `StoreWriteArgs`, over `base`.
+pub(crate) fn with_output(o: &crate::args::StoreWriteArgs, base: RecordOptions) -> RecordOptions {
+    RecordOptions {
+        format: o.format.clone(),
+        codec: o.codec.clone(),
+        chunk_size: o.chunk_size.clone(),
+        staging: o.staging.clone(),
+        rotate_size: o.rotate_size.clone(),
+        rotate_interval: o.rotate_interval,
+        flush_interval: o.flush_interval,
+        no_direct: o.no_direct,
+        ..base
     }
 }
 
