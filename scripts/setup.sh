@@ -11,6 +11,7 @@ packages=(
   zstd lz4         # the stock tools our files must decompress with
   iproute2         # network namespaces and veth pairs for tests and the demo
   e2fsprogs mount  # loop-mounted small ext4 filesystems (tests/e2e/test_store_chaos.py)
+  valgrind         # the unit tests of crates with unsafe code (scripts/valgrind.sh)
   nftables         # the symmetric-hash split over monitors (tests/e2e/test_split_merge.py)
   iputils-ping
   ethtool          # GRO/GSO off on capture interfaces

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: formatting and lints, the unit and integration
-# tests of every crate, the end-to-end suite against the real binary, and (where a nightly
+# tests of every crate (those with unsafe code under valgrind too), the end-to-end suite against the real binary, and (where a nightly
 # toolchain with cargo-fuzz is present) a short fuzzing run of every parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,8 @@ echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
 echo "== cargo test" >&2
 cargo test --workspace --locked -q
+echo "== valgrind: unit tests of the crates with unsafe code" >&2
+bash scripts/valgrind.sh
 
 if [[ -z "${CI:-}" ]] && cargo +nightly fuzz --version >/dev/null 2>&1; then
   echo "== fuzz smoke (30 s per target)" >&2
