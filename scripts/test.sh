@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test: formatting and lints, the unit and integration
-# tests of every crate (those with unsafe code under valgrind too), the end-to-end suite against the real binary, and (where a nightly
-# toolchain with cargo-fuzz is present) a short fuzzing run of every parser.
+# tests of every crate (those of crates with unsafe code under valgrind too), the end-to-end
+# suite against the real binary, and (where a nightly toolchain with cargo-fuzz is present)
+# a short fuzzing run of every parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
