@@ -11,7 +11,7 @@ bash scripts/setup.sh
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
-cargo clippy --workspace --all-targets --locked -q -- -D warnings
+cargo clippy --workspace --all-targets --locked -q -- -D warnings -D clippy::undocumented_unsafe_blocks
 echo "== cargo test" >&2
 cargo test --workspace --locked -q
 echo "== valgrind: unit tests of the crates with unsafe code" >&2

@@ -635,6 +635,7 @@ impl PacketSource for AfPacketSource {
 pub fn lookup_user(user: &str) -> Result<(u32, u32), SourceError> {
     let c = CString::new(user)
         .map_err(|_| SourceError::Other(format!("--user {user:?}: not a user name")))?;
+    // SAFETY: passwd is plain old data (integers and pointers): all zeros is a valid value.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0u8; 16 << 10];
     let mut found: *mut libc::passwd = std::ptr::null_mut();

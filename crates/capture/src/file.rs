@@ -118,7 +118,8 @@ struct Mapped {
     len: usize,
 }
 
-// The mapping is private to this reader and read-only.
+// SAFETY: the mapping is private to this reader and read-only, and unmapped only by its
+// owner's Drop: moving the owner to another thread moves the only user.
 unsafe impl Send for Mapped {}
 
 impl Mapped {

@@ -221,9 +221,12 @@ impl DirectFile {
 
     fn set_buffered(&mut self) -> io::Result<()> {
         let fd = self.file.as_raw_fd();
-        // SAFETY: fcntl on a descriptor we own.
+        // SAFETY: fcntl on a descriptor we own; no memory is passed.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) } < 0 {
+        // SAFETY: as above.
+        let set =
+            flags >= 0 && unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) } >= 0;
+        if !set {
             return Err(io::Error::last_os_error());
         }
         self.direct = false;
