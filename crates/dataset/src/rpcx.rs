@@ -801,7 +801,10 @@ impl RpcEngine {
             ("failed.ip_datagram_evicted", g.evicted),
             ("failed.ip_datagram_invalid", g.invalid),
             // Held at the end of a file that a next one continues: that file completes them.
-            ("failed.ip_fragments_held_at_end", if continued { 0 } else { held }),
+            (
+                "failed.ip_fragments_held_at_end",
+                if continued { 0 } else { held },
+            ),
         ] {
             if v > 0 {
                 *self.counts.entry(k.into()).or_default() += v;

@@ -368,7 +368,11 @@ fn add_piece(d: &mut Datagram, version: u8, start: u32, end: u32, captured: &[u8
         return Added::Duplicate;
     }
     // Pieces that may overlap [start, end): the one starting before it, and those inside.
-    let before = d.pieces.range(..start).next_back().map(|(_, p)| (p.start, p.end));
+    let before = d
+        .pieces
+        .range(..start)
+        .next_back()
+        .map(|(_, p)| (p.start, p.end));
     let mut held: Vec<(u32, u32)> = before.into_iter().filter(|&(_, e)| e > start).collect();
     held.extend(d.pieces.range(start..end).map(|(_, p)| (p.start, p.end)));
     if held.is_empty() {
@@ -499,7 +503,11 @@ mod tests {
     fn in_order_and_out_of_order_v4() {
         let p = payload();
         let d = udp(&p);
-        let frags = [v4(7, &d, 0, 48, true), v4(7, &d, 48, 48, true), v4(7, &d, 96, 12, false)];
+        let frags = [
+            v4(7, &d, 0, 48, true),
+            v4(7, &d, 48, 48, true),
+            v4(7, &d, 96, 12, false),
+        ];
         for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0], [2, 1, 0]] {
             let mut r = FragmentReassembler::default();
             assert!(feed(&mut r, &frags[order[0]], 1).is_none());
