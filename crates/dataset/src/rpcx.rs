@@ -582,6 +582,7 @@ impl RpcEngine {
 
     /// A reply: paired with its call (here, in an earlier file, or not at all), held for
     /// a call still behind a hole, or (while warming up) dropped.
+    #[allow(clippy::too_many_arguments)]
     fn reply(
         &mut self,
         k: (Conv, u32),
