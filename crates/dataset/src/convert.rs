@@ -365,8 +365,8 @@ fn pass_one(s: &SourceFile, anon: &Anonymization, chains: &Chains) -> Result<Pas
     let mut engine = RpcEngine::new(0, None);
     let mut anonymizer = anon.worker();
     chains.warm_up(&s.path, &mut engine, &mut anonymizer)?;
-    let scan = scan(s, &mut reader, |h, _, t, record| {
-        engine.packet(h, t, record, &mut anonymizer, None)
+    let scan = scan(s, &mut reader, |h, p, t, record| {
+        engine.packet(h, p.data, t, record, &mut anonymizer, None)
     })?;
     let r = engine.finish(&mut anonymizer, None)?;
     Ok(scan.pass_one(s, r, chains.neighbours(&s.path)))
@@ -553,7 +553,7 @@ fn pass_two(
         if let Some(sink) = &mut packets_sink {
             sink.push(packet_row(h, p, file_id, record, &mut anonymizer))?;
         }
-        engine.packet(h, t, record, &mut anonymizer, Some(&mut sinks))
+        engine.packet(h, p.data, t, record, &mut anonymizer, Some(&mut sinks))
     })?;
     let mut rpc = engine.finish(&mut anonymizer, Some(&mut sinks))?;
     let (packets, damaged) = (scan.packets, scan.defect.is_some());
@@ -1099,7 +1099,7 @@ fn warm_up_stored(
                 continue;
             }
             let linktype = interfaces.get(p.iface as usize).map_or(1, |i| i.linktype);
-            engine.warm_up(&headers(linktype, p.data), p.ts_ns as i64, anon)?;
+            engine.warm_up(&headers(linktype, p.data), p.data, p.ts_ns as i64, anon)?;
         }
     }
     Ok(())
@@ -1139,7 +1139,7 @@ fn warm_up_plain(
             .interfaces
             .get(p.iface as usize)
             .map_or(1, |i| i.linktype);
-        engine.warm_up(&headers(linktype, p.data), p.ts_ns as i64, anon)?;
+        engine.warm_up(&headers(linktype, p.data), p.data, p.ts_ns as i64, anon)?;
     }
 }
 

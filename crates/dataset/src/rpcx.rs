@@ -17,7 +17,9 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use tapdeck_decode::rpc_framing::{probe_rpc_header, Probe, Strictness};
-use tapdeck_decode::{FlowKey, Headers, TcpRpcTracker, TrackerConfig, Transport};
+use tapdeck_decode::{
+    FlowKey, FragmentReassembler, Headers, TcpRpcTracker, TrackerConfig, Transport,
+};
 use tapdeck_rpc::names::proc_name;
 use tapdeck_rpc::{decode_message, parse_message, CallInfo, Decoded, Header, Outcome};
 
@@ -149,6 +151,9 @@ pub struct RpcEngine {
     answered_later: HashSet<i64>,
     /// Out only while it runs (see `packet`).
     tcp: Option<TcpRpcTracker<Meta>>,
+    /// IP fragments, made into datagrams before UDP (or TCP) sees them. Across a file cut
+    /// the warm-up feeds it too, so a datagram belongs to the file of its last fragment.
+    frags: FragmentReassembler,
     calls: FastMap<(Conv, u32), Pending>,
     ordinal: u64,
     orphan_replies: Vec<OrphanReply>,
@@ -222,6 +227,7 @@ impl RpcEngine {
             warming: false,
             answered_warm: Vec::new(),
             tcp: Some(TcpRpcTracker::new(TrackerConfig::default())),
+            frags: FragmentReassembler::default(),
             calls: FastMap::default(),
             ordinal: 0,
             orphan_replies: Vec::new(),
@@ -247,17 +253,27 @@ impl RpcEngine {
         }
     }
 
+    /// One dissected frame (`frame`: its bytes, which a fragment's data is taken from).
+    /// A fragment is held until its datagram is whole; the datagram is then handled as a
+    /// packet of the fragment that completed it (its time and record).
     pub fn packet(
         &mut self,
         h: &Headers<'_>,
+        frame: &[u8],
         time_ns: i64,
         record: i64,
         anon: &mut Anonymizer,
         mut out: Option<&mut RpcSinks>,
     ) -> Result<()> {
-        let meta = Meta { time_ns, record };
         self.last_time_ns = time_ns;
         self.last_record = record;
+        if h.fragment.is_some() {
+            let Some(d) = self.frags.insert(h, frame, time_ns.max(0) as u64) else {
+                return Ok(());
+            };
+            return self.packet(&d.headers(h), &d.data, time_ns, record, anon, out);
+        }
+        let meta = Meta { time_ns, record };
         match h.transport {
             Transport::Udp(_) => {
                 let Some(key) = FlowKey::from_headers(h) else {
@@ -269,9 +285,6 @@ impl RpcEngine {
                     Probe::Header(_)
                 ) {
                     return Ok(());
-                }
-                if h.ip.is_some_and(|ip| ip.fragment) {
-                    self.count("failed.udp_ip_fragment");
                 }
                 let truncated = (h.payload.len() as u32) < h.payload_wire_len;
                 let wire_len = h.payload_wire_len as u64;
@@ -355,9 +368,16 @@ impl RpcEngine {
     /// spanning the file boundary are reassembled whole and replies here find their calls
     /// there, as if the files were one. Messages that complete here belong to the previous
     /// file (which writes and counts them): they only register calls and answers.
-    pub fn warm_up(&mut self, h: &Headers<'_>, time_ns: i64, anon: &mut Anonymizer) -> Result<()> {
+    pub fn warm_up(
+        &mut self,
+        h: &Headers<'_>,
+        frame: &[u8],
+        time_ns: i64,
+        anon: &mut Anonymizer,
+    ) -> Result<()> {
         self.warming = true;
-        let r = self.packet(h, time_ns, 0, anon, None);
+        let r = self.packet(h, frame, time_ns, 0, anon, None);
+        self.frags.reset_counters(); // the previous file counts its own fragments
         self.warming = false;
         r
     }
@@ -758,6 +778,8 @@ impl RpcEngine {
         }
         let c = *tcp.counters();
         let f = c.framing;
+        let g = *self.frags.counters();
+        let held = self.frags.in_progress().1 as u64;
         for (k, v) in [
             ("tcp.gap_bytes", f.gap_bytes),
             ("tcp.not_captured_bytes", f.not_captured_bytes),
@@ -771,6 +793,19 @@ impl RpcEngine {
             ),
             ("tcp.evicted_connections", c.evicted_connections),
             ("tcp.not_rpc_streams", f.not_rpc_streams),
+            ("ip.fragments", g.fragments),
+            ("ip.datagrams_reassembled", g.reassembled),
+            ("ip.datagrams_overlapped", g.overlapped),
+            ("ip.fragments_duplicate", g.duplicates),
+            ("failed.ip_datagram_timed_out", g.timed_out),
+            ("failed.ip_datagram_overlap_dropped", g.overlap_dropped),
+            ("failed.ip_datagram_evicted", g.evicted),
+            ("failed.ip_datagram_invalid", g.invalid),
+            // Held at the end of a file that a next one continues: that file completes them.
+            (
+                "failed.ip_fragments_held_at_end",
+                if continued { 0 } else { held },
+            ),
         ] {
             if v > 0 {
                 *self.counts.entry(k.into()).or_default() += v;

@@ -4,7 +4,8 @@
 //! [`link`](crate::link)) and gathers what the recorder and the converter use into
 //! [`Headers`], plain `Copy` data. It never panics and never allocates. A header cut short
 //! by the capture sets [`Headers::truncated`] and leaves everything parsed before it in
-//! place. IP fragments are reported as they are ([`Headers::fragment`]), not reassembled.
+//! place. IP fragments are reported as they are ([`Headers::fragment`]); the
+//! [`fragments`](crate::fragments) reassembler makes datagrams of them.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -339,7 +340,13 @@ fn ipv6<'a>(h: &mut Headers<'a>, frame: &'a [u8], off: usize) {
 }
 
 /// Parses the transport header at `off`; `ip_end` is where the IP length says the packet ends.
-fn transport<'a>(h: &mut Headers<'a>, frame: &'a [u8], off: usize, ip_end: usize, proto: u8) {
+pub(crate) fn transport<'a>(
+    h: &mut Headers<'a>,
+    frame: &'a [u8],
+    off: usize,
+    ip_end: usize,
+    proto: u8,
+) {
     let buf = rest(frame, off);
     let mut end_wire = ip_end;
     let header_len = match proto {
