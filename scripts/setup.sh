@@ -36,9 +36,10 @@ if ((${#missing[@]})); then
 fi
 
 python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest
-# the analysis package (python/) with its test tools (pytest, ruff) and PySpark, so that the
-# tests compare every analysis on DuckDB and Spark (Java 17 is on our machines)
-python3 -c "import tapdeck_analyze, ruff, pyspark" >/dev/null 2>&1 ||
+# the analysis package (python/) with its test tools (pytest, ruff; scapy refragments
+# captures in tests/e2e) and PySpark, so that the tests compare every analysis on DuckDB
+# and Spark (Java 17 is on our machines)
+python3 -c "import tapdeck_analyze, ruff, pyspark, scapy" >/dev/null 2>&1 ||
   python3 -m pip install -q -e "python[dev,spark]"
 
 cargo build --release --locked -q
