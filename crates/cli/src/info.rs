@@ -202,16 +202,17 @@ fn describe_store(store: &Store, json: bool) -> anyhow::Result<i32> {
         drops,
     } = list(&store.files);
     // A partial file is live while a recorder holds its directory; else a crash left it.
-    let (live, left): (Vec<&PathBuf>, Vec<&PathBuf>) = store
-        .partials
-        .iter()
-        .partition(|p| lock::writer_of(p).is_some());
-    let described = |ps: &[&PathBuf]| -> Vec<serde_json::Value> {
-        ps.iter()
-            .map(|p| json!({ "path": p, "bytes": std::fs::metadata(p).map(|m| m.len()).ok() }))
-            .collect()
-    };
-    let (being_written, incomplete) = (described(&live), described(&left));
+    let (mut live, mut left) = (Vec::new(), Vec::new());
+    for p in &store.partials {
+        match lock::writer_of(p) {
+            Some(holder) => live.push((p, holder)),
+            None => left.push(p),
+        }
+    }
+    let described =
+        |p: &PathBuf| json!({ "path": p, "bytes": std::fs::metadata(p).map(|m| m.len()).ok() });
+    let being_written: Vec<Value> = live.iter().map(|(p, _)| described(p)).collect();
+    let incomplete: Vec<Value> = left.iter().map(|p| described(p)).collect();
     let totals =
         json!({ "files": rows.len(), "packets": packets, "stored_bytes": bytes, "drops": drops });
 
@@ -253,8 +254,7 @@ fn describe_store(store: &Store, json: bool) -> anyhow::Result<i32> {
                 );
             }
         }
-        for p in &live {
-            let holder = lock::writer_of(p).map_or_else(|| "a recorder".into(), |h| h.to_string());
+        for (p, holder) in &live {
             println!("being written: {} (by {holder})", p.display());
         }
         for p in &left {

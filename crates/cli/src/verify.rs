@@ -53,18 +53,12 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<i32> {
 /// `--repair` never touches a store a recorder holds: its partial files are live, and the
 /// recorder finalizes them itself (at stop, or at its next start after a crash).
 fn refuse_live(path: &Path) -> anyhow::Result<()> {
-    let dir = if path.is_dir() {
-        Some(path)
+    let holder = if path.is_dir() {
+        lock::holder(path)
     } else {
-        path.parent()
+        lock::writer_of(path)
     };
-    if let Some(holder) = dir.and_then(|d| {
-        lock::holder(if d.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            d
-        })
-    }) {
+    if let Some(holder) = holder {
         anyhow::bail!(
             "{} is being recorded by {holder}: not repairing live files (stop the recorder first; it finalizes its files when it stops, or when it starts again after a crash)",
             path.display()
