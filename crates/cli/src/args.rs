@@ -6,6 +6,18 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exit::EXIT_CODES_HELP;
 
+/// The command line as parsed: the derived one, with `serve`'s record flags freed of
+/// the requirements `record` puts on them (a config file may supply the interface and
+/// the store; the recorder's option builder checks the combination either way).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommand("serve", |serve| {
+        serve
+            .mut_args(|a| a.requires(clap::builder::Resettable::<clap::Id>::Reset))
+            .mut_arg("store", |a| a.required(false))
+    })
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tapdeck",
@@ -69,6 +81,20 @@ pub enum Command {
     /// Make a new key file for `convert --key`.
     #[command(after_help = EXIT_CODES_HELP)]
     Keygen(KeygenArgs),
+    /// Record live interfaces as a service: `record -i` plus a config file with reload,
+    /// Prometheus metrics and a health check over HTTP, and systemd notification.
+    ///
+    /// Runs until SIGTERM/SIGINT (drains and exits 0). SIGHUP re-reads the config file and
+    /// applies what can change without losing a packet (max-bytes, min-free, min-keep,
+    /// rotate-size, rotate-interval, log-level, health-*, min-horizon, metrics-token-file);
+    /// other changed keys are logged as needing a restart. SIGUSR1 starts new files. HTTP:
+    /// GET /metrics (OpenMetrics), /healthz (200, or 503 with the reasons as JSON),
+    /// /api/v1/status (JSON). See docs/deploy.md and deploy/.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Serve(Box<ServeArgs>),
+    /// Ask a running `tapdeck serve` how it is doing: health, counters, disks, horizon.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Status(StatusArgs),
     /// Analyze a dataset: hands over to `tapdeck-analyze` (the Python package in python/),
     /// e.g. `tapdeck analyze report DATASET --out DIR`.
     #[command(after_help = EXIT_CODES_HELP, disable_help_flag = true)]
@@ -164,8 +190,8 @@ pub struct RecordArgs {
     pub rate: Option<f64>,
 
     /// Store directory: holds the manifest and, unless --dir is given, the data files.
-    #[arg(long, value_name = "DIR")]
-    pub store: PathBuf,
+    #[arg(long, value_name = "DIR", required = true)]
+    pub store: Option<PathBuf>,
 
     /// Data directory (repeat for several disks): new files go to them in round-robin; a
     /// directory that fails is reported and skipped.
@@ -237,6 +263,66 @@ pub struct RecordArgs {
     /// No live progress line.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// TOML config file: every `record` option under its flag's name (`interface`,
+    /// `store`, `max-bytes`, ...) and the settings below; flags override it. See
+    /// deploy/tapdeck.toml for every key.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Check the config file and flags, print what would run, and exit (0: valid).
+    #[arg(long)]
+    pub check: bool,
+
+    /// HTTP address for /metrics, /healthz and /api/v1/status [default: 127.0.0.1:9780].
+    /// Beyond loopback a token file is required.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// File holding a bearer token every HTTP request must carry
+    /// (`Authorization: Bearer TOKEN`; Prometheus: `authorization.credentials_file`).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+
+    /// Log lines as text or as JSON objects (one per line, to standard error) [default: human].
+    #[arg(long, value_parser = ["human", "json"])]
+    pub log_format: Option<String>,
+
+    /// /healthz says 503 when a capture loop has made no progress for this many seconds
+    /// (a quiet link still progresses) [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    pub health_stall: Option<f64>,
+
+    /// /healthz says 503 when more packets than this were dropped in the last minute
+    /// [default: 0].
+    #[arg(long, value_name = "N")]
+    pub health_max_drops: Option<u64>,
+
+    /// Seconds of history the store should hold: exported as
+    /// tapdeck_retention_min_horizon_seconds for the alert rule (0: no alert) [default: 0].
+    #[arg(long, value_name = "SECONDS")]
+    pub min_horizon: Option<u64>,
+
+    #[command(flatten)]
+    pub record: RecordArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Where the service listens.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9780")]
+    pub listen: String,
+
+    /// The service's token file, if it has one.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+
+    /// Print the status document as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How a store is written: shared by `record` and `collect`.

@@ -7,11 +7,14 @@ mod exit;
 mod export;
 mod extract;
 mod info;
+mod logging;
 mod merge;
 mod record;
+mod serve;
+mod status;
 mod verify;
 
-use clap::Parser;
+use clap::{ArgMatches, FromArgMatches};
 
 use args::{Cli, Command};
 
@@ -23,22 +26,21 @@ use args::{Cli, Command};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    let matches = args::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // serve sets its logger up from its config file (format and level).
+    if !matches!(cli.command, Command::Serve(_)) {
+        let _ = logging::init(&cli.log, false);
+    }
     quiet_on_closed_stdout();
-    let result = std::panic::catch_unwind(|| run(&cli)).unwrap_or_else(|panic| {
-        if is_closed_stdout(panic.as_ref()) {
-            // `tapdeck info S | head -1`: the reader has what it wanted.
-            std::process::exit(0);
-        }
-        std::panic::resume_unwind(panic)
-    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cli, &matches)))
+        .unwrap_or_else(|panic| {
+            if is_closed_stdout(panic.as_ref()) {
+                // `tapdeck info S | head -1`: the reader has what it wanted.
+                std::process::exit(0);
+            }
+            std::panic::resume_unwind(panic)
+        });
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
@@ -49,8 +51,13 @@ fn main() {
     }
 }
 
-fn run(cli: &Cli) -> anyhow::Result<i32> {
+fn run(cli: &Cli, matches: &ArgMatches) -> anyhow::Result<i32> {
     match &cli.command {
+        Command::Serve(a) => {
+            let sub = matches.subcommand_matches("serve").unwrap_or(matches);
+            serve::run(a, sub)
+        }
+        Command::Status(a) => status::run(a),
         Command::Record(a) => record::run(a),
         Command::Export(a) => export::run(a),
         Command::Collect(a) => collect::run(a),

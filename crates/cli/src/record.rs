@@ -16,6 +16,7 @@ use tapdeck_recorder::stats::StatsRecord;
 
 use crate::args::RecordArgs;
 use crate::exit::usage;
+use signal_hook::consts::SIGHUP;
 
 /// Says at start what a live recording will do about files and disk space.
 fn print_live_defaults(rotation: &Rotation, retention: &RetentionPolicy) {
@@ -124,7 +125,7 @@ pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
         block_timeout_ms: args.block_timeout_ms,
         user: args.user.clone(),
         rate: args.rate,
-        store: args.store.clone(),
+        store: args.store.clone().unwrap_or_default(),
         dirs: args.dirs.clone(),
         max_bytes: args.max_bytes.clone(),
         min_free: args.min_free.clone(),
@@ -171,42 +172,37 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     let cfg = opts.builder()?.build();
     let control = Arc::new(Control::default());
     install_signals(&control)?;
-    if !opts.is_live() && (opts.filter.is_some() || opts.snaplen.is_some() || opts.user.is_some()) {
-        return Err(usage(
-            "--filter, --snaplen and --user apply to live capture: add -i IF",
-        ));
-    }
     let summary = match (&opts.read, &opts.synthetic) {
         (None, None) if opts.is_live() => {
-            let live = opts.capture_config()?;
-            let sources = AfPacketSource::open_fanout(&live, opts.threads)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            if let Some(user) = &opts.user {
-                let dirs = store_dirs(&cfg);
-                prepare_dirs_for(user, &dirs)?;
-                tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
-                check_writable_by(user, &dirs)?;
-            }
+            let sources = open_live(&opts, &cfg)?;
             if !opts.quiet {
                 print_live_defaults(&cfg.rotation, &cfg.retention);
             }
-            run_with(cfg, sources, control, args)?
+            {
+                let stats = stats_sink(&opts, &cfg)?;
+                run_with(cfg, sources, control, stats, &opts)?
+            }
         }
         (Some(path), None) => {
             let source = FileSource::open(path)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .with_limit(opts.count);
-            run_with(cfg, vec![source], control, args)?
+            {
+                let stats = stats_sink(&opts, &cfg)?;
+                run_with(cfg, vec![source], control, stats, &opts)?
+            }
         }
         (None, Some(profile)) => {
             let profile = profile
                 .parse()
                 .map_err(|e: UnknownProfile| anyhow::anyhow!("--synthetic: {e}"))?;
+            let stats = stats_sink(&opts, &cfg)?;
             run_with(
                 cfg,
                 vec![SyntheticSource::new(profile, opts.count, 1).with_rate(opts.rate)],
                 control,
-                args,
+                stats,
+                &opts,
             )?
         }
         _ => {
@@ -222,13 +218,31 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn run_with<S: PacketSource + 'static>(
-    cfg: RecorderConfig,
-    sources: Vec<S>,
-    control: Arc<Control>,
-    args: &RecordArgs,
-) -> anyhow::Result<Summary> {
-    let stats_out: Box<dyn Write + Send> = match args.stats.as_deref() {
+/// Opens the capture sockets of live recording (`-i`, `serve`) and, with `user`, gives up
+/// root for that user once they are open, with the store's directories made theirs.
+pub(crate) fn open_live(
+    opts: &RecordOptions,
+    cfg: &RecorderConfig,
+) -> anyhow::Result<Vec<AfPacketSource>> {
+    let live = opts.capture_config()?;
+    let sources =
+        AfPacketSource::open_fanout(&live, opts.threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(user) = &opts.user {
+        let dirs = store_dirs(cfg);
+        prepare_dirs_for(user, &dirs)?;
+        tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+        check_writable_by(user, &dirs)?;
+    }
+    Ok(sources)
+}
+
+/// Where the JSON-lines stats records go: `--stats` (a file, or `-` for standard output),
+/// by default STORE/stats.jsonl.
+pub(crate) fn stats_sink(
+    opts: &RecordOptions,
+    cfg: &RecorderConfig,
+) -> anyhow::Result<Box<dyn Write + Send>> {
+    Ok(match opts.stats.as_deref() {
         Some("-") => Box::new(std::io::stdout()),
         Some(path) => Box::new(
             std::fs::File::create(path)
@@ -246,9 +260,19 @@ fn run_with<S: PacketSource + 'static>(
                     .with_context(|| format!("cannot open {}", path.display()))?,
             )
         }
-    };
+    })
+}
+
+/// Records `sources`, the stats records going to `stats_out`.
+pub(crate) fn run_with<S: PacketSource + 'static>(
+    cfg: RecorderConfig,
+    sources: Vec<S>,
+    control: Arc<Control>,
+    stats_out: Box<dyn Write + Send>,
+    opts: &RecordOptions,
+) -> anyhow::Result<Summary> {
     let mut stats = StatsWriter::new(stats_out);
-    let progress = !args.quiet && std::io::stderr().is_terminal();
+    let progress = !opts.quiet && std::io::stderr().is_terminal();
     tracing::info!(
         "recording {} into {}",
         sources
@@ -424,7 +448,21 @@ fn decimal_bytes(n: u64) -> String {
 
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
 pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    install_stop_signals(control)?;
+    let c = Arc::clone(control);
+    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
+    unsafe {
+        signal_hook::low_level::register(SIGHUP, move || {
+            c.rotate.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+    .context("cannot install signal handlers")?;
+    Ok(())
+}
+
+/// SIGINT/SIGTERM: drain and finish every file; a second one exits at once.
+pub(crate) fn install_stop_signals(control: &Arc<Control>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
     let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
         // Registered first, the shutdown runs only if an earlier signal already set the flag.
@@ -439,14 +477,6 @@ pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
         }
         .context("cannot install signal handlers")?;
     }
-    let c = Arc::clone(control);
-    // SAFETY: as above.
-    unsafe {
-        signal_hook::low_level::register(SIGHUP, move || {
-            c.rotate.fetch_add(1, Ordering::SeqCst);
-        })
-    }
-    .context("cannot install signal handlers")?;
     Ok(())
 }
 

@@ -74,6 +74,12 @@ pub enum OptionsError {
     },
     #[error("--store: say where the store is (a directory)")]
     NoStore,
+    #[error(
+        "{flag} applies to live capture: add an interface (-i IF, or `interface` in a config file)"
+    )]
+    LiveOnly { flag: &'static str },
+    #[error("{flag} applies to --synthetic")]
+    SyntheticOnly { flag: &'static str },
 }
 
 impl OptionsError {
@@ -83,7 +89,9 @@ impl OptionsError {
             OptionsError::Invalid { flag, .. }
             | OptionsError::NotASize { flag, .. }
             | OptionsError::NotSeconds { flag }
-            | OptionsError::NotOneOf { flag, .. } => flag,
+            | OptionsError::NotOneOf { flag, .. }
+            | OptionsError::LiveOnly { flag }
+            | OptionsError::SyntheticOnly { flag } => flag,
             OptionsError::StagingTooSmall { .. } => "--staging",
             OptionsError::RingBlockTooLarge { .. } => "--ring-block-size",
             OptionsError::NoStore => "--store",

@@ -15,6 +15,7 @@ pub mod controller;
 pub mod direct;
 pub mod error;
 pub mod ladder;
+pub mod live;
 pub mod merge;
 pub mod options;
 pub mod pipeline;

@@ -222,6 +222,7 @@ impl RecordOptions {
         if self.store.as_os_str().is_empty() {
             return Err(OptionsError::NoStore);
         }
+        self.check_sources()?;
         let (chunk_size, staging_bytes) =
             chunk_and_staging(&self.chunk_size, self.staging.as_deref())?;
         let live = self.is_live();
@@ -305,6 +306,36 @@ impl RecordOptions {
             b = b.compressors(n);
         }
         Ok(b)
+    }
+
+    /// Options that only apply to one kind of source are refused with another (a config
+    /// file's `threads` without `interface` would otherwise be silently ignored).
+    fn check_sources(&self) -> Result<(), OptionsError> {
+        let d = RecordOptions::default();
+        if !self.is_live() {
+            let live_only = [
+                ("--threads", self.threads != d.threads),
+                ("--filter", self.filter.is_some()),
+                ("--snaplen", self.snaplen.is_some()),
+                (
+                    "--ring-block-size",
+                    self.ring_block_size != d.ring_block_size,
+                ),
+                ("--ring-blocks", self.ring_blocks != d.ring_blocks),
+                (
+                    "--block-timeout-ms",
+                    self.block_timeout_ms != d.block_timeout_ms,
+                ),
+                ("--user", self.user.is_some()),
+            ];
+            if let Some((flag, _)) = live_only.iter().find(|(_, set)| *set) {
+                return Err(OptionsError::LiveOnly { flag });
+            }
+        }
+        if self.rate.is_some() && self.synthetic.is_none() {
+            return Err(OptionsError::SyntheticOnly { flag: "--rate" });
+        }
+        Ok(())
     }
 
     /// The AF_PACKET settings of live capture (`-i`).

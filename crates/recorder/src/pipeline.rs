@@ -6,12 +6,14 @@
 //! puts everything back in sequence before acting on it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tapdeck_pcap::container::Codec;
 use tapdeck_pcap::Interface;
 
 use crate::controller::Decision;
+use crate::live::LiveView;
+use crate::recorder::Rotation;
 use crate::staging::Segment;
 use crate::stats::CaptureCounts;
 
@@ -64,13 +66,20 @@ pub enum Done {
     Close(CloseFile),
 }
 
-/// Shared controls: stop, rotate-now (SIGHUP), and the first fatal error.
+/// Shared controls: stop, rotate-now (SIGHUP), new rotation limits, the first fatal
+/// error; and, while recording, the recorder's live view for observers.
 #[derive(Default)]
 pub struct Control {
     pub stop: AtomicBool,
     /// Bumped to ask every stream to start a new file.
     pub rotate: AtomicU64,
+    /// New rotation limits for every stream (taken by each capture loop when
+    /// `reconfigured` changes).
+    pub rotation: Mutex<Option<Rotation>>,
+    pub reconfigured: AtomicU64,
     pub fatal: Mutex<Option<String>>,
+    /// Set once the recorder runs, cleared when it has drained.
+    pub live: Mutex<Option<Arc<LiveView>>>,
 }
 
 impl Control {
@@ -86,5 +95,16 @@ impl Control {
 
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Asks every stream to cut files by these limits from now on (the current file too).
+    pub fn set_rotation(&self, rotation: Rotation) {
+        *self.rotation.lock().unwrap() = Some(rotation);
+        self.reconfigured.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The running recorder's view, once it has started.
+    pub fn live(&self) -> Option<Arc<LiveView>> {
+        self.live.lock().unwrap().clone()
     }
 }

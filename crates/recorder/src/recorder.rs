@@ -19,6 +19,7 @@ use crate::affinity::{cpu_for, pin, set_nice, Pinning};
 use crate::controller::{Decision, LadderController, Reason, SharedController};
 use crate::error::RecordError;
 use crate::ladder::CodecLadder;
+use crate::live::LiveView;
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
@@ -293,6 +294,14 @@ pub fn record<S: PacketSource + 'static>(
     drop((work_tx, writer_txs));
 
     let start = Instant::now();
+    *control.live.lock().unwrap() = Some(Arc::new(LiveView::new(
+        Arc::clone(&stats),
+        Arc::clone(&retention),
+        (pools.clone(), controllers.clone()),
+        Arc::clone(&data_dirs),
+        start,
+        started_ns,
+    )));
     let fill = || pools.iter().map(|p| p.fill()).fold(0.0, f64::max);
     let snapshot = || {
         let mut record = stats.snapshot(now_ns(), start.elapsed().as_secs_f64(), fill());
@@ -325,6 +334,7 @@ pub fn record<S: PacketSource + 'static>(
     }
     let last = snapshot();
     report(&last, true);
+    control.live.lock().unwrap().take();
     manifest.finished_ns = Some(now_ns());
     if let Err(e) = write_manifest(&cfg, &manifest) {
         // The files carry everything a reader needs; the manifest only adds the summary.
@@ -619,6 +629,7 @@ struct CaptureLoop {
     seg_started: Instant,
 
     file_open: bool,
+    file_first_ts: u64,
     file_bytes: u64,
     file_out_of_order: u64,
     boundary: u64,
@@ -665,6 +676,7 @@ impl CaptureLoop {
             seg_per_iface: Vec::new(),
             seg_started: Instant::now(),
             file_open: false,
+            file_first_ts: 0,
             file_bytes: 0,
             file_out_of_order: 0,
             boundary: u64::MAX,
@@ -689,6 +701,7 @@ impl CaptureLoop {
         self.live = source.live();
         let control = Arc::clone(&self.control);
         let mut rotate_gen = control.rotate.load(Ordering::Relaxed);
+        let mut config_gen = control.reconfigured.load(Ordering::Relaxed);
         let mut last_publish = Instant::now();
         let result = loop {
             if control.stopping() || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -705,6 +718,15 @@ impl CaptureLoop {
                     break Err(e);
                 }
                 self.grow(self.interfaces.len());
+                *self.hub.streams[self.stream as usize]
+                    .interface_names
+                    .lock()
+                    .unwrap() = self
+                    .interfaces
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| f.name.clone().unwrap_or_else(|| i.to_string()))
+                    .collect();
                 // A file's header lists its interfaces: new ones start a new file.
                 self.rotate_pending = self.file_open;
             }
@@ -712,6 +734,15 @@ impl CaptureLoop {
             if gen != rotate_gen {
                 rotate_gen = gen;
                 self.rotate_pending = self.file_open;
+            }
+            let gen = control.reconfigured.load(Ordering::Relaxed);
+            if gen != config_gen {
+                config_gen = gen;
+                if let Some(rotation) = *control.rotation.lock().unwrap() {
+                    self.rotation = rotation;
+                    // The open file is cut by the new limits too.
+                    self.boundary = self.rotation.boundary_after(self.file_first_ts);
+                }
             }
             let poll = source.poll(&mut self);
             if self.unfit.is_some() {
@@ -804,6 +835,9 @@ impl CaptureLoop {
     /// Publishes this loop's counters (the source's own are read less often).
     fn publish_counts(&mut self) {
         self.raise_seen();
+        self.hub.streams[self.stream as usize]
+            .progress_ns
+            .store(now_ns(), Ordering::Relaxed);
         *self.hub.streams[self.stream as usize]
             .capture
             .lock()
@@ -892,6 +926,7 @@ impl CaptureLoop {
             interfaces: self.interfaces.clone(),
         }));
         self.file_open = true;
+        self.file_first_ts = first_ts;
         self.file_bytes = 0;
         self.file_out_of_order = 0;
         self.rotate_pending = false;

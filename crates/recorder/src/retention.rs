@@ -60,7 +60,8 @@ struct StoredFile {
 
 /// The complete files of a store, oldest first (names start with their first timestamp).
 pub struct Retention {
-    policy: RetentionPolicy,
+    /// Changed while recording by `set_policy` (the service's reload).
+    policy: Mutex<RetentionPolicy>,
     dirs: Vec<PathBuf>,
     files: Mutex<(BTreeMap<String, StoredFile>, u64)>,
     /// Bytes written to files still open, counted against `max_bytes` too.
@@ -73,7 +74,7 @@ impl Retention {
     /// Lists the complete files already in `dirs`, from earlier runs too.
     pub fn new(policy: RetentionPolicy, dirs: &[PathBuf]) -> std::io::Result<Retention> {
         let r = Retention {
-            policy,
+            policy: Mutex::new(policy),
             dirs: dirs.to_vec(),
             files: Mutex::new((BTreeMap::new(), 0)),
             open_bytes: AtomicU64::new(0),
@@ -92,7 +93,24 @@ impl Retention {
     }
 
     pub fn policy(&self) -> RetentionPolicy {
-        self.policy
+        *self.policy.lock().unwrap()
+    }
+
+    /// New limits, applied at once: files the new limits no longer allow are deleted now
+    /// (within the same protections), and a hold the old limits caused is re-examined.
+    pub fn set_policy(&self, policy: RetentionPolicy, stats: &StatsHub) {
+        *self.policy.lock().unwrap() = policy;
+        if !policy.is_set() {
+            self.set_holding(None, stats);
+        }
+        self.enforce(stats);
+    }
+
+    /// The first packet time of the oldest complete file still stored (names start with
+    /// it), if any.
+    pub fn horizon_ns(&self) -> Option<u64> {
+        let files = self.files.lock().unwrap();
+        files.0.keys().find_map(|name| meta::time_of_name(name))
     }
 
     /// Records a file that just became complete, holding `packets` (None: unknown).
@@ -151,7 +169,8 @@ impl Retention {
     /// limits hold with them written; false (and a loud warning, once per episode) when
     /// only protected files are left, true again once there is room.
     pub fn admit(&self, dir: usize, bytes: u64, stats: &StatsHub) -> bool {
-        if !self.policy.is_set() {
+        let policy = self.policy();
+        if !policy.is_set() {
             return true;
         }
         // Once holding, writing resumes only with room for a few chunks, so that a small
@@ -162,12 +181,12 @@ impl Retention {
             bytes
         };
         let over_max = |r: &Retention| {
-            r.policy.max_bytes.is_some_and(|max| {
+            policy.max_bytes.is_some_and(|max| {
                 r.files.lock().unwrap().1 + r.open_bytes.load(Ordering::Relaxed) + bytes > max
             })
         };
         let under_free = |r: &Retention| {
-            r.policy
+            policy
                 .min_free
                 .is_some_and(|min| free_bytes(&r.dirs[dir]).is_some_and(|f| f < min + bytes))
         };
@@ -210,7 +229,7 @@ impl Retention {
                 stats.retention_holds.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
                     "retention cannot keep {limit} without deleting the {KEEP_NEWEST} newest files or files younger than --min-keep ({} s): writing stops, packets are dropped and counted as write errors until there is room (free space, or raise the limit)",
-                    self.policy.min_keep.as_secs()
+                    self.policy().min_keep.as_secs()
                 );
             }
             (Some(limit), None) => {
@@ -225,13 +244,14 @@ impl Retention {
     /// on `dir`. Only when a retention policy is set; without one the user asked to keep
     /// everything.
     pub fn make_room(&self, dir: usize, stats: &StatsHub) -> bool {
-        self.policy.is_set() && self.delete_oldest(Some(dir), "the disk is full", stats)
+        self.policy().is_set() && self.delete_oldest(Some(dir), "the disk is full", stats)
     }
 
     fn delete_oldest(&self, dir: Option<usize>, why: &str, stats: &StatsHub) -> bool {
         let victim = {
             let mut files = self.files.lock().unwrap();
             let now = SystemTime::now();
+            let min_keep = self.policy().min_keep;
             let newest: Vec<String> = files
                 .0
                 .iter()
@@ -248,7 +268,7 @@ impl Retention {
                         && !newest.contains(name)
                         && now
                             .duration_since(f.completed)
-                            .is_ok_and(|age| age >= self.policy.min_keep)
+                            .is_ok_and(|age| age >= min_keep)
                 })
                 .map(|(n, _)| n.clone())
             else {

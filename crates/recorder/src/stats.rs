@@ -50,6 +50,11 @@ pub struct CodecBytes {
 pub struct StreamStats {
     pub capture: Mutex<Vec<CaptureCounts>>,
     pub writer: Mutex<Vec<WriterCounts>>,
+    /// The interfaces' names, as the capture loop learnt them (for metric labels).
+    pub interface_names: Mutex<Vec<String>>,
+    /// When the capture loop last went round (ns since the epoch): it goes round on a quiet
+    /// link too, so a stale value means a stuck capture thread, not an idle link.
+    pub progress_ns: AtomicU64,
 }
 
 impl StreamStats {
@@ -100,6 +105,8 @@ pub struct StatsHub {
     pub retention_holds: AtomicU64,
     /// Chunks refused by retention (their packets are counted as write-error drops).
     pub retention_refused: AtomicU64,
+    /// When the last file was completed (ns since the epoch; 0: none yet in this run).
+    pub last_file_completed_ns: AtomicU64,
     /// CPU seconds (user + system) per thread role, added as threads finish.
     pub cpu: Mutex<BTreeMap<String, f64>>,
 }
@@ -162,7 +169,17 @@ impl StatsHub {
         rates
     }
 
+    /// The record of this moment, with the ladder's rates since the previous snapshot (the
+    /// periodic stats records); see [`StatsHub::peek`] for other observers.
     pub fn snapshot(&self, ts_ns: u64, elapsed_s: f64, staging_fill: f64) -> StatsRecord {
+        let mut record = self.peek(ts_ns, elapsed_s, staging_fill);
+        record.ladder_per_s = self.ladder_per_s(elapsed_s, &record.ladder);
+        record
+    }
+
+    /// The record of this moment without the per-second ladder rates, which stay measured
+    /// between the periodic records: a metrics scrape must not reset them.
+    pub fn peek(&self, ts_ns: u64, elapsed_s: f64, staging_fill: f64) -> StatsRecord {
         let mut total = Totals::default();
         let mut streams = Vec::new();
         for (i, s) in self.streams.iter().enumerate() {
@@ -192,7 +209,7 @@ impl StatsHub {
         }
         let ladder = self.ladder.lock().unwrap().clone();
         StatsRecord {
-            ladder_per_s: self.ladder_per_s(elapsed_s, &ladder),
+            ladder_per_s: LadderRates::new(),
             ladder,
             controller: Vec::new(),
             ts_ns,

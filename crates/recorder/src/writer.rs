@@ -83,6 +83,14 @@ impl DataDirs {
         });
     }
 
+    /// Per directory: is it in a failure episode now?
+    pub fn failing(&self) -> Vec<bool> {
+        self.failed
+            .iter()
+            .map(|f| f.lock().unwrap().is_some())
+            .collect()
+    }
+
     /// A write to the directory succeeded: ends its failure episode, if it had one.
     fn succeeded(&self, i: usize) {
         let mut f = self.failed[i].lock().unwrap();
@@ -692,6 +700,9 @@ impl StreamWriter {
             return;
         }
         self.stats.files_written.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .last_file_completed_ns
+            .store(crate::recorder::now_ns(), Ordering::Relaxed);
         tracing::debug!("completed {}", final_path.display());
         self.retention.add(cur.dir, &final_path, Some(packets));
         self.retention.enforce(&self.stats);

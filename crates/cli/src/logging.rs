@@ -1,0 +1,29 @@
+//! Log lines to standard error (journald under systemd), one per event: human-readable
+//! text, or JSON objects with `--log-format json`; the level can change while running.
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, reload, EnvFilter};
+
+/// Changes the log level (a `RUST_LOG`-style filter) of the running process.
+pub type SetLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// Installs the global logger; `RUST_LOG` wins over `level` at start.
+pub fn init(level: &str, json: bool) -> SetLevel {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let (filter, handle) = reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let layer = fmt::layer().with_writer(std::io::stderr).with_target(false);
+    if json {
+        registry.with(layer.json().flatten_event(true)).init();
+    } else {
+        registry.with(layer).init();
+    }
+    Box::new(move |level: &str| {
+        let filter = EnvFilter::try_new(level)
+            .map_err(|e| format!("log-level {level:?} is not a level or filter: {e}"))?;
+        handle
+            .reload(filter)
+            .map_err(|e| format!("cannot change the log level: {e}"))
+    })
+}

@@ -1,0 +1,275 @@
+//! `tapdeck serve`: the config file and flags become record options and service settings
+//! (`tapdeck_service::config`); then the HTTP server, the signal and monitor threads
+//! start beside the recorder, which records exactly as `record -i` does.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory};
+use serde_json::Value as Json;
+use signal_hook::consts::{SIGHUP, SIGUSR1};
+use tapdeck_recorder::pipeline::Control;
+use tapdeck_service::config::{LogFormat, ServeConfig};
+use tapdeck_service::state::{Phase, Service};
+use tapdeck_service::{health, http, notify, reload};
+
+use crate::args::{Cli, ServeArgs};
+use crate::exit::usage;
+use crate::logging;
+use crate::record;
+
+/// The config file with the flags given on the command line over it.
+fn load(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<(ServeConfig, Overrides)> {
+    let mut config = match &args.config {
+        Some(path) => ServeConfig::load(path)?,
+        None => ServeConfig::default(),
+    };
+    let overrides = flag_overrides(args, matches);
+    config.override_with(&overrides)?;
+    Ok((config, overrides))
+}
+
+type Overrides = BTreeMap<String, Json>;
+
+/// The flags given on the command line (not their defaults), as config keys and values.
+fn flag_overrides(args: &ServeArgs, matches: &ArgMatches) -> Overrides {
+    let record = serde_json::to_value(record::record_options(&args.record)).unwrap_or_default();
+    let serve = serde_json::json!({
+        "listen": args.listen,
+        "metrics-token-file": args.metrics_token_file,
+        "log-format": args.log_format,
+        "health-stall": args.health_stall,
+        "health-max-drops": args.health_max_drops,
+        "min-horizon": args.min_horizon,
+    });
+    let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    let cli = Cli::command();
+    let mut out = Overrides::new();
+    if let Some(cmd) = cli.find_subcommand("serve") {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if !given(arg.get_id().as_str()) {
+                continue;
+            }
+            if let Some(v) = record.get(long).or_else(|| serve.get(long)) {
+                out.insert(long.to_string(), v.clone());
+            }
+        }
+    }
+    if given("log") {
+        if let Some(level) = matches.get_one::<String>("log") {
+            out.insert("log-level".into(), Json::from(level.clone()));
+        }
+    }
+    out
+}
+
+pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
+    let (config, overrides) = load(args, matches)?;
+    let mut opts = config.record.clone();
+    if !opts.is_live() || opts.read.is_some() || opts.synthetic.is_some() {
+        return Err(usage(
+            "serve records live interfaces: set `interface = [\"IF\"]` in the config file or pass -i IF (tapdeck record reads files and synthetic traffic)",
+        ));
+    }
+    // Progress lines are for terminals; a service logs.
+    opts.quiet = true;
+    let cfg = opts.builder()?.build();
+    let settings = config.serve.clone();
+    for interface in &opts.interfaces {
+        if !Path::new("/sys/class/net").join(interface).exists() {
+            anyhow::bail!(
+                "interface {interface} does not exist on this host (see `ip link`); fix `interface` in the config or -i"
+            );
+        }
+    }
+    let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    if args.check {
+        // Binding is left to the start; the address must at least be one we may use.
+        let addr: std::net::SocketAddr = settings
+            .listen
+            .parse()
+            .map_err(|e| anyhow::anyhow!("listen = {:?}: {e}", settings.listen))?;
+        if !addr.ip().is_loopback() && token.is_none() {
+            anyhow::bail!(
+                "listen = {} is reachable beyond this host, and no metrics-token-file is set",
+                settings.listen
+            );
+        }
+        println!(
+            "config OK: records {} ({} capture thread(s)) into {}; HTTP on {}{}",
+            opts.interfaces.join(", "),
+            opts.threads,
+            cfg.store.display(),
+            settings.listen,
+            if token.is_some() {
+                " (token required)"
+            } else {
+                ""
+            }
+        );
+        return Ok(0);
+    }
+    let set_level = logging::init(&settings.log_level, settings.log_format == LogFormat::Json);
+
+    let control = Arc::new(Control::default());
+    record::install_stop_signals(&control)?;
+    let service =
+        Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
+    // Before capture starts and privileges go: a taken port fails the start, and a port
+    // under 1024 may still be bound.
+    let listener = http::bind(&settings.listen, token.is_some()).map_err(anyhow::Error::msg)?;
+    let sources = record::open_live(&opts, &cfg)?;
+    tracing::info!(
+        "serving http://{}/metrics, /healthz and /api/v1/status{}",
+        settings.listen,
+        if token.is_some() {
+            " (bearer token required)"
+        } else {
+            ""
+        }
+    );
+    http::spawn(listener, Arc::clone(&service)).context("cannot start the HTTP server")?;
+    spawn_signal_thread(
+        args.config.clone(),
+        overrides,
+        config,
+        Arc::clone(&service),
+        set_level,
+    )?;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = spawn_monitor(Arc::clone(&service), Arc::clone(&done))?;
+
+    let stats: Box<dyn Write + Send> = match opts.stats.as_deref() {
+        // Prometheus keeps the history of a service; a JSON-lines file only if asked for.
+        None => Box::new(std::io::sink()),
+        Some(_) => record::stats_sink(&opts, &cfg)?,
+    };
+    let summary = record::run_with(cfg, sources, control, stats, &opts);
+    done.store(true, Ordering::SeqCst);
+    let _ = monitor.join();
+    let summary = summary?;
+    record::print_summary(&summary);
+    if let Some(fatal) = summary.fatal {
+        anyhow::bail!("{fatal}");
+    }
+    Ok(0)
+}
+
+/// SIGHUP: reload the config file; SIGUSR1: new files now.
+fn spawn_signal_thread(
+    path: Option<std::path::PathBuf>,
+    overrides: Overrides,
+    config: ServeConfig,
+    service: Arc<Service>,
+    set_level: logging::SetLevel,
+) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGUSR1])
+        .context("cannot install signal handlers")?;
+    let current = Mutex::new(config);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if signal == SIGUSR1 {
+                    tracing::info!("SIGUSR1: starting new files");
+                    service.control.rotate.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                let Some(path) = &path else {
+                    tracing::warn!("SIGHUP: there is no config file to re-read (started without --config); nothing changed");
+                    continue;
+                };
+                notify::reloading();
+                let mut current = current.lock().unwrap();
+                match reload::reload(path, &overrides, &current, &service, &*set_level) {
+                    Ok((effective, outcome)) => {
+                        *current = effective;
+                        if outcome.applied.is_empty() && outcome.need_restart.is_empty() {
+                            tracing::info!("SIGHUP: {} re-read; nothing changed", path.display());
+                        }
+                        if !outcome.applied.is_empty() {
+                            tracing::info!(
+                                "SIGHUP: {} re-read; now in effect: {}",
+                                path.display(),
+                                outcome.applied.join(", ")
+                            );
+                        }
+                        if !outcome.need_restart.is_empty() {
+                            tracing::warn!(
+                                "SIGHUP: changed in {} but kept until a restart: {}",
+                                path.display(),
+                                outcome.need_restart.join(", ")
+                            );
+                        }
+                    }
+                    Err(e) => tracing::error!("SIGHUP: {e}; nothing changed"),
+                }
+                notify::reloaded("recording");
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
+
+/// Once a second: the drop history for /healthz, READY when recording starts, the
+/// watchdog while the capture loops make progress, a STATUS line, STOPPING on the way out.
+fn spawn_monitor(
+    service: Arc<Service>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let watchdog = notify::watchdog_interval();
+    std::thread::Builder::new()
+        .name("monitor".into())
+        .spawn(move || {
+            let mut last_ping = None::<Instant>;
+            let mut last_status = None::<Instant>;
+            while !done.load(Ordering::SeqCst) {
+                let control = &service.control;
+                if control.stopping() && service.phase() != Phase::Stopping {
+                    service.set_phase(Phase::Stopping);
+                    tracing::info!("stopping: draining what is staged");
+                    notify::stopping();
+                }
+                if let Some(live) = control.live() {
+                    let r = live.snapshot();
+                    service
+                        .drops
+                        .lock()
+                        .unwrap()
+                        .add(Instant::now(), r.totals.dropped.total());
+                    if service.phase() == Phase::Starting {
+                        service.set_phase(Phase::Recording);
+                        notify::ready("recording");
+                        tracing::info!("recording (READY)");
+                    }
+                    if last_status.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        notify::status(&format!(
+                            "recording: {} packets stored, {} dropped",
+                            r.totals.stored,
+                            r.totals.dropped.total()
+                        ));
+                        last_status = Some(Instant::now());
+                    }
+                }
+                // The watchdog hears from us only while every capture loop progresses:
+                // a stuck capture thread gets the service restarted.
+                if let Some(every) = watchdog {
+                    let stalled = health::check(&service).capture_stalled;
+                    if !stalled && last_ping.is_none_or(|t| t.elapsed() >= every) {
+                        notify::watchdog();
+                        last_ping = Some(Instant::now());
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        })
+        .context("cannot start the monitor thread")
+}

@@ -1,0 +1,147 @@
+//! `/healthz`: is the recorder doing its job? Unhealthy when a capture loop has stopped
+//! going round (a quiet link is healthy: the loop still goes round), when every data
+//! directory is failing, or when more packets were dropped in the last minute than the
+//! configured threshold.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tapdeck_recorder::recorder::now_ns;
+
+use crate::state::{Phase, Service};
+
+/// Total drops sampled over the last minute.
+#[derive(Default)]
+pub struct DropWindow {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl DropWindow {
+    pub const SPAN: Duration = Duration::from_secs(60);
+
+    pub fn add(&mut self, at: Instant, dropped_total: u64) {
+        self.samples.push_back((at, dropped_total));
+        // Keep one sample at or before the window's start, to measure from it.
+        while self.samples.len() > 2 && at.duration_since(self.samples[1].0) >= Self::SPAN {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Drops between the oldest sample in the window and the newest.
+    pub fn last_minute(&self) -> u64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some(a), Some(b)) => b.1.saturating_sub(a.1),
+            _ => 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    pub healthy: bool,
+    pub phase: &'static str,
+    /// Why it is unhealthy (empty when healthy).
+    pub reasons: Vec<String>,
+    pub dropped_last_minute: u64,
+    /// Per stream, seconds since its capture loop last went round.
+    pub capture_idle_s: Vec<f64>,
+    pub data_dirs_up: usize,
+    pub data_dirs: usize,
+    /// A capture loop has stopped going round (the watchdog is then left to fire).
+    pub capture_stalled: bool,
+}
+
+pub fn check(service: &Service) -> Health {
+    let settings = service.settings();
+    let phase = service.phase();
+    let mut health = Health {
+        healthy: true,
+        phase: match phase {
+            Phase::Starting => "starting",
+            Phase::Recording => "recording",
+            Phase::Stopping => "stopping",
+        },
+        reasons: Vec::new(),
+        dropped_last_minute: service.drops.lock().unwrap().last_minute(),
+        capture_idle_s: Vec::new(),
+        data_dirs_up: 0,
+        data_dirs: 0,
+        capture_stalled: false,
+    };
+    let Some(live) = service.control.live() else {
+        health.healthy = false;
+        health.reasons.push(match phase {
+            Phase::Stopping => "stopping: the recorder is draining".to_string(),
+            _ => "starting: the recorder is not recording yet".to_string(),
+        });
+        return health;
+    };
+    let now = now_ns();
+    for (stream, at) in live.progress_ns().into_iter().enumerate() {
+        // Before its first round the loop counts from the start of the run.
+        let at = if at == 0 { live.started_ns() } else { at };
+        let idle = now.saturating_sub(at) as f64 / 1e9;
+        health.capture_idle_s.push(idle);
+        if idle > settings.health_stall {
+            health.capture_stalled = true;
+            health.reasons.push(format!(
+                "capture stream {stream} has made no progress for {idle:.0} s (health-stall is {} s)",
+                settings.health_stall
+            ));
+        }
+    }
+    let dirs = live.dirs();
+    health.data_dirs = dirs.len();
+    health.data_dirs_up = dirs.iter().filter(|d| d.up).count();
+    if health.data_dirs_up == 0 {
+        health.reasons.push(format!(
+            "every data directory is failing ({}): packets are being dropped",
+            dirs.iter()
+                .map(|d| d.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if health.dropped_last_minute > settings.health_max_drops {
+        health.reasons.push(format!(
+            "{} packets dropped in the last minute (health-max-drops is {})",
+            health.dropped_last_minute, settings.health_max_drops
+        ));
+    }
+    if phase == Phase::Stopping {
+        health
+            .reasons
+            .push("stopping: the recorder is draining".into());
+    }
+    health.healthy = health.reasons.is_empty();
+    health
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_counts_drops_of_the_last_minute_only() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut w = DropWindow::default();
+        assert_eq!(w.last_minute(), 0);
+        w.add(at(0), 100);
+        w.add(at(30), 150);
+        assert_eq!(w.last_minute(), 50);
+        // Measured from the newest sample at or before the window's start (10 s): the drops
+        // between 0 and 30 s may have happened inside it, so they count.
+        w.add(at(70), 150);
+        assert_eq!(w.last_minute(), 50);
+        // From 30 s on: only what came after.
+        w.add(at(91), 152);
+        assert_eq!(w.last_minute(), 2);
+        for s in 72..200 {
+            w.add(at(s), 152);
+        }
+        assert!(w.samples.len() <= 62, "bounded: {}", w.samples.len());
+        assert_eq!(w.last_minute(), 0);
+    }
+}

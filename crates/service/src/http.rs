@@ -1,0 +1,168 @@
+//! The service's HTTP server (axum on a one-thread tokio runtime, beside the recorder's
+//! threads): `GET /metrics`, `GET /healthz` and `GET /api/v1/status`. With a token file
+//! every route requires `Authorization: Bearer TOKEN`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::registry::Registry;
+
+use crate::health;
+use crate::state::Service;
+
+/// Content type of the OpenMetrics text format (Prometheus asks for it and parses it).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+struct Shared {
+    service: Arc<Service>,
+    registry: Registry,
+}
+
+/// Binds `listen` now (so a taken port or a bad address fails the start, not a thread
+/// later), refusing an address beyond loopback without a token.
+pub fn bind(listen: &str, has_token: bool) -> Result<TcpListener, String> {
+    let addr: SocketAddr = listen.parse().map_err(|e| {
+        format!("listen = {listen:?} is not an address and port (e.g. 127.0.0.1:9780): {e}")
+    })?;
+    if !addr.ip().is_loopback() && !has_token {
+        return Err(format!(
+            "listen = {listen} is reachable beyond this host, and no metrics-token-file is set: set one (a file holding a secret token) or listen on 127.0.0.1"
+        ));
+    }
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    Ok(listener)
+}
+
+/// Serves on `listener` from a thread of its own until the process exits.
+pub fn spawn(
+    listener: TcpListener,
+    service: Arc<Service>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let registry = crate::metrics::registry(Arc::clone(&service));
+    let shared = Arc::new(Shared { service, registry });
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("the HTTP server cannot start: {e}");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!("the HTTP server cannot start: {e}");
+                        return;
+                    }
+                };
+                if let Err(e) = axum::serve(listener, router(shared)).await {
+                    tracing::error!("the HTTP server stopped: {e}");
+                }
+            });
+        })
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/api/v1/status", get(status))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            require_token,
+        ))
+        .with_state(shared)
+}
+
+async fn require_token(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = shared.service.token() else {
+        return next.run(request).await;
+    };
+    if bearer_matches(request.headers(), &token) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "a token is required: send Authorization: Bearer TOKEN (the metrics-token-file's content)\n",
+    )
+        .into_response()
+}
+
+/// Compares in time independent of where the strings differ.
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    // A few locks and a statvfs per data directory: cheap enough to do in place.
+    match crate::metrics::encode(&shared.registry) {
+        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
+    }
+}
+
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    let health = health::check(&shared.service);
+    let code = if health.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(health)).into_response()
+}
+
+/// Everything `tapdeck status` shows: health, the counters of this moment, the data
+/// directories and the retention horizon.
+async fn status(State(shared): State<Arc<Shared>>) -> Response {
+    let service = &shared.service;
+    let health = health::check(service);
+    let mut body = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "health": health,
+    });
+    if let Some(live) = service.control.live() {
+        let dirs: Vec<_> = live
+            .dirs()
+            .into_iter()
+            .map(|d| {
+                serde_json::json!({
+                    "path": d.path, "up": d.up, "free_bytes": d.free_bytes, "size_bytes": d.size_bytes,
+                })
+            })
+            .collect();
+        body["stats"] = serde_json::to_value(live.snapshot()).unwrap_or_default();
+        body["data_dirs"] = serde_json::Value::from(dirs);
+        body["horizon_ns"] = serde_json::Value::from(live.horizon_ns());
+        body["started_ns"] = serde_json::Value::from(live.started_ns());
+    }
+    axum::Json(body).into_response()
+}

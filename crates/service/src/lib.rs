@@ -1,0 +1,17 @@
+//! `tapdeck serve`: the recorder as a service that runs for weeks with nobody watching.
+//!
+//! It records exactly as `tapdeck record -i` does (the same pipeline and files) and adds
+//! what an operator needs around it: a config file with reload ([`config`]), Prometheus
+//! metrics and a health check over HTTP ([`metrics`], [`health`], [`http`]), systemd
+//! readiness and watchdog notifications ([`notify`]), and the client behind
+//! `tapdeck status` ([`status`]).
+
+pub mod config;
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod notify;
+pub mod process;
+pub mod reload;
+pub mod state;
+pub mod status;

@@ -1,0 +1,171 @@
+//! SIGHUP: read the config file again and apply what can change without losing a packet
+//! (retention limits, rotation, log level, health thresholds, the token); log which
+//! changed keys need a restart. A file that does not load, or whose values do not check,
+//! changes nothing.
+
+use std::path::Path;
+
+use tapdeck_recorder::pipeline::Control;
+
+use crate::config::{ConfigError, ServeConfig, LIVE_KEYS};
+use crate::state::Service;
+
+/// What a reload did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// Keys now in effect.
+    pub applied: Vec<String>,
+    /// Keys that changed in the file but keep their old value until a restart.
+    pub need_restart: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Loads `path`, applies the command line's `overrides` over it as at start, and puts
+/// the live-changeable differences from `current` into effect. Returns the config now
+/// in effect (changed live keys only) and what happened.
+pub fn reload(
+    path: &Path,
+    overrides: &std::collections::BTreeMap<String, serde_json::Value>,
+    current: &ServeConfig,
+    service: &Service,
+    set_log_level: &dyn Fn(&str) -> Result<(), String>,
+) -> Result<(ServeConfig, Outcome), ReloadError> {
+    let mut new = ServeConfig::load(path)?;
+    new.override_with(overrides)?;
+    apply(current, &new, service, set_log_level)
+}
+
+/// Applies `new` over `current`; see [`reload`].
+pub fn apply(
+    current: &ServeConfig,
+    new: &ServeConfig,
+    service: &Service,
+    set_log_level: &dyn Fn(&str) -> Result<(), String>,
+) -> Result<(ServeConfig, Outcome), ReloadError> {
+    // Every value is checked as at start, even those that will wait for a restart.
+    let built = new
+        .record
+        .builder()
+        .map_err(|e| ReloadError::Invalid(e.to_string()))?
+        .build();
+    let changed = current.changed_keys(new);
+    let (live, restart): (Vec<String>, Vec<String>) = changed
+        .into_iter()
+        .partition(|k| LIVE_KEYS.contains(&k.as_str()));
+    let mut effective = current.clone();
+    let mut outcome = Outcome {
+        need_restart: restart,
+        ..Outcome::default()
+    };
+    if live.is_empty() {
+        return Ok((effective, outcome));
+    }
+    // The serve settings, then the log level (both can fail without side effects).
+    let mut settings = current.serve.clone();
+    settings.health_stall = new.serve.health_stall;
+    settings.health_max_drops = new.serve.health_max_drops;
+    settings.min_horizon = new.serve.min_horizon;
+    settings.metrics_token_file = new.serve.metrics_token_file.clone();
+    settings.log_level = new.serve.log_level.clone();
+    if settings.log_level != current.serve.log_level {
+        set_log_level(&settings.log_level).map_err(ReloadError::Invalid)?;
+    }
+    service
+        .set_settings(settings.clone())
+        .map_err(ReloadError::Invalid)?;
+    effective.serve = settings;
+    let record_live = |k: &str| live.iter().any(|l| l == k);
+    if ["max-bytes", "min-free", "min-keep"]
+        .iter()
+        .any(|k| record_live(k))
+    {
+        if let Some(view) = service.control.live() {
+            view.retention.set_policy(built.retention, &view.stats);
+        }
+        effective.record.max_bytes = new.record.max_bytes.clone();
+        effective.record.min_free = new.record.min_free.clone();
+        effective.record.min_keep = new.record.min_keep;
+    }
+    if ["rotate-size", "rotate-interval"]
+        .iter()
+        .any(|k| record_live(k))
+    {
+        set_rotation(&service.control, built.rotation);
+        effective.record.rotate_size = new.record.rotate_size.clone();
+        effective.record.rotate_interval = new.record.rotate_interval;
+    }
+    outcome.applied = live;
+    Ok((effective, outcome))
+}
+
+fn set_rotation(control: &Control, rotation: tapdeck_recorder::recorder::Rotation) {
+    control.set_rotation(rotation);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn config(text: &str) -> ServeConfig {
+        ServeConfig::parse(Path::new("t.toml"), text).unwrap()
+    }
+
+    #[test]
+    fn live_keys_apply_and_the_rest_wait_for_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s");
+        let base = format!(
+            "interface = [\"lo\"]\nstore = {:?}\nmax-bytes = \"1GiB\"\n",
+            store.display().to_string()
+        );
+        let current = config(&base);
+        let new = config(&format!(
+            "{base}health-max-drops = 7\nthreads = 2\nrotate-size = \"1MiB\"\nlog-level = \"debug\"\n"
+        ));
+        let control = Arc::new(Control::default());
+        let service = Service::new(Arc::clone(&control), current.serve.clone()).unwrap();
+        let levels = std::sync::Mutex::new(Vec::new());
+        let set_level = |l: &str| {
+            levels.lock().unwrap().push(l.to_string());
+            Ok(())
+        };
+        let (effective, outcome) = apply(&current, &new, &service, &set_level).unwrap();
+        assert_eq!(
+            outcome.applied,
+            vec!["rotate-size", "health-max-drops", "log-level"]
+        );
+        assert_eq!(outcome.need_restart, vec!["threads"]);
+        assert_eq!(service.settings().health_max_drops, 7);
+        assert_eq!(*levels.lock().unwrap(), vec!["debug"]);
+        assert_eq!(effective.record.threads, 1, "threads waits for a restart");
+        assert_eq!(effective.record.rotate_size.as_deref(), Some("1MiB"));
+        let rotation = control.rotation.lock().unwrap().unwrap();
+        assert_eq!(rotation.max_bytes, Some(1 << 20));
+        // Applying the effective config again changes nothing live.
+        let (_, again) = apply(&effective, &new, &service, &set_level).unwrap();
+        assert!(again.applied.is_empty());
+        assert_eq!(again.need_restart, vec!["threads"]);
+    }
+
+    #[test]
+    fn a_bad_value_changes_nothing() {
+        let current = config("interface = [\"lo\"]\nstore = \"/tmp/x\"\n");
+        let new = config(
+            "interface = [\"lo\"]\nstore = \"/tmp/x\"\nhealth-max-drops = 3\nmax-bytes = \"lots\"\n",
+        );
+        let control = Arc::new(Control::default());
+        let service = Service::new(control, current.serve.clone()).unwrap();
+        let e = apply(&current, &new, &service, &|_| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("--max-bytes"), "{e}");
+        assert_eq!(service.settings().health_max_drops, 0, "untouched");
+    }
+}
