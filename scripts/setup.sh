@@ -21,6 +21,9 @@ packages=(
   libfixbuf-tools  # ipfixDump, the second IPFIX oracle in crates/ipfix tests
   nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils # real NFS traffic: tests/nfs rig
   chromium chromium-driver # headless check of the analysis report (tests/e2e)
+  prometheus       # promtool checks deploy/'s rules and config (tests/e2e/test_deploy.py);
+                   # where systemd runs, Debian's package also starts a Prometheus on :9090
+  systemd          # systemd-analyze verifies deploy/tapdeck.service
 )
 missing=()
 for p in "${packages[@]}"; do
