@@ -1,6 +1,8 @@
 //! Log lines to standard error (journald under systemd), one per event: human-readable
 //! text, or JSON objects with `--log-format json`; the level can change while running.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, reload, EnvFilter};
@@ -13,7 +15,11 @@ pub fn init(level: &str, json: bool) -> SetLevel {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
-    let layer = fmt::layer().with_writer(std::io::stderr).with_target(false);
+    // Colours only for a terminal: journald and log files get plain text.
+    let layer = fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         registry.with(layer.json().flatten_event(true)).init();
     } else {

@@ -20,6 +20,11 @@ use signal_hook::consts::SIGHUP;
 
 /// Says at start what a live recording will do about files and disk space.
 fn print_live_defaults(rotation: &Rotation, retention: &RetentionPolicy) {
+    eprintln!("tapdeck: {}", live_defaults(rotation, retention));
+}
+
+/// What a live recording will do about files and disk space, in one line.
+pub(crate) fn live_defaults(rotation: &Rotation, retention: &RetentionPolicy) -> String {
     let cut = match (rotation.max_bytes, rotation.interval_ns) {
         (None, None) => "one file until stopped (no rotation)".to_string(),
         (Some(b), None) => format!("a new file every {}", human_bytes(b)),
@@ -49,7 +54,7 @@ fn print_live_defaults(rotation: &Rotation, retention: &RetentionPolicy) {
             )
         }
     };
-    eprintln!("tapdeck: {cut}; {keep} (see --rotate-size, --rotate-interval, --max-bytes, --min-free; 0 turns each off)");
+    format!("{cut}; {keep} (see --rotate-size, --rotate-interval, --max-bytes, --min-free; 0 turns each off)")
 }
 
 /// The store directory and its data directories.

@@ -26,12 +26,15 @@ use crate::record;
 
 /// The config file with the flags given on the command line over it.
 fn load(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<(ServeConfig, Overrides)> {
+    // A config that cannot run is a usage error (exit 2): the unit does not restart on it.
     let mut config = match &args.config {
-        Some(path) => ServeConfig::load(path)?,
+        Some(path) => ServeConfig::load(path).map_err(|e| usage(e.to_string()))?,
         None => ServeConfig::default(),
     };
     let overrides = flag_overrides(args, matches);
-    config.override_with(&overrides)?;
+    config
+        .override_with(&overrides)
+        .map_err(|e| usage(e.to_string()))?;
     Ok((config, overrides))
 }
 
@@ -80,29 +83,20 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     }
     // Progress lines are for terminals; a service logs.
     opts.quiet = true;
-    let cfg = opts.builder()?.build();
+    let cfg = opts.builder().map_err(|e| usage(e.to_string()))?.build();
     let settings = config.serve.clone();
     for interface in &opts.interfaces {
         if !Path::new("/sys/class/net").join(interface).exists() {
-            anyhow::bail!(
+            return Err(usage(format!(
                 "interface {interface} does not exist on this host (see `ip link`); fix `interface` in the config or -i"
-            );
+            )));
         }
     }
     let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
-        .map_err(anyhow::Error::msg)?;
+        .map_err(usage)?;
     if args.check {
         // Binding is left to the start; the address must at least be one we may use.
-        let addr: std::net::SocketAddr = settings
-            .listen
-            .parse()
-            .map_err(|e| anyhow::anyhow!("listen = {:?}: {e}", settings.listen))?;
-        if !addr.ip().is_loopback() && token.is_none() {
-            anyhow::bail!(
-                "listen = {} is reachable beyond this host, and no metrics-token-file is set",
-                settings.listen
-            );
-        }
+        http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
         println!(
             "config OK: records {} ({} capture thread(s)) into {}; HTTP on {}{}",
             opts.interfaces.join(", "),
@@ -125,8 +119,10 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
         Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
     // Before capture starts and privileges go: a taken port fails the start, and a port
     // under 1024 may still be bound.
+    http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
     let listener = http::bind(&settings.listen, token.is_some()).map_err(anyhow::Error::msg)?;
     let sources = record::open_live(&opts, &cfg)?;
+    tracing::info!("{}", record::live_defaults(&cfg.rotation, &cfg.retention));
     tracing::info!(
         "serving http://{}/metrics, /healthz and /api/v1/status{}",
         settings.listen,
@@ -155,6 +151,10 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     let summary = record::run_with(cfg, sources, control, stats, &opts);
     done.store(true, Ordering::SeqCst);
     let _ = monitor.join();
+    if service.phase() != Phase::Stopping {
+        // The sources ended or failed before a stop signal.
+        notify::stopping();
+    }
     let summary = summary?;
     record::print_summary(&summary);
     if let Some(fatal) = summary.fatal {

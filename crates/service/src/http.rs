@@ -1,9 +1,14 @@
 //! The service's HTTP server (axum on a one-thread tokio runtime, beside the recorder's
 //! threads): `GET /metrics`, `GET /healthz` and `GET /api/v1/status`. With a token file
 //! every route requires `Authorization: Bearer TOKEN`.
+//!
+//! Hostile or broken clients cannot take it over: at most [`MAX_CONNECTIONS`] at once
+//! (more are closed on accept), request headers within [`HEADER_TIMEOUT`] and
+//! [`MAX_HEADER_BYTES`], and no connection lives longer than [`CONNECTION_LIFETIME`].
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -19,14 +24,18 @@ use crate::state::Service;
 /// Content type of the OpenMetrics text format (Prometheus asks for it and parses it).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+pub const MAX_CONNECTIONS: usize = 64;
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
+
 struct Shared {
     service: Arc<Service>,
     registry: Registry,
 }
 
-/// Binds `listen` now (so a taken port or a bad address fails the start, not a thread
-/// later), refusing an address beyond loopback without a token.
-pub fn bind(listen: &str, has_token: bool) -> Result<TcpListener, String> {
+/// The address to listen on, refused beyond loopback without a token.
+pub fn check_listen(listen: &str, has_token: bool) -> Result<SocketAddr, String> {
     let addr: SocketAddr = listen.parse().map_err(|e| {
         format!("listen = {listen:?} is not an address and port (e.g. 127.0.0.1:9780): {e}")
     })?;
@@ -35,6 +44,13 @@ pub fn bind(listen: &str, has_token: bool) -> Result<TcpListener, String> {
             "listen = {listen} is reachable beyond this host, and no metrics-token-file is set: set one (a file holding a secret token) or listen on 127.0.0.1"
         ));
     }
+    Ok(addr)
+}
+
+/// Binds `listen` now (so a taken port or a bad address fails the start, not a thread
+/// later), refusing an address beyond loopback without a token.
+pub fn bind(listen: &str, has_token: bool) -> Result<TcpListener, String> {
+    let addr = check_listen(listen, has_token)?;
     let listener =
         TcpListener::bind(addr).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     listener
@@ -71,11 +87,40 @@ pub fn spawn(
                         return;
                     }
                 };
-                if let Err(e) = axum::serve(listener, router(shared)).await {
-                    tracing::error!("the HTTP server stopped: {e}");
-                }
+                serve(listener, router(shared)).await;
             });
         })
+}
+
+/// Accepts connections for ever, each served by hyper under the limits above.
+async fn serve(listener: tokio::net::TcpListener, router: Router) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: wait rather than spin.
+                tracing::warn!("HTTP accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Full: this one is turned away, the ones being served keep going.
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEADER_BYTES)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            drop(slot);
+        });
+    }
 }
 
 fn router(shared: Arc<Shared>) -> Router {

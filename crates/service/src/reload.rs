@@ -5,8 +5,6 @@
 
 use std::path::Path;
 
-use tapdeck_recorder::pipeline::Control;
-
 use crate::config::{ConfigError, ServeConfig, LIVE_KEYS};
 use crate::state::Service;
 
@@ -97,7 +95,7 @@ pub fn apply(
         .iter()
         .any(|k| record_live(k))
     {
-        set_rotation(&service.control, built.rotation);
+        service.control.set_rotation(built.rotation);
         effective.record.rotate_size = new.record.rotate_size.clone();
         effective.record.rotate_interval = new.record.rotate_interval;
     }
@@ -105,13 +103,11 @@ pub fn apply(
     Ok((effective, outcome))
 }
 
-fn set_rotation(control: &Control, rotation: tapdeck_recorder::recorder::Rotation) {
-    control.set_rotation(rotation);
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use tapdeck_recorder::pipeline::Control;
 
     use super::*;
 
