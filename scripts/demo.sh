@@ -39,8 +39,30 @@ python3 tests/nfs/make_capture.py "$out/nfs-session.pcap" --workload mixed --no-
   || { tail -5 "$out/nfs-session.log"; exit 1; }
 echo "   $(capinfos -c -M "$out/nfs-session.pcap" | awk '/Number of packets/ {print $NF}') packets of NFSv3/v4, MOUNT and portmap traffic"
 
+echo "== service: tapdeck serve records td-demo0 live (the same pipeline as record -i), from a config file"
+listen=127.0.0.1:19780
+cat >"$out/tapdeck.toml" <<CONF
+# every key: deploy/tapdeck.toml
+interface = ["td-demo0"]
+store = "$out/store"
+rotate-interval = 60
+staging = "256MiB"
+listen = "$listen"
+CONF
+"$bin" serve --config "$out/tapdeck.toml" 2>"$out/serve.log" &
+record_pid=$!
+tcpdump -i td-demo0 -s 0 -w "$out/link.pcap" -U -q 2>/dev/null &
+capture_pid=$!
+# Ready when /healthz says so (recording, capture progressing, store writable).
+for _ in $(seq 100); do
+  curl -sf "http://$listen/healthz" >/dev/null && break
+  sleep 0.1
+done
+curl -sf "http://$listen/healthz" >/dev/null || { cat "$out/serve.log"; exit 1; }
+echo "   http://$listen/healthz: $(curl -s "http://$listen/healthz")"
+
 echo "== traffic: UDP size mix + one TCP transfer + the NFS session replayed, from the namespace"
-echo "   recorded live on td-demo0 by tapdeck (AF_PACKET v3), and by tcpdump as a reference"
+echo "   recorded live on td-demo0 by the service, and by tcpdump as a reference"
 python3 -c "
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -49,19 +71,20 @@ c, _ = s.accept()
 while c.recv(1 << 16): pass
 " &
 sink_pid=$!
-"$bin" record -i td-demo0 --store "$out/store" --rotate-interval 60 --staging 256MiB -q 2>"$out/record.log" &
-record_pid=$!
-tcpdump -i td-demo0 -s 0 -w "$out/link.pcap" -U -q 2>/dev/null &
-capture_pid=$!
-sleep 1
+sleep 0.5
 ip netns exec "$ns" python3 scripts/traffic.py 198.18.0.1 --count 20000 --rate 10000 --tcp-bytes 4000000
 ip netns exec "$ns" ping -c 5 -i 0.2 -q 198.18.0.1 >/dev/null
 ip netns exec "$ns" tcpreplay -q -i td-demo1 --mbps 200 "$out/nfs-session.pcap" >/dev/null
 sleep 1
-kill -INT "$record_pid"; wait "$record_pid"; record_pid=
+echo "== scrape: http://$listen/metrics (OpenMetrics; saved as metrics.txt), and tapdeck status"
+curl -s "http://$listen/metrics" >"$out/metrics.txt"
+grep -E '^tapdeck_packets_(seen|stored)_total|^tapdeck_packets_in_flight|^tapdeck_files_written_total|cause="kernel"' "$out/metrics.txt" | sed 's/^/   /'
+"$bin" status --listen "$listen" | sed 's/^/   /' || true
+echo "== stop: SIGTERM drains the service"
+kill -TERM "$record_pid"; wait "$record_pid"; record_pid=
 kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=
 wait "$sink_pid" 2>/dev/null || true; sink_pid=
-cat "$out/record.log" | grep -v INFO
+grep -v INFO "$out/serve.log" || true
 echo "   tcpdump, on the same link, wrote $(tcpdump -r "$out/link.pcap" 2>/dev/null | wc -l) packets"
 
 echo "== record: the tcpdump file replayed into a second store (original timestamps kept)"
@@ -93,7 +116,8 @@ echo "== analyze: every analysis, as tables, plots and one HTML report"
 cat <<EOT
 
 Results:
-  $out/store/               the live recording (manifest.json, stats.jsonl, *.pcapng.zst)
+  $out/store/               the live recording by tapdeck serve (manifest.json, *.pcapng.zst)
+  $out/tapdeck.toml         its config; serve.log its log; metrics.txt a scrape of /metrics
   $out/link.pcap            the same traffic as tcpdump wrote it, for comparison
   $out/replay-store/        link.pcap replayed into a store
   $out/synthetic-store/     the synthetic recording
