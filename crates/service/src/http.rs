@@ -23,6 +23,8 @@ use crate::state::Service;
 
 /// Content type of the OpenMetrics text format (Prometheus asks for it and parses it).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The classic Prometheus text format, for everyone else.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub const MAX_CONNECTIONS: usize = 64;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -167,10 +169,19 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
     // A few locks and a statvfs per data directory: cheap enough to do in place.
     match crate::metrics::encode(&shared.registry) {
-        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Ok(text) if openmetrics => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Ok(text) => (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            crate::metrics::to_prometheus_text(&text),
+        )
+            .into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
     }
 }

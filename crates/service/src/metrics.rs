@@ -28,6 +28,34 @@ pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     Ok(out)
 }
 
+/// The same metrics in the classic Prometheus text format (0.0.4), for clients that do
+/// not ask for OpenMetrics (curl, `promtool check metrics`, older scrapers): counter
+/// families are named with their `_total` suffix, and `# UNIT` and `# EOF` go.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{tag}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(l) => out.push_str(&l),
+            None if line.starts_with("# UNIT ") || line == "# EOF" => continue,
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 struct Metrics {
     service: Arc<Service>,
 }
@@ -425,4 +453,20 @@ fn process_metrics(e: &mut DescriptorEncoder) -> std::fmt::Result {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classic_format_names_counters_with_total_and_drops_openmetrics_lines() {
+        let om = "# HELP a_seen Seen.\n# TYPE a_seen counter\na_seen_total{x=\"1\"} 3\n\
+                  # HELP b_free Free.\n# TYPE b_free gauge\n# UNIT b_free bytes\nb_free_bytes 2.0\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP a_seen_total Seen.\n# TYPE a_seen_total counter\na_seen_total{x=\"1\"} 3\n\
+             # HELP b_free Free.\n# TYPE b_free gauge\nb_free_bytes 2.0\n"
+        );
+    }
 }
