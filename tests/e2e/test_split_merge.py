@@ -310,13 +310,17 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
             for i, store in enumerate(stores):
                 # The kernel's fanout hash is nft's symhash too, each scaled to a range:
                 # monitor 0 gets the lowest 1/n of it, which a fanout splits only with more
-                # than n threads. With n + 1 its store gets two streams.
-                extra = ["--threads", str(n + 1), "--rotate-size", "48KiB"] if i == 0 else []
+                # than n threads. With n + 1 its store gets two streams. At this low rate each
+                # ring block is retired by the 10 ms block timeout with a few packets in it, so
+                # the ring's block count is how long a capture thread may go unscheduled on a
+                # busy machine before the kernel drops: 64 blocks give 640 ms (8 gave 80 ms,
+                # and a loaded CI machine once dropped half of monitor 0's packets).
+                extra = ["--threads", str(n + 1), "--rotate-size", "16KiB"] if i == 0 else []
                 log = tmp / f"mon{i}.log"
                 p = start(["ip", "netns", "exec", MON.format(i), tapdeck.bin, "record", "-i",
                            f"cap{i}", "--store", store, "-q", "--staging", "16MiB",
-                           "--chunk-size", "1MiB", "--ring-blocks", "8", "--ring-block-size",
-                           "1MiB", "--codec", "zstd:1", *extra], log)
+                           "--chunk-size", "1MiB", "--ring-blocks", "64", "--ring-block-size",
+                           "256KiB", "--codec", "zstd:1", *extra], log)
                 procs.append(p)
                 recorders.append((p, log))
             for (p, log), store in zip(recorders, stores):
@@ -329,6 +333,12 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
             time.sleep(0.5)
             for (p, log), i in zip(recorders, range(n)):
                 stop(p, log, f"tapdeck record on monitor {i}")
+                # Every later comparison assumes each monitor stored all it was given.
+                summary = log.read_text()
+                assert re.search(r"packets: seen \d+  stored \d+  dropped 0 ", summary), (
+                    f"monitor {i} dropped packets, so the merge cannot equal the reference:\n"
+                    + summary[-1500:]
+                )
             stop(tcpdump, ref_log, "tcpdump")
             text = ref_log.read_text()
             assert re.search(r"^0 packets dropped by kernel", text, re.MULTILINE), text
