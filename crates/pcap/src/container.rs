@@ -37,7 +37,11 @@ const INDEX_MAGIC: u32 = 0x184D_2A5B;
 const SEEK_TABLE_MAGIC: u32 = 0x184D_2A5E;
 const SEEKABLE_FOOTER_MAGIC: u32 = 0x8F92_EAB1;
 const INDEX_TAG: &[u8; 4] = b"TDCI";
-const INDEX_VERSION: u16 = 1;
+/// Version 1: metadata and entries. Version 2 adds extensions after the entries (a tag,
+/// a length and a body each; readers skip tags they do not know).
+const INDEX_VERSION: u16 = 2;
+/// Extension holding the per-entry flow indexes: for each entry, a u32 length and bytes.
+const FLOWS_TAG: &[u8; 4] = b"FLOW";
 /// zstd raw blocks hold at most 128 KiB each.
 const ZSTD_MAX_BLOCK: usize = 128 * 1024;
 /// LZ4 frames we write use 4 MiB blocks.
@@ -168,6 +172,11 @@ pub struct ChunkEntry {
 pub struct ChunkIndex {
     pub meta: String,
     pub entries: Vec<ChunkEntry>,
+    /// Per entry, the flows its packets hold (an encoded `tapdeck_index::FlowIndex`; empty
+    /// for frames without packets or when unknown). Empty when the file has no flow index
+    /// (files written before it existed): then the index is written as version 1, byte
+    /// for byte as before.
+    pub flows: Vec<Vec<u8>>,
 }
 
 /// Errors reading a container.
@@ -505,7 +514,10 @@ impl ChunkIndex {
         let mut body =
             Vec::with_capacity(16 + self.meta.len() + self.entries.len() * INDEX_ENTRY_LEN);
         body.extend_from_slice(INDEX_TAG);
-        body.extend_from_slice(&INDEX_VERSION.to_le_bytes());
+        // Flow indexes only as one per entry (anything else would not read back).
+        let with_flows = !self.entries.is_empty() && self.flows.len() == self.entries.len();
+        let version: u16 = if with_flows { INDEX_VERSION } else { 1 };
+        body.extend_from_slice(&version.to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
         body.extend_from_slice(&(self.meta.len() as u32).to_le_bytes());
         body.extend_from_slice(self.meta.as_bytes());
@@ -525,6 +537,16 @@ impl ChunkIndex {
             });
             body.push(0);
             body.extend_from_slice(&e.codec.to_bytes());
+        }
+        if with_flows {
+            body.extend_from_slice(&1u32.to_le_bytes());
+            body.extend_from_slice(FLOWS_TAG);
+            let len: usize = self.flows.iter().map(|f| 4 + f.len()).sum();
+            body.extend_from_slice(&(len as u32).to_le_bytes());
+            for f in &self.flows {
+                body.extend_from_slice(&(f.len() as u32).to_le_bytes());
+                body.extend_from_slice(f);
+            }
         }
         let mut out = Vec::with_capacity(body.len() + 32 + self.entries.len() * 8);
         out.extend_from_slice(&INDEX_MAGIC.to_le_bytes());
@@ -666,7 +688,7 @@ impl ChunkIndex {
         }
         let version_at = b.offset();
         let version = b.u16("chunk index version")?;
-        if version != INDEX_VERSION {
+        if !(1..=INDEX_VERSION).contains(&version) {
             return Err(invalid(
                 version_at,
                 format!("chunk index version {version}, this tapdeck reads {INDEX_VERSION}"),
@@ -680,7 +702,12 @@ impl ChunkIndex {
             .map_err(|_| invalid(meta_at, "chunk index metadata is not UTF-8"))?;
         let count_at = b.offset();
         let count = b.u32("chunk index entry count")? as usize;
-        if count.checked_mul(INDEX_ENTRY_LEN) != Some(b.remaining()) {
+        let fits = match count.checked_mul(INDEX_ENTRY_LEN) {
+            Some(n) if version == 1 => n == b.remaining(),
+            Some(n) => n <= b.remaining(),
+            None => false,
+        };
+        if !fits {
             return Err(invalid(
                 count_at,
                 format!(
@@ -693,8 +720,61 @@ impl ChunkIndex {
         for i in 0..count {
             entries.push(ChunkEntry::decode(&mut b, i)?);
         }
-        Ok(ChunkIndex { meta, entries })
+        let mut flows = Vec::new();
+        if version >= 2 {
+            // Version 2 has exactly the flow extension, for a file with entries (a reader
+            // accepts only what the writer writes: see `fuzzing::check_read`).
+            let ext_at = b.offset();
+            if b.u32("chunk index extension count")? != 1 || count == 0 {
+                return Err(invalid(
+                    ext_at,
+                    "chunk index version 2 without its flow index",
+                ));
+            }
+            let tag_at = b.offset();
+            if b.bytes(4, "chunk index extension tag")? != FLOWS_TAG {
+                return Err(invalid(tag_at, "chunk index extension is not a flow index"));
+            }
+            let len = b.u32("chunk index extension length")? as usize;
+            let body = Cursor::new(b.bytes(len, "chunk index extension")?).based_at(tag_at + 8);
+            flows = decode_flows(body, count)?;
+            if b.remaining() != 0 {
+                return Err(invalid(
+                    b.offset(),
+                    format!("{} bytes after the chunk index's extensions", b.remaining()),
+                ));
+            }
+        }
+        Ok(ChunkIndex {
+            meta,
+            entries,
+            flows,
+        })
     }
+}
+
+/// The FLOW extension: one length-prefixed flow index per entry.
+fn decode_flows(mut b: Cursor<'_>, count: usize) -> Result<Vec<Vec<u8>>, ContainerError> {
+    // Each entry takes at least its 4-byte length: a count beyond that is a lie.
+    let mut flows = Vec::with_capacity(count.min(b.remaining() / 4));
+    for i in 0..count {
+        let len = b.u32("flow index length")? as usize;
+        let at = b.offset();
+        let bytes = b.bytes(len, "flow index").map_err(|_| {
+            invalid(
+                at,
+                format!("flow index of entry {i} runs past its extension"),
+            )
+        })?;
+        flows.push(bytes.to_vec());
+    }
+    if b.remaining() != 0 {
+        return Err(invalid(
+            b.offset(),
+            "flow index extension longer than its entries",
+        ));
+    }
+    Ok(flows)
 }
 
 impl ChunkEntry {
@@ -955,13 +1035,31 @@ mod tests {
 
     #[test]
     fn trailer_roundtrips_through_a_file_and_zeekstd_reads_its_seek_table() {
-        let index = ChunkIndex {
+        let mut index = ChunkIndex {
             meta: r#"{"stream":0}"#.into(),
             entries: (0..5).map(entry).collect(),
+            flows: Vec::new(),
         };
-        let mut file = tempfile_with(&[vec![0xAB; 500], index.encode_trailer()].concat());
-        assert_eq!(ChunkIndex::read_trailer(file.as_file_mut()).unwrap(), index);
-
+        // Without flow indexes: version 1, as files before them were written.
+        let v1 = index.encode_trailer();
+        assert_eq!(&v1[12..14], &1u16.to_le_bytes());
+        index.flows = vec![vec![], vec![1, 2, 3], vec![], vec![4; 300], vec![5]];
+        let v2 = index.encode_trailer();
+        assert_eq!(&v2[12..14], &2u16.to_le_bytes());
+        for (trailer, want) in [
+            (
+                v1,
+                ChunkIndex {
+                    flows: Vec::new(),
+                    ..index.clone()
+                },
+            ),
+            (v2, index.clone()),
+        ] {
+            let mut file = tempfile_with(&[vec![0xAB; 500], trailer].concat());
+            assert_eq!(ChunkIndex::read_trailer(file.as_file_mut()).unwrap(), want);
+        }
+        let file = tempfile_with(&[vec![0xAB; 500], index.encode_trailer()].concat());
         let bytes = std::fs::read(file.path()).unwrap();
         let mut cursor = std::io::Cursor::new(bytes);
         let table = zeekstd::SeekTable::from_seekable(&mut cursor).unwrap();
@@ -977,6 +1075,7 @@ mod tests {
         let index = ChunkIndex {
             meta: "{}".into(),
             entries: (0..3).map(entry).collect(),
+            flows: vec![vec![9; 20], vec![], vec![1]],
         };
         let whole = [vec![7u8; 300], index.encode_trailer()].concat();
         for cut in 0..whole.len() {
@@ -1064,6 +1163,7 @@ mod hostile_trailers {
                 .collect();
             let mut index = draw_index(&mut Draw::new(&bytes));
             index.entries.truncate(3);
+            index.flows.truncate(3);
             out.push(index);
         }
         out.push(ChunkIndex {
@@ -1079,6 +1179,7 @@ mod hostile_trailers {
                 kind: FrameKind::Header,
                 codec: Codec::Zstd(3),
             }],
+            flows: Vec::new(),
         });
         out
     }

@@ -98,6 +98,15 @@ pub fn trailer_fields(index: &ChunkIndex) -> Vec<Field> {
             push(name, width, Some(i));
         }
     }
+    if !index.entries.is_empty() && index.flows.len() == index.entries.len() {
+        push("extension count", 4, None);
+        push("extension tag", 4, None);
+        push("extension length", 4, None);
+        for (i, f) in index.flows.iter().enumerate() {
+            push("flow index length", 4, Some(i));
+            push("flow index", f.len(), Some(i));
+        }
+    }
     push("seek table magic", 4, None);
     push("seek table length", 4, None);
     for i in 0..index.entries.len() {
@@ -145,8 +154,21 @@ pub fn draw_index(d: &mut Draw<'_>) -> ChunkIndex {
             ts += span;
             e
         })
-        .collect();
-    ChunkIndex { meta, entries }
+        .collect::<Vec<_>>();
+    // Half the time a flow index per entry (opaque bytes here; empty ones too).
+    let flows = if d.below(2) == 0 {
+        Vec::new()
+    } else {
+        entries
+            .iter()
+            .map(|_| (0..d.below(40)).map(|_| d.u8()).collect())
+            .collect()
+    };
+    ChunkIndex {
+        meta,
+        entries,
+        flows,
+    }
 }
 
 /// The file the recipe `d` describes, and whether it was left undamaged.

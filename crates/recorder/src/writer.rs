@@ -680,6 +680,7 @@ impl StreamWriter {
         let index = ChunkIndex {
             meta: serde_json::to_string(&meta).expect("meta serializes"),
             entries: cur.entries,
+            flows: Vec::new(),
         };
         let final_path = self.dirs.paths[cur.dir].join(&cur.name);
         let (counted_bytes, packets) = (cur.counted_bytes, cur.packets);

@@ -836,6 +836,7 @@ pub mod testutil {
         let mut index = ChunkIndex {
             meta: serde_json::to_string(&meta).unwrap(),
             entries,
+            flows: Vec::new(),
         };
         (spec.tamper)(&mut index);
         (bytes, index)

@@ -570,6 +570,7 @@ fn salvaged_index(
     let index = ChunkIndex {
         meta: serde_json::to_string(&meta).expect("metadata serializes"),
         entries,
+        flows: Vec::new(),
     };
     (index, meta)
 }
