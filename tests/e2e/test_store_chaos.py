@@ -61,7 +61,7 @@ def test_twenty_kills_with_retention_churning(tapdeck, procs, ext4):
     args = ["record", "--store", store, "--synthetic", "1514", "--rate", "20000",
             "--codec", "lz4", "--staging", "32MiB", "--chunk-size", "512KiB",
             "--rotate-size", "1MiB", "--max-bytes", "48MiB", "--min-keep", "0",
-            "--stats-interval", "0.2", "--flush-interval", "0.2", "--log", "info"]
+            "--stats-interval", "0.2", "--flush-interval", "0.2", "--log", "debug"]
     rng = random.Random(20261125)
     verified: set = set()
     complete: set = set()
@@ -77,6 +77,7 @@ def test_twenty_kills_with_retention_churning(tapdeck, procs, ext4):
         _, err = p.communicate()
         err = err.decode(errors="replace")
         assert "panicked" not in err, err[-3000:]
+        # Each deleted file is logged at debug level (info has a summary a minute).
         deleted = set(re.findall(r"retention deleted (\S+) \(", err))
         deleted_total += len(deleted)
         now = set(data_files(store))

@@ -310,6 +310,7 @@ pub fn record<S: PacketSource + 'static>(
     };
     let mut next_report = start + cfg.stats_interval;
     let mut drops = DropWarnings::default();
+    let mut deletions = RetentionLog::new(&stats);
     let mut errors = Vec::new();
     while capture_threads.iter().any(|t| !t.is_finished()) {
         thread::sleep(Duration::from_millis(50));
@@ -318,8 +319,10 @@ pub fn record<S: PacketSource + 'static>(
             next_report += cfg.stats_interval;
         }
         drops.check(&stats);
+        deletions.check(&stats, &retention, false);
     }
     drops.check_now(&stats);
+    deletions.check(&stats, &retention, true);
     for t in capture_threads {
         match t.join() {
             Ok(Ok(ifaces)) => merge_interfaces(&mut manifest, &ifaces),
@@ -411,6 +414,51 @@ impl DropWarnings {
             }
         }
         self.last = Some((Instant::now(), now));
+    }
+}
+
+/// What retention deleted, in one line a minute (and at the end) rather than a line per
+/// file.
+struct RetentionLog {
+    since: Instant,
+    files: u64,
+    bytes: u64,
+}
+
+impl RetentionLog {
+    const INTERVAL: Duration = Duration::from_secs(60);
+
+    fn new(stats: &StatsHub) -> RetentionLog {
+        RetentionLog {
+            since: Instant::now(),
+            files: stats.files_deleted.load(Ordering::Relaxed),
+            bytes: stats.bytes_deleted.load(Ordering::Relaxed),
+        }
+    }
+
+    fn check(&mut self, stats: &StatsHub, retention: &Retention, last: bool) {
+        if !last && self.since.elapsed() < Self::INTERVAL {
+            return;
+        }
+        let now = RetentionLog::new(stats);
+        if now.files > self.files {
+            let horizon = retention
+                .horizon_ns()
+                .map(|h| {
+                    format!(
+                        "; the oldest packet stored is {:.0} s old",
+                        now_ns().saturating_sub(h) as f64 / 1e9
+                    )
+                })
+                .unwrap_or_default();
+            tracing::info!(
+                "retention deleted {} files ({} bytes) in the last {:.0} s{horizon}",
+                now.files - self.files,
+                now.bytes - self.bytes,
+                self.since.elapsed().as_secs_f64()
+            );
+        }
+        *self = now;
     }
 }
 

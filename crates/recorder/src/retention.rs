@@ -286,7 +286,9 @@ impl Retention {
                 tracing::warn!("retention could not delete {}: {e}", p.display());
             }
         }
-        tracing::info!(
+        // Each file at debug level: a service deleting a file a second would flood its
+        // journal; the recorder logs a summary a minute (see `recorder::RetentionLog`).
+        tracing::debug!(
             "retention deleted {} ({} bytes): {why}",
             victim.path.display(),
             victim.bytes
