@@ -361,6 +361,9 @@ fn oracle(linktype: u32, seed: u64, packets: usize, filters: usize, hostile: boo
             }
         };
         let Some(predicate) = predicate else {
+            if std::env::var_os("TAPDECK_INDEX_DEBUG").is_some() {
+                eprintln!("libpcap accepts, the index does not: {filter}");
+            }
             continue;
         };
         t.answered += 1;
