@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
 corpus=../../shared/corpus
-mkdir -p corpus/trace_reader corpus/trace_tail corpus/container corpus/trailer corpus/dissect corpus/wire_views corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake corpus/ip_fragments
+mkdir -p corpus/trace_reader corpus/trace_tail corpus/container corpus/trailer corpus/dissect corpus/wire_views corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake corpus/ip_fragments corpus/flow_index
 if [[ -d $corpus ]]; then
   find "$corpus" \( -name '*.pcap' -o -name '*.pcapng' \) -size -256k -exec cp -n {} corpus/trace_reader/ \; 2>/dev/null || true
   # trace_tail reads a 4-byte offset first, then the capture.
@@ -47,7 +47,19 @@ for name, data in seeds.items():
     open(f"corpus/collect_intake/seed-{name}", "wb").write(data)
 PY
 fi
-for target in trace_reader trace_tail container trailer dissect wire_views tcp_rpc name_cipher rpc_message ipfix_decode collect_intake ip_fragments; do
+if [[ -z "$(ls corpus/flow_index)" ]]; then
+  # Seeds: a filter with an index body to be sealed (mode 2: packets 3, IPv4 flag, two IPv4
+  # addresses, TCP port 80, VLAN 100), and one Ethernet/IPv4/TCP frame for the builder.
+  python3 - <<'PY' || true
+f = b"host 10.0.0.1 and (tcp port 80 or vlan 100)"
+body = b"TDFI\x01\x03\x01" + bytes([4, 0x81, 0x80, 0x80, 0x50, 0, 0, 0, 0, 2, 80, 0, 0, 2, 100])
+open("corpus/flow_index/seed-decode", "wb").write(bytes([2, len(f)]) + f + body)
+eth = bytes(12) + b"\x08\x00" + bytes([0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2])
+eth += bytes([0x9c, 0x40, 0, 80]) + bytes(8) + bytes([0x50]) + bytes(7)
+open("corpus/flow_index/seed-build", "wb").write(bytes([1, 0, len(eth)]) + eth)
+PY
+fi
+for target in trace_reader trace_tail container trailer dissect wire_views tcp_rpc name_cipher rpc_message ipfix_decode collect_intake ip_fragments flow_index; do
   echo "fuzz: $target for $seconds s" >&2
   cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 | tail -3
 done

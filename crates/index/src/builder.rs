@@ -1,0 +1,873 @@
+//! [`FlowIndexBuilder`]: fed every packet of a chunk, it records what a libpcap filter can
+//! be answered from, as libpcap's generated code reads it (libpcap 1.10, `gencode.c`):
+//!
+//! | dimension | recorded from | libpcap primitives it answers |
+//! |---|---|---|
+//! | IPv4 addresses | IPv4 source and destination; ARP/RARP sender and target protocol addresses (bytes 14..18 and 24..28 of the ARP header, unchecked, as libpcap reads them) | `host`, `net` (IPv4: libpcap's default also matches ARP/RARP) |
+//! | IPv6 addresses | IPv6 source and destination | `host`, `net` (IPv6) |
+//! | IP protocols | IPv4 protocol field | `ip proto`, `proto`, `tcp`, `udp`, `icmp`, `sctp` |
+//! | IPv6 protocols | the fixed header's next header; when that is a fragment header (44), the fragment header's next header (libpcap's `ip6 proto N` tests both); the upper layer after walking the extension headers | `ip6 proto`, `proto`, `tcp`, `udp`, `icmp6`, `sctp` |
+//! | TCP / UDP / SCTP ports | IPv4: protocol 6/17/132, fragment offset 0, ports at 4 × IHL after the IP header (IHL as written, even if impossible, as libpcap's `ldxb 4*([14]&0xf)` does); IPv6: fixed next header 6/17/132, ports right after the 40-byte header; also the ports after a walked extension header chain | `port`, `portrange` (with `tcp`/`udp`/`sctp`) |
+//! | VLAN ids | every tag of an 802.1Q/802.1ad/0x9100 stack | `vlan`, `vlan N` |
+//!
+//! Values a port or address field would have are added only when its bytes were captured:
+//! libpcap rejects a packet when its program loads past the captured bytes, so such a packet
+//! cannot match that primitive. Recording more than libpcap reads (tagged frames' inner
+//! headers, which libpcap only sees after `vlan`; the walked IPv6 chain, which libpcap 1.10
+//! does not follow for ports) only makes the index less selective, never wrong.
+//!
+//! Flags: a frame whose network layer is IPv4 / IPv6 (`ip`, `ip6`), a frame that is neither
+//! (ARP, LLDP, 802.3 LLC …), a non-first IP fragment (no ports: `port` never matches it,
+//! `host` does), and a frame the builder could not read (an unknown link type, a link or
+//! VLAN header cut short, an IP header shorter than its fixed part or of the wrong version):
+//! the index of a chunk holding one answers "maybe" to every filter.
+//!
+//! Memory is fixed when the builder is made (about 200 KiB) and `add` never allocates: address
+//! sets are open-addressing tables of twice [`MAX_VALUES`] slots, ports and VLANs bitmaps.
+//! A set that would hold more than [`MAX_VALUES`] distinct values is marked overflowed and
+//! answers "maybe"; so is an address set whose probe run grows past [`MAX_PROBE`] slots
+//! (crafted addresses), so the cost of `add` is bounded on any input.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use tapdeck_decode::packet::{
+    DLT_RAW_12, DLT_RAW_14, LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2, LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW,
+};
+use tapdeck_decode::wire::{
+    ethernet, ipv6, null, sll, vlan, EtherType, EthernetFrame, ExtensionChain, Ipv4Packet,
+    Ipv6Packet, NullHeader, Sll2Header, SllHeader, VlanTag,
+};
+
+use crate::index::{flag, FlowIndex, ValueSet};
+
+/// Distinct values a set of one chunk's index holds before it is marked overflowed.
+pub const MAX_VALUES: usize = 4096;
+
+/// Longest probe run in an address table before the set is marked overflowed.
+pub const MAX_PROBE: usize = 64;
+
+/// More stacked tags than this is not a real frame (the decoder's bound too).
+const MAX_VLAN_TAGS: usize = 8;
+
+const ETHERTYPE_ARP: u16 = 0x0806;
+const ETHERTYPE_RARP: u16 = 0x8035;
+
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const PROTO_SCTP: u8 = 132;
+
+/// Where TCP, UDP and SCTP keep their ports: the same first four bytes in all three.
+mod ports_field {
+    use std::ops::Range;
+    pub const SRC_PORT: Range<usize> = 0..2;
+    pub const DST_PORT: Range<usize> = 2..4;
+}
+
+/// ARP (RFC 826) as libpcap's `host` reads it: the sender and target protocol addresses at
+/// the offsets they have for IPv4 over Ethernet, whatever the header's lengths say.
+mod arp_field {
+    use std::ops::Range;
+    pub const SPA: Range<usize> = 14..18;
+    pub const TPA: Range<usize> = 24..28;
+}
+
+/// Collects one chunk's [`FlowIndex`]: [`add`](Self::add) every packet, then
+/// [`finish`](Self::finish), which hands out the index and starts the next chunk.
+pub struct FlowIndexBuilder {
+    packets: u64,
+    flags: u32,
+    ipv4: AddressTable<u32>,
+    ipv6: AddressTable<u128>,
+    ip_protocols: Bitmap<4>,
+    ip6_protocols: Bitmap<4>,
+    tcp_ports: Bitmap<1024>,
+    udp_ports: Bitmap<1024>,
+    sctp_ports: Bitmap<1024>,
+    vlans: Bitmap<64>,
+}
+
+impl Default for FlowIndexBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FlowIndexBuilder {
+    /// A builder with all its memory allocated (about 200 KiB); nothing is allocated later.
+    pub fn new() -> Self {
+        // One random key per builder, so addresses crafted to collide in one recorder's
+        // tables do not collide in another's (and a collision only costs selectivity).
+        let seed = RandomState::new().hash_one(0x7464_6669u64);
+        FlowIndexBuilder {
+            packets: 0,
+            flags: 0,
+            ipv4: AddressTable::new(seed),
+            ipv6: AddressTable::new(seed.rotate_left(17) ^ 0x5bd1_e995),
+            ip_protocols: Bitmap::new(),
+            ip6_protocols: Bitmap::new(),
+            tcp_ports: Bitmap::new(),
+            udp_ports: Bitmap::new(),
+            sctp_ports: Bitmap::new(),
+            vlans: Bitmap::new(),
+        }
+    }
+
+    /// Packets added since the last [`finish`](Self::finish).
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Records one captured frame of pcap link type `linktype`. Never panics, never
+    /// allocates. Link types read: Ethernet, raw IP (12, 14, 101, 228, 229), Linux SLL and
+    /// SLL2, BSD null/loopback; a frame of any other makes the chunk unprunable.
+    pub fn add(&mut self, linktype: u32, frame: &[u8]) {
+        self.packets += 1;
+        let (mut ethertype, mut off) = match link_layer(linktype, frame) {
+            Link::Next(t, off) => (t, off),
+            Link::NotIp => {
+                self.flags |= flag::NON_IP;
+                return;
+            }
+            Link::Unreadable => {
+                self.flags |= flag::UNPARSED;
+                return;
+            }
+        };
+        let mut tags = 0;
+        while EtherType::is_vlan(ethertype) {
+            let Ok(tag) = VlanTag::new_checked(rest(frame, off)) else {
+                self.flags |= flag::UNPARSED;
+                return;
+            };
+            tags += 1;
+            if tags > MAX_VLAN_TAGS {
+                self.flags |= flag::UNPARSED;
+                return;
+            }
+            self.vlans.insert(tag.vlan_id());
+            ethertype = tag.ethertype();
+            off += vlan::TAG_LEN;
+        }
+        let network = rest(frame, off);
+        match ethertype {
+            EtherType::IPV4 => self.ipv4(network),
+            EtherType::IPV6 => self.ipv6(network),
+            ETHERTYPE_ARP | ETHERTYPE_RARP => {
+                self.flags |= flag::NON_IP;
+                for field in [arp_field::SPA, arp_field::TPA] {
+                    if let Some(a) = network.get(field) {
+                        self.ipv4
+                            .insert(u32::from_be_bytes([a[0], a[1], a[2], a[3]]));
+                    }
+                }
+            }
+            _ => self.flags |= flag::NON_IP,
+        }
+    }
+
+    fn ipv4(&mut self, b: &[u8]) {
+        self.flags |= flag::IPV4;
+        let Ok(ip) = Ipv4Packet::new_checked(b) else {
+            self.flags |= flag::UNPARSED;
+            return;
+        };
+        self.ipv4.insert(u32::from_be_bytes(ip.src_addr()));
+        self.ipv4.insert(u32::from_be_bytes(ip.dst_addr()));
+        let proto = ip.protocol();
+        self.ip_protocols.insert(proto.into());
+        if ip.frag_offset() != 0 {
+            self.flags |= flag::FRAGMENT;
+            return;
+        }
+        // The IHL as written, as libpcap uses it: an impossible IHL under 5 puts the
+        // "ports" inside the IP header, and libpcap reads them there.
+        self.transport(proto, rest(b, ip.header_len()));
+    }
+
+    fn ipv6(&mut self, b: &[u8]) {
+        self.flags |= flag::IPV6;
+        let Ok(ip) = Ipv6Packet::new_checked(b) else {
+            self.flags |= flag::UNPARSED;
+            return;
+        };
+        self.ipv6.insert(u128::from_be_bytes(ip.src_addr()));
+        self.ipv6.insert(u128::from_be_bytes(ip.dst_addr()));
+        let next = ip.next_header();
+        self.ip6_protocols.insert(next.into());
+        let chain_bytes = rest(b, ipv6::HEADER_LEN);
+        if !ipv6::is_extension_header(next) {
+            self.transport(next, chain_bytes);
+            return;
+        }
+        // libpcap's `ip6 proto N` also matches a fragment header whose next header is N.
+        if next == ipv6::FRAGMENT {
+            if let Some(&inner) = chain_bytes.first() {
+                self.ip6_protocols.insert(inner.into());
+            }
+        }
+        // libpcap 1.10 goes no further, but a later one (or `ip6 protochain`) may: the
+        // upper layer and its ports are recorded too, which costs only selectivity.
+        let chain = ExtensionChain::walk(next, chain_bytes);
+        self.ip6_protocols.insert(chain.next_header.into());
+        if chain.frag_offset != 0 {
+            self.flags |= flag::FRAGMENT;
+        } else if chain.end.is_ok() {
+            self.transport(chain.next_header, rest(chain_bytes, chain.len));
+        }
+    }
+
+    /// The ports of a TCP, UDP or SCTP header at the start of `b`, those captured.
+    fn transport(&mut self, proto: u8, b: &[u8]) {
+        let ports = match proto {
+            PROTO_TCP => &mut self.tcp_ports,
+            PROTO_UDP => &mut self.udp_ports,
+            PROTO_SCTP => &mut self.sctp_ports,
+            _ => return,
+        };
+        for field in [ports_field::SRC_PORT, ports_field::DST_PORT] {
+            if let Some(p) = b.get(field) {
+                ports.insert(u16::from_be_bytes([p[0], p[1]]));
+            }
+        }
+    }
+
+    /// The index of the packets added since the builder was made or last finished; the
+    /// builder is then empty, ready for the next chunk.
+    pub fn finish(&mut self) -> FlowIndex {
+        let index = FlowIndex {
+            packets: self.packets,
+            flags: self.flags,
+            ipv4: self.ipv4.take(),
+            ipv6: self.ipv6.take(),
+            ip_protocols: self.ip_protocols.take(),
+            ip6_protocols: self.ip6_protocols.take(),
+            tcp_ports: self.tcp_ports.take(),
+            udp_ports: self.udp_ports.take(),
+            sctp_ports: self.sctp_ports.take(),
+            vlans: self.vlans.take(),
+        };
+        self.packets = 0;
+        self.flags = 0;
+        index
+    }
+}
+
+/// The bytes of `b` from `off` on (none past the end).
+#[inline]
+fn rest(b: &[u8], off: usize) -> &[u8] {
+    b.get(off..).unwrap_or_default()
+}
+
+/// What the link layer of a frame leads to.
+enum Link {
+    /// An ethertype and where the header it names starts.
+    Next(u16, usize),
+    /// A link type that leads to no IP (a BSD loopback family that is not IP, a raw
+    /// "IP" frame of another version).
+    NotIp,
+    /// A link type not read here, or a link header cut short.
+    Unreadable,
+}
+
+/// The link layers libpcap's and the decoder's views agree on. libpcap tests the same field
+/// for each: the ethertype (Ethernet, SLL, SLL2), the version nibble (raw IP), the address
+/// family (loopback, where the decoder accepts both byte orders and more IPv6 families than
+/// libpcap, which only widens what counts as IP).
+fn link_layer(linktype: u32, frame: &[u8]) -> Link {
+    let by_version = || match frame.first().map(|b| b >> 4) {
+        Some(4) => Link::Next(EtherType::IPV4, 0),
+        Some(6) => Link::Next(EtherType::IPV6, 0),
+        Some(_) => Link::NotIp,
+        None => Link::Unreadable,
+    };
+    match linktype {
+        LINKTYPE_ETHERNET => match EthernetFrame::new_checked(frame) {
+            Ok(eth) => Link::Next(eth.ethertype(), ethernet::HEADER_LEN),
+            Err(_) => Link::Unreadable,
+        },
+        LINKTYPE_RAW | DLT_RAW_12 | DLT_RAW_14 => by_version(),
+        LINKTYPE_IPV4 => Link::Next(EtherType::IPV4, 0),
+        LINKTYPE_IPV6 => Link::Next(EtherType::IPV6, 0),
+        LINKTYPE_LINUX_SLL => match SllHeader::new_checked(frame) {
+            Ok(h) => Link::Next(h.protocol(), sll::SLL_HEADER_LEN),
+            Err(_) => Link::Unreadable,
+        },
+        LINKTYPE_LINUX_SLL2 => match Sll2Header::new_checked(frame) {
+            Ok(h) => Link::Next(h.protocol(), sll::SLL2_HEADER_LEN),
+            Err(_) => Link::Unreadable,
+        },
+        LINKTYPE_NULL | LINKTYPE_LOOP => match NullHeader::new_checked(frame) {
+            Ok(h) => match h.ethertype() {
+                Some(t) => Link::Next(t, null::HEADER_LEN),
+                None => Link::NotIp,
+            },
+            Err(_) => Link::Unreadable,
+        },
+        _ => Link::Unreadable,
+    }
+}
+
+/// A fixed-size bitmap of `64 × W` values with a count of those set.
+struct Bitmap<const W: usize> {
+    words: Box<[u64; W]>,
+    count: usize,
+}
+
+impl<const W: usize> Bitmap<W> {
+    fn new() -> Self {
+        Bitmap {
+            words: Box::new([0; W]),
+            count: 0,
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, v: u16) {
+        let (word, bit) = (usize::from(v >> 6), 1u64 << (v & 63));
+        // Every caller's values fit: u8 in 4 words, 12-bit VLAN ids in 64, u16 in 1024.
+        if let Some(w) = self.words.get_mut(word) {
+            if *w & bit == 0 {
+                *w |= bit;
+                self.count += 1;
+            }
+        }
+    }
+
+    /// The values in order (or overflowed past [`MAX_VALUES`]); the bitmap is then empty.
+    fn take<T: TryFrom<usize>>(&mut self) -> ValueSet<T> {
+        if self.count == 0 {
+            return ValueSet::Exact(Vec::new());
+        }
+        let overflowed = self.count > MAX_VALUES;
+        let mut values = Vec::with_capacity(if overflowed { 0 } else { self.count });
+        for (i, w) in self.words.iter_mut().enumerate() {
+            let mut bits = std::mem::take(w);
+            while !overflowed && bits != 0 {
+                let v = i * 64 + bits.trailing_zeros() as usize;
+                if let Ok(v) = T::try_from(v) {
+                    values.push(v);
+                }
+                bits &= bits - 1;
+            }
+        }
+        self.count = 0;
+        if overflowed {
+            ValueSet::Overflowed
+        } else {
+            ValueSet::Exact(values)
+        }
+    }
+}
+
+/// An address as a table key: zero marks a free slot (the zero address itself is kept
+/// apart), `mix` spreads it over the table.
+trait Address: Copy + Eq + Ord + Default {
+    fn mix(self, seed: u64) -> u64;
+}
+
+const MIX_1: u64 = 0x9e37_79b9_7f4a_7c15;
+const MIX_2: u64 = 0xc2b2_ae3d_27d4_eb4f;
+
+impl Address for u32 {
+    #[inline]
+    fn mix(self, seed: u64) -> u64 {
+        (u64::from(self) ^ seed).wrapping_mul(MIX_1)
+    }
+}
+
+impl Address for u128 {
+    #[inline]
+    fn mix(self, seed: u64) -> u64 {
+        let (hi, lo) = ((self >> 64) as u64, self as u64);
+        ((lo ^ seed).wrapping_mul(MIX_1) ^ hi).wrapping_mul(MIX_2)
+    }
+}
+
+const TABLE_BITS: u32 = (2 * MAX_VALUES).trailing_zeros();
+
+/// A set of at most [`MAX_VALUES`] addresses: open addressing with linear probing over
+/// twice as many slots, so the load stays at or under one half. It never grows.
+struct AddressTable<T: Address> {
+    slots: Box<[T]>,
+    /// Slots in use, in insertion order: what `take` lists and clears.
+    used: Vec<u32>,
+    has_zero: bool,
+    overflowed: bool,
+    seed: u64,
+}
+
+impl<T: Address> AddressTable<T> {
+    fn new(seed: u64) -> Self {
+        const { assert!((2 * MAX_VALUES).is_power_of_two()) };
+        AddressTable {
+            slots: vec![T::default(); 1 << TABLE_BITS].into_boxed_slice(),
+            used: Vec::with_capacity(MAX_VALUES),
+            has_zero: false,
+            overflowed: false,
+            seed,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.used.len() + usize::from(self.has_zero)
+    }
+
+    #[inline]
+    fn insert(&mut self, a: T) {
+        if self.overflowed {
+            return;
+        }
+        if a == T::default() {
+            if !self.has_zero && self.len() >= MAX_VALUES {
+                self.overflowed = true;
+            }
+            self.has_zero = true;
+            return;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = (a.mix(self.seed) >> (64 - TABLE_BITS)) as usize;
+        let full = self.len() >= MAX_VALUES;
+        for _ in 0..MAX_PROBE {
+            let slot = &mut self.slots[i];
+            if *slot == a {
+                return;
+            }
+            if *slot == T::default() {
+                if full {
+                    self.overflowed = true;
+                } else {
+                    *slot = a;
+                    self.used.push(i as u32);
+                }
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+        self.overflowed = true;
+    }
+
+    /// The addresses in order (or overflowed); the table is then empty.
+    fn take(&mut self) -> ValueSet<T> {
+        let mut values = Vec::new();
+        if !self.overflowed {
+            values.reserve_exact(self.len());
+            if self.has_zero {
+                values.push(T::default());
+            }
+        }
+        for &i in &self.used {
+            let a = std::mem::take(&mut self.slots[i as usize]);
+            if !self.overflowed {
+                values.push(a);
+            }
+        }
+        self.used.clear();
+        self.has_zero = false;
+        let overflowed = std::mem::take(&mut self.overflowed);
+        if overflowed {
+            ValueSet::Overflowed
+        } else {
+            values.sort_unstable();
+            ValueSet::Exact(values)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames built field by field (the layouts are those of the `wire` views' tests).
+    pub(crate) mod frames {
+        pub const MAC: [u8; 12] = [
+            0x00, 0x1c, 0x73, 0x00, 0x00, 0x9a, 0x00, 0x50, 0x56, 0x3e, 0x2b, 0xcc,
+        ];
+
+        /// Ethernet header with VLAN tags (TPID, id) and a final ethertype.
+        pub fn ethernet(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+            let mut f = MAC.to_vec();
+            for &(tpid, id) in tags {
+                f.extend(tpid.to_be_bytes());
+                f.extend(id.to_be_bytes());
+            }
+            f.extend(ethertype.to_be_bytes());
+            f.extend(payload);
+            f
+        }
+
+        /// IPv4 header (IHL 5 unless `options` are given) followed by `payload`.
+        pub fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
+            let mut h = vec![0x45, 0, 0, 0, 0x12, 0x34];
+            h.extend(frag.to_be_bytes());
+            h.extend([64, proto, 0, 0]);
+            h.extend(src);
+            h.extend(dst);
+            let total = (h.len() + payload.len()) as u16;
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h.extend(payload);
+            h
+        }
+
+        /// IPv6 header with next header `next`, followed by `rest` (extension headers and
+        /// the upper layer).
+        pub fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, rest: &[u8]) -> Vec<u8> {
+            let mut h = vec![0x60, 0, 0, 0];
+            h.extend((rest.len() as u16).to_be_bytes());
+            h.extend([next, 64]);
+            h.extend(src);
+            h.extend(dst);
+            h.extend(rest);
+            h
+        }
+
+        /// A TCP header (20 bytes, no options) or the first 8 bytes of UDP/SCTP.
+        pub fn ports(src: u16, dst: u16, len: usize) -> Vec<u8> {
+            let mut h = vec![0u8; len];
+            h[0..2].copy_from_slice(&src.to_be_bytes());
+            h[2..4].copy_from_slice(&dst.to_be_bytes());
+            if len >= 20 {
+                h[12] = 0x50;
+            }
+            h
+        }
+
+        pub fn v6(last: u8) -> [u8; 16] {
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+            a[15] = last;
+            a
+        }
+    }
+
+    use frames::*;
+
+    fn exact<T: Clone>(s: &ValueSet<T>) -> Vec<T> {
+        match s {
+            ValueSet::Exact(v) => v.clone(),
+            ValueSet::Overflowed => panic!("overflowed"),
+        }
+    }
+
+    fn v4(a: [u8; 4]) -> u32 {
+        u32::from_be_bytes(a)
+    }
+
+    #[test]
+    fn ethernet_ipv4_tcp() {
+        let mut b = FlowIndexBuilder::new();
+        let ip = ipv4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            6,
+            0x4000,
+            &ports(40000, 80, 20),
+        );
+        b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x0800, &ip));
+        let i = b.finish();
+        assert_eq!(i.packets, 1);
+        assert_eq!(i.flags, flag::IPV4);
+        assert_eq!(exact(&i.ipv4), vec![v4([10, 0, 0, 1]), v4([10, 0, 0, 2])]);
+        assert_eq!(exact(&i.ip_protocols), vec![6]);
+        assert_eq!(exact(&i.tcp_ports), vec![80, 40000]);
+        assert!(exact(&i.udp_ports).is_empty() && exact(&i.vlans).is_empty());
+        // The builder starts over.
+        let empty = b.finish();
+        assert!(empty.is_empty());
+        assert!(exact(&empty.ipv4).is_empty() && exact(&empty.tcp_ports).is_empty());
+    }
+
+    #[test]
+    fn qinq_records_every_tag() {
+        let mut b = FlowIndexBuilder::new();
+        let ip = ipv4(
+            [192, 168, 1, 1],
+            [192, 168, 1, 2],
+            17,
+            0,
+            &ports(53, 5353, 8),
+        );
+        b.add(
+            LINKTYPE_ETHERNET,
+            &ethernet(&[(0x88a8, 200), (0x8100, 0x2000 | 2001)], 0x0800, &ip),
+        );
+        b.add(LINKTYPE_ETHERNET, &ethernet(&[(0x9100, 7)], 0x0800, &ip));
+        let i = b.finish();
+        assert_eq!(exact(&i.vlans), vec![7, 200, 2001], "priority bits dropped");
+        assert_eq!(exact(&i.udp_ports), vec![53, 5353]);
+        assert_eq!(i.flags, flag::IPV4);
+    }
+
+    #[test]
+    fn arp_addresses_count_as_ipv4_hosts() {
+        // tcpdump-tests/802.1ad_QinQ.pcap frame 1's ARP request, whole: who has
+        // 10.0.0.2, tell 10.0.0.1.
+        let arp = [
+            0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x00, 0x20, 0xd2, 0x5a, 0xfb, 0x3f, 10,
+            0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
+        ];
+        let mut b = FlowIndexBuilder::new();
+        b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x0806, &arp));
+        // Cut after the sender's address: only that one is readable.
+        b.add(
+            LINKTYPE_ETHERNET,
+            &ethernet(&[], 0x8035, &[&arp[..18], &[9; 3]].concat()),
+        );
+        let i = b.finish();
+        assert_eq!(i.flags, flag::NON_IP);
+        assert_eq!(exact(&i.ipv4), vec![v4([10, 0, 0, 1]), v4([10, 0, 0, 2])]);
+        assert!(exact(&i.ip_protocols).is_empty());
+    }
+
+    #[test]
+    fn other_ethertypes_and_llc_are_non_ip() {
+        let mut b = FlowIndexBuilder::new();
+        b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x88cc, &[0; 30])); // LLDP
+        b.add(
+            LINKTYPE_ETHERNET,
+            &ethernet(&[(0x8100, 5)], 0x0026, &[0xaa; 38]),
+        ); // 802.3
+        let i = b.finish();
+        assert_eq!(i.flags, flag::NON_IP);
+        assert_eq!(exact(&i.vlans), vec![5]);
+        assert!(exact(&i.ipv4).is_empty());
+    }
+
+    #[test]
+    fn ipv4_fragments_have_ports_only_at_offset_zero() {
+        let mut b = FlowIndexBuilder::new();
+        let first = ipv4(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            17,
+            0x2000,
+            &ports(1000, 2049, 8),
+        );
+        let later = ipv4(
+            [10, 0, 0, 3],
+            [10, 0, 0, 4],
+            17,
+            0x2000 | 185,
+            &ports(7, 8, 8),
+        );
+        b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x0800, &first));
+        b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x0800, &later));
+        let i = b.finish();
+        assert_eq!(i.flags, flag::IPV4 | flag::FRAGMENT);
+        assert_eq!(
+            exact(&i.udp_ports),
+            vec![1000, 2049],
+            "the later fragment's bytes are data"
+        );
+        assert_eq!(exact(&i.ipv4).len(), 4, "every fragment has addresses");
+    }
+
+    #[test]
+    fn ipv4_ports_follow_the_written_ihl() {
+        // IHL 6: one option word, ports after it.
+        let mut ip = ipv4(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            6,
+            0,
+            &[[1, 1, 1, 0].as_slice(), &ports(22, 2222, 20)].concat(),
+        );
+        ip[0] = 0x46;
+        // IHL 3 (impossible): libpcap reads the "ports" at byte 12, the source address.
+        let mut bad = ipv4([0, 25, 0, 26], [3, 3, 3, 3], 6, 0, &ports(1, 2, 20));
+        bad[0] = 0x43;
+        // IHL 15 with the options cut: no ports captured.
+        let mut cut = ipv4([4, 4, 4, 4], [5, 5, 5, 5], 17, 0, &[0; 12]);
+        cut[0] = 0x4f;
+        let mut b = FlowIndexBuilder::new();
+        for f in [&ip, &bad, &cut] {
+            b.add(LINKTYPE_RAW, f);
+        }
+        let i = b.finish();
+        assert_eq!(exact(&i.tcp_ports), vec![22, 25, 26, 2222]);
+        assert!(exact(&i.udp_ports).is_empty());
+        assert_eq!(exact(&i.ip_protocols), vec![6, 17]);
+        assert_eq!(i.flags, flag::IPV4);
+    }
+
+    #[test]
+    fn ports_cut_by_the_snap_length() {
+        let ip = ipv4([1, 2, 3, 4], [5, 6, 7, 8], 6, 0, &ports(443, 50000, 20));
+        let mut b = FlowIndexBuilder::new();
+        b.add(LINKTYPE_RAW, &ip[..22]); // only the source port
+        b.add(LINKTYPE_RAW, &ip[..21]);
+        let i = b.finish();
+        assert_eq!(exact(&i.tcp_ports), vec![443]);
+        assert_eq!(
+            i.flags,
+            flag::IPV4,
+            "a cut transport header is not unreadable"
+        );
+    }
+
+    #[test]
+    fn ipv6_extension_headers() {
+        let (a, c) = (v6(1), v6(2));
+        // Hop-by-hop (8 bytes), destination options (8), then TCP: libpcap sees next
+        // header 0 and no ports; the walk finds TCP 8080.
+        let mut chain = vec![60, 0, 1, 4, 0, 0, 0, 0, 6, 0, 1, 4, 0, 0, 0, 0];
+        chain.extend(ports(8080, 9090, 20));
+        let hbh = ipv6(a, c, 0, &chain);
+        // Fragment header, first fragment (offset 0, M set), UDP.
+        let mut f0 = vec![17, 0, 0x00, 0x01, 0, 0, 0, 9];
+        f0.extend(ports(5000, 53, 8));
+        let first = ipv6(a, c, 44, &f0);
+        // Fragment header, offset 1480: data, no ports.
+        let mut f1 = vec![17, 0, 0x05, 0xc8, 0, 0, 0, 9];
+        f1.extend(ports(1, 2, 8));
+        let later = ipv6(c, a, 44, &f1);
+        // Plain ICMPv6.
+        let icmp = ipv6(a, v6(3), 58, &[128, 0, 0, 0, 0, 0, 0, 0]);
+        let mut b = FlowIndexBuilder::new();
+        for f in [&hbh, &first, &later, &icmp] {
+            b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x86dd, f));
+        }
+        let i = b.finish();
+        assert_eq!(i.flags, flag::IPV6 | flag::FRAGMENT);
+        assert_eq!(
+            exact(&i.ipv6),
+            vec![
+                u128::from_be_bytes(a),
+                u128::from_be_bytes(c),
+                u128::from_be_bytes(v6(3))
+            ]
+        );
+        assert_eq!(exact(&i.ip6_protocols), vec![0, 6, 17, 44, 58]);
+        assert_eq!(exact(&i.tcp_ports), vec![8080, 9090]);
+        assert_eq!(exact(&i.udp_ports), vec![53, 5000]);
+        assert!(exact(&i.ip_protocols).is_empty());
+    }
+
+    #[test]
+    fn ipv6_ports_libpcap_reads_after_a_cut_chain() {
+        // Fixed next header UDP: the ports right after the fixed header, even if the
+        // datagram is cut after them.
+        let mut b = FlowIndexBuilder::new();
+        let p = ipv6(v6(1), v6(2), 17, &ports(123, 124, 8));
+        b.add(LINKTYPE_IPV6, &p[..44]);
+        // A hop-by-hop header cut short: addresses and protocol 0, nothing else.
+        let h = ipv6(v6(3), v6(4), 0, &[6, 1, 0, 0]);
+        b.add(LINKTYPE_RAW, &h);
+        let i = b.finish();
+        assert_eq!(exact(&i.udp_ports), vec![123, 124]);
+        assert_eq!(exact(&i.ipv6).len(), 4);
+        assert_eq!(i.flags, flag::IPV6);
+    }
+
+    #[test]
+    fn unreadable_frames() {
+        let ip = ipv4([1, 2, 3, 4], [5, 6, 7, 8], 6, 0, &ports(1, 2, 20));
+        let eth = ethernet(&[], 0x0800, &ip);
+        let cases: Vec<(u32, Vec<u8>)> = vec![
+            (LINKTYPE_ETHERNET, eth[..13].to_vec()), // link header cut
+            (LINKTYPE_ETHERNET, eth[..14 + 19].to_vec()), // IPv4 fixed header cut
+            (LINKTYPE_ETHERNET, ethernet(&[(0x8100, 1)], 0x8100, &[0, 2])), // tag cut
+            (LINKTYPE_ETHERNET, ethernet(&[], 0x86dd, &ip)), // version 4 as IPv6
+            (LINKTYPE_ETHERNET, ethernet(&[(0x8100, 1); 9], 0x0800, &ip)), // 9 tags
+            (127, ip.clone()),                       // radiotap: not read
+            (LINKTYPE_LINUX_SLL, vec![0; 15]),
+            (LINKTYPE_RAW, vec![]),
+        ];
+        for (linktype, frame) in cases {
+            let mut b = FlowIndexBuilder::new();
+            b.add(linktype, &frame);
+            let i = b.finish();
+            assert!(i.flags & flag::UNPARSED != 0, "{linktype} {frame:02x?}");
+        }
+    }
+
+    #[test]
+    fn other_link_types() {
+        let ip = ipv4([1, 2, 3, 4], [5, 6, 7, 8], 17, 0, &ports(67, 68, 8));
+        let mut sll = vec![0, 0, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0, 0x08, 0x00];
+        sll.extend(&ip);
+        let mut sll2 = vec![
+            0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0,
+        ];
+        sll2.extend(&ip);
+        let mut null_le = 2u32.to_le_bytes().to_vec();
+        null_le.extend(&ip);
+        let mut loop_be = 2u32.to_be_bytes().to_vec();
+        loop_be.extend(&ip);
+        let mut null_other = 7u32.to_le_bytes().to_vec();
+        null_other.extend(&ip);
+        let mut b = FlowIndexBuilder::new();
+        b.add(LINKTYPE_LINUX_SLL, &sll);
+        b.add(LINKTYPE_LINUX_SLL2, &sll2);
+        b.add(LINKTYPE_NULL, &null_le);
+        b.add(LINKTYPE_LOOP, &loop_be);
+        b.add(LINKTYPE_IPV4, &ip);
+        b.add(LINKTYPE_RAW, &[0x50; 20]); // version 5
+        b.add(LINKTYPE_NULL, &null_other);
+        let i = b.finish();
+        assert_eq!(i.packets, 7);
+        assert_eq!(i.flags, flag::IPV4 | flag::NON_IP);
+        assert_eq!(exact(&i.udp_ports), vec![67, 68]);
+    }
+
+    #[test]
+    fn sets_overflow_at_the_cap() {
+        let mut b = FlowIndexBuilder::new();
+        for n in 0..MAX_VALUES as u32 / 2 {
+            let ip = ipv4(
+                (n << 1).to_be_bytes(),
+                ((n << 1) | 1).to_be_bytes(),
+                6,
+                0,
+                &ports(n as u16, 7, 20),
+            );
+            b.add(LINKTYPE_RAW, &ip);
+        }
+        let i = b.finish();
+        assert_eq!(exact(&i.ipv4).len(), MAX_VALUES, "0.0.0.0 included");
+        assert_eq!(exact(&i.ipv4)[0], 0);
+        assert_eq!(
+            exact(&i.tcp_ports).len(),
+            MAX_VALUES / 2,
+            "7 is one of them"
+        );
+        for n in 0..=MAX_VALUES as u32 {
+            let ip = ipv4(
+                (n + 1).to_be_bytes(),
+                [0; 4],
+                6,
+                0,
+                &ports(n as u16, 40000, 20),
+            );
+            b.add(LINKTYPE_RAW, &ip);
+        }
+        let i = b.finish();
+        assert_eq!(i.ipv4, ValueSet::Overflowed);
+        assert_eq!(i.tcp_ports, ValueSet::Overflowed);
+        assert_eq!(exact(&i.ip_protocols), vec![6]);
+        // Overflow is per chunk.
+        b.add(LINKTYPE_RAW, &ipv4([9; 4], [8; 4], 6, 0, &ports(1, 2, 20)));
+        let i = b.finish();
+        assert_eq!(exact(&i.ipv4), vec![v4([8; 4]), v4([9; 4])]);
+        assert_eq!(exact(&i.tcp_ports), vec![1, 2]);
+    }
+
+    #[test]
+    fn colliding_addresses_overflow_instead_of_probing_on() {
+        let mut t = AddressTable::<u32>::new(1);
+        // Fill a run of slots directly, as colliding keys would.
+        let start = (7u32.mix(1) >> (64 - TABLE_BITS)) as usize;
+        for k in 0..MAX_PROBE {
+            let i = (start + k) & (t.slots.len() - 1);
+            t.slots[i] = 1_000_000 + k as u32;
+            t.used.push(i as u32);
+        }
+        t.insert(7);
+        assert!(t.overflowed);
+        assert_eq!(t.take(), ValueSet::Overflowed);
+        assert!(t.slots.iter().all(|&s| s == 0), "cleared");
+        t.insert(7);
+        assert_eq!(t.take(), ValueSet::Exact(vec![7]));
+    }
+}

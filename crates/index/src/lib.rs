@@ -1,0 +1,56 @@
+//! Per-chunk flow index: which flows a chunk of packets holds, and whether a libpcap filter
+//! can match it.
+//!
+//! - [`FlowIndexBuilder`] is fed every packet of a chunk (`add(linktype, frame)`, no
+//!   allocation, a few tens of nanoseconds) and records the IPv4 and IPv6 addresses, IP
+//!   protocols, TCP/UDP/SCTP ports and VLAN ids a filter can be answered from, plus flags
+//!   (non-IP frames, non-first fragments, unreadable frames); [`finish`] gives the chunk's
+//!   [`FlowIndex`].
+//! - [`FlowIndex`] is immutable, [`encode`]s to a small canonical binary form (sorted,
+//!   delta-coded sets, checksummed) and [`decode`]s from untrusted bytes without panicking;
+//!   [`merge`] makes a file's summary from its chunks'.
+//! - [`Predicate::parse`] reads the part of libpcap's filter language the index can answer
+//!   (host, net, port, portrange, protocols, vlan, and/or/not); [`Predicate::may_match`] is
+//!   false only when no packet of the chunk can match, so a reader skips the chunk. Exact
+//!   matching stays with libpcap.
+//!
+//! The contract is one-sided: a chunk for which `may_match` is false holds no packet libpcap
+//! would match with the same filter (the property tests check it against libpcap itself);
+//! `true` promises nothing.
+//!
+//! ```
+//! use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+//!
+//! // An Ethernet frame: IPv4 10.0.0.1 → 10.0.0.2, TCP 40000 → 80.
+//! let mut frame = vec![0u8; 12];
+//! frame.extend([0x08, 0x00, 0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0]);
+//! frame.extend([10, 0, 0, 1, 10, 0, 0, 2, 0x9c, 0x40, 0, 80]);
+//! frame.extend([0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x10, 0, 0, 0, 0, 0, 0]);
+//!
+//! let mut builder = FlowIndexBuilder::new();
+//! builder.add(1, &frame); // LINKTYPE_ETHERNET
+//! let bytes = builder.finish().encode();
+//! let index = FlowIndex::decode(&bytes)?;
+//!
+//! let may = |f: &str| Predicate::parse(f).unwrap().may_match(&index);
+//! assert!(may("host 10.0.0.1 and tcp port 80"));
+//! assert!(!may("host 10.0.0.3 or udp"));
+//! assert!(may("not host 10.0.0.1")); // `not` is never ruled out
+//! # Ok::<(), tapdeck_index::IndexError>(())
+//! ```
+//!
+//! [`finish`]: FlowIndexBuilder::finish
+//! [`encode`]: FlowIndex::encode
+//! [`decode`]: FlowIndex::decode
+//! [`merge`]: FlowIndex::merge
+
+#![forbid(unsafe_code)]
+
+mod builder;
+mod index;
+mod parse;
+mod predicate;
+
+pub use builder::{FlowIndexBuilder, MAX_PROBE, MAX_VALUES};
+pub use index::{FlowIndex, IndexError, MAGIC, MAX_MERGED_VALUES, VERSION};
+pub use predicate::Predicate;
