@@ -437,6 +437,16 @@ pub struct ExtractArgs {
     /// found by the id in its `.tapdeck-dir` file. Repeat for several.
     #[arg(long = "data-dir", value_name = "DIR")]
     pub data_dirs: Vec<PathBuf>,
+
+    /// Read every chunk in the window, ignoring the flow index (for benchmarks, and for
+    /// doubt): the output is the same, only slower.
+    #[arg(long)]
+    pub no_index: bool,
+
+    /// Say which files and chunks are read and why (the filter's index-answerable form,
+    /// and per file the chunks in the window and those the flow index kept), on stderr.
+    #[arg(long)]
+    pub explain: bool,
 }
 
 /// What `extract`'s exit status means; shown under `extract --help`.

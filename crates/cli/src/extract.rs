@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use tapdeck_index::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_recorder::merge::{parse_offset, InputSpec};
 use tapdeck_store::extract::{self, ExtractError, StoreInput, TimeWindow};
@@ -103,7 +104,17 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         .zip(&offsets)
         .map(|(store, &offset_ns)| StoreInput { store, offset_ns })
         .collect();
-    let plan = extract::plan_stores(&inputs, window, !args.strict)?;
+    // The filter's index-answerable form: chunks whose flow index rules it out are not
+    // read. libpcap still decides every packet; the index only skips chunks.
+    let predicate = if args.no_index {
+        None
+    } else {
+        Predicate::parse(&expr)
+    };
+    let plan = extract::plan_selected(&inputs, window, !args.strict, predicate.as_ref())?;
+    if args.explain {
+        explain(&expr, args.no_index, predicate.as_ref(), &plan);
+    }
     let format = match args.format.as_deref() {
         Some("pcap") => Format::Pcap,
         Some(_) => Format::Pcapng,
@@ -126,6 +137,10 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         |lt: u16, p: &Packet<'_>| programs.get(&lt).is_none_or(|prog| prog.filter(p.data));
 
     let (files_selected, chunks_selected) = (plan.files_selected, plan.chunks_selected);
+    let pruned = match plan.chunks_pruned {
+        0 => String::new(),
+        n => format!("; {n} chunks in the window skipped by the flow index"),
+    };
     let result = if args.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
@@ -163,7 +178,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         ),
     };
     eprintln!(
-        "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index){lost}",
+        "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index){pruned}{lost}",
         report.packets_written,
         report.packets_filtered,
         report.files_decoded,
@@ -175,6 +190,37 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     );
     // 3: the output holds everything but the damage reported (see `extract --help`).
     Ok(if report.damage.is_empty() { 0 } else { 3 })
+}
+
+/// `--explain`: how the chunks to read were chosen.
+fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &extract::Plan) {
+    let how = match (expr.trim().is_empty(), no_index, predicate) {
+        (true, _, _) => "no filter: every chunk in the window is read".to_string(),
+        (false, true, _) => "--no-index: every chunk in the window is read".to_string(),
+        (false, false, Some(p)) => format!(
+            "the flow index answers `{}`: chunks it rules out are skipped, libpcap filters the rest",
+            p.explain()
+        ),
+        (false, false, None) => format!(
+            "the flow index cannot answer `{expr}` (only host/net/port/portrange/proto/tcp/udp/icmp/ip/ip6/vlan with and/or/not): every chunk in the window is read"
+        ),
+    };
+    eprintln!("tapdeck: explain: {how}");
+    for c in &plan.choices {
+        eprintln!(
+            "tapdeck: explain: {}: {} of {} chunks in the window read{}",
+            c.path.display(),
+            c.chosen,
+            c.in_window,
+            if c.indexed { "" } else { " (no flow index)" }
+        );
+    }
+    eprintln!(
+        "tapdeck: explain: {} of {} chunks in the window read, {} ruled out by the flow index",
+        plan.chunks_selected,
+        plan.chunks_selected + plan.chunks_pruned,
+        plan.chunks_pruned
+    );
 }
 
 /// Opens a store for extraction: a directory with neither a manifest nor stored files is

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use tapdeck_capture::{AfPacketSource, FileSource, PacketSource, SyntheticSource, UnknownProfile};
+use tapdeck_recorder::error::OptionsError;
 use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
@@ -174,7 +175,16 @@ pub(crate) fn with_output(o: &crate::args::StoreWriteArgs, base: RecordOptions) 
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     let opts = record_options(args);
-    let cfg = opts.builder()?.build();
+    let cfg = opts
+        .builder()
+        .map_err(|e| match e {
+            // An option of another kind of source: a usage error, as clap's are.
+            OptionsError::LiveOnly { .. } | OptionsError::SyntheticOnly { .. } => {
+                usage(e.to_string())
+            }
+            e => e.into(),
+        })?
+        .build();
     let control = Arc::new(Control::default());
     install_signals(&control)?;
     let summary = match (&opts.read, &opts.synthetic) {

@@ -42,6 +42,10 @@ pub struct Chunk {
     pub source_waits: bool,
     /// The codec chosen for it and why (a compressor may still choose a cheaper one).
     pub decision: Decision,
+    /// Link type of each interface of the stream, for the flow index.
+    pub linktypes: Arc<[u16]>,
+    /// The chunk's encoded flow index (`crate::flows`), once built; empty before.
+    pub flows: Vec<u8>,
 }
 
 /// Finish the current file; the counters go into its statistics block.

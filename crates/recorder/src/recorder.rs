@@ -263,12 +263,13 @@ pub fn record<S: PacketSource + 'static>(
         let ladder = cfg.ladder.clone();
         let controllers = controllers.clone();
         let hub = Arc::clone(&stats);
+        let format = cfg.format;
         let cpus = cfg.pinning.compressors.clone();
         threads.push(spawn(format!("compress-{i}"), &stats, move || {
             // Compression yields to capture: a burst must never starve the capture loop.
             set_nice(19);
             pin(&cpus);
-            compress_loop(rx, txs, (pools, controllers), ladder, hub)
+            compress_loop(rx, txs, (pools, controllers), (ladder, format), hub)
         }));
     }
     drop(work_rx);
@@ -599,7 +600,7 @@ fn compress_loop(
     rx: Receiver<Sequenced<Chunk>>,
     txs: Vec<Sender<Sequenced<Done>>>,
     (pools, controllers): (Vec<Arc<StagingPool>>, Vec<Arc<SharedController>>),
-    ladder: CodecLadder,
+    (ladder, format): (CodecLadder, Format),
     stats: Arc<StatsHub>,
 ) {
     let mut encoder = FrameEncoder::new(ladder.container());
@@ -616,6 +617,7 @@ fn compress_loop(
             chunk.decision =
                 controller.at_compressor(chunk.decision, pool.compression_backlog(), pool.fill());
         }
+        chunk.flows = crate::flows::index_chunk(format, chunk.segment.data(), &chunk.linktypes);
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,
             codec => {
@@ -684,6 +686,8 @@ struct CaptureLoop {
     last_ts: u64,
     rotate_pending: bool,
     interfaces: Vec<Interface>,
+    /// The interfaces' link types, shared by every chunk (for the flow index).
+    linktypes: Arc<[u16]>,
     counts: Vec<CaptureCounts>,
     /// See `PacketSource::live`.
     live: bool,
@@ -731,6 +735,7 @@ impl CaptureLoop {
             last_ts: 0,
             rotate_pending: false,
             interfaces: Vec::new(),
+            linktypes: Arc::from(Vec::new()),
             counts: Vec::new(),
             live: true,
             control,
@@ -762,6 +767,7 @@ impl CaptureLoop {
                     new.snaplen = old.snaplen;
                 }
                 self.interfaces = fresh;
+                self.linktypes = self.interfaces.iter().map(|f| f.linktype).collect();
                 if let Err(e) = self.fits_format(&source) {
                     break Err(e);
                 }
@@ -940,6 +946,8 @@ impl CaptureLoop {
             per_iface,
             source_waits: !self.live,
             decision,
+            linktypes: Arc::clone(&self.linktypes),
+            flows: Vec::new(),
         };
         if decision.codec == Codec::Raw {
             self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));

@@ -148,6 +148,8 @@ struct CurrentFile {
     name: String,
     out: DirectFile,
     entries: Vec<ChunkEntry>,
+    /// The flow index of each entry (empty for header and statistics frames).
+    flows: Vec<Vec<u8>>,
     data_len: u64,
     first_ts_ns: u64,
     min_ts_ns: u64,
@@ -312,6 +314,7 @@ impl StreamWriter {
                 name,
                 out,
                 entries: Vec::new(),
+                flows: Vec::new(),
                 data_len: 0,
                 first_ts_ns,
                 min_ts_ns: u64::MAX,
@@ -340,8 +343,13 @@ impl StreamWriter {
 
     /// Writes one chunk to the current file (opening one if needed); `again` for a chunk
     /// rescued from an abandoned file, whose codec and ladder bytes were counted already.
-    fn write_chunk(&mut self, chunk: Chunk, encoded: Encoded, again: bool) {
+    fn write_chunk(&mut self, mut chunk: Chunk, encoded: Encoded, again: bool) {
         let data_len = chunk.segment.data().len();
+        if chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
+            // Stored raw without a compressor's visit: indexed here.
+            chunk.flows =
+                crate::flows::index_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
+        }
         let (codec, frame_len) = match &encoded {
             Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
             Encoded::Raw => (Codec::Raw, 0),
@@ -441,6 +449,9 @@ impl StreamWriter {
             .current
             .as_mut()
             .expect("a chunk was just written to it");
+        if let Some(last) = cur.flows.last_mut() {
+            last.clone_from(&chunk.flows);
+        }
         cur.unconfirmed.push_back((cur.out.len(), chunk, encoded));
         let on_disk = cur.out.on_disk();
         while cur
@@ -508,6 +519,7 @@ impl StreamWriter {
             kind,
             codec,
         });
+        cur.flows.push(Vec::new());
         cur.data_len += data_len as u64;
         if packets > 0 {
             cur.packets += u64::from(packets);
@@ -680,7 +692,12 @@ impl StreamWriter {
         let index = ChunkIndex {
             meta: serde_json::to_string(&meta).expect("meta serializes"),
             entries: cur.entries,
-            flows: Vec::new(),
+            // Files of a recorder without any indexed chunk keep the old index format.
+            flows: if cur.flows.iter().any(|f| !f.is_empty()) {
+                cur.flows
+            } else {
+                Vec::new()
+            },
         };
         let final_path = self.dirs.paths[cur.dir].join(&cur.name);
         let (counted_bytes, packets) = (cur.counted_bytes, cur.packets);

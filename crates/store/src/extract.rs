@@ -26,7 +26,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 
+use std::path::PathBuf;
 use tapdeck_pcap::container::{ChunkEntry, FrameKind};
+
+use tapdeck_index::{FlowIndex, Predicate};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::meta::{self, days_from_civil};
@@ -164,10 +167,27 @@ pub struct Plan {
     pub chunks_total: u64,
     pub files_selected: u64,
     pub chunks_selected: u64,
+    /// Chunks in the window that the flow index ruled out for the filter.
+    pub chunks_pruned: u64,
+    /// Per file met by the window, what was chosen and why (`extract --explain`).
+    pub choices: Vec<FileChoice>,
     /// Go on past damage (see the module comment) instead of stopping at it.
     skip_damage: bool,
     /// Damage found while planning (files whose index is lost).
     damage: Vec<Damage>,
+}
+
+/// How the chunks of one file were chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChoice {
+    pub path: PathBuf,
+    /// Chunks with packets in the time window.
+    pub in_window: u64,
+    /// Of those, the chunks that will be read.
+    pub chosen: u64,
+    /// Whether the file has a flow index (older files do not: all of their chunks in the
+    /// window are read).
+    pub indexed: bool,
 }
 
 /// What an extraction did.
@@ -249,6 +269,18 @@ pub fn plan_stores(
     window: TimeWindow,
     skip_damage: bool,
 ) -> Result<Plan, ExtractError> {
+    plan_selected(inputs, window, skip_damage, None)
+}
+
+/// Like [`plan_stores`]; with `flows`, chunks whose flow index shows that no packet of
+/// theirs can match (the filter's index-answerable form, `tapdeck_index::Predicate`) are
+/// left out. Files without a flow index, and chunks whose index does not decode, are read.
+pub fn plan_selected(
+    inputs: &[StoreInput<'_>],
+    window: TimeWindow,
+    skip_damage: bool,
+    flows: Option<&Predicate>,
+) -> Result<Plan, ExtractError> {
     let mut interfaces: Vec<OutputInterface> = Vec::new();
     let mut store_format = None;
     let mut fallback_interface = None;
@@ -260,6 +292,8 @@ pub fn plan_stores(
         }
     }
     let (mut files_total, mut chunks_total, mut chunks_selected) = (0, 0, 0);
+    let mut chunks_pruned = 0;
+    let mut choices = Vec::new();
     let mut damage = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::new();
     for (n, input) in inputs.iter().enumerate() {
@@ -333,14 +367,28 @@ pub fn plan_stores(
                 fallback_interface.get_or_insert_with(|| i.into());
             }
             chunks_total += file.packet_chunks().count() as u64;
-            let chunks: Vec<ChunkEntry> = file
-                .packet_chunks()
-                .filter(|e| {
-                    e.packets > 0
+            let in_window: Vec<(usize, &ChunkEntry)> = (file.index.entries.iter().enumerate())
+                .filter(|(_, e)| {
+                    e.kind == FrameKind::Packets
+                        && e.packets > 0
                         && window.meets(corrected(e.first_ts_ns, off), corrected(e.last_ts_ns, off))
                 })
-                .copied()
                 .collect();
+            let indexed = !file.index.flows.is_empty();
+            let chunks: Vec<ChunkEntry> = in_window
+                .iter()
+                .filter(|(i, _)| flows.is_none_or(|p| may_hold(p, file.index.flows.get(*i))))
+                .map(|(_, e)| **e)
+                .collect();
+            if !in_window.is_empty() {
+                choices.push(FileChoice {
+                    path: file.path.clone(),
+                    in_window: in_window.len() as u64,
+                    chosen: chunks.len() as u64,
+                    indexed,
+                });
+            }
+            chunks_pruned += (in_window.len() - chunks.len()) as u64;
             if chunks.is_empty() {
                 continue;
             }
@@ -458,9 +506,23 @@ pub fn plan_stores(
         chunks_total,
         files_selected,
         chunks_selected,
+        chunks_pruned,
+        choices,
         skip_damage,
         damage,
     })
+}
+
+/// Can a chunk with this flow index hold a packet `p` matches? Yes unless its index
+/// proves otherwise (no index, or one that does not decode, proves nothing).
+fn may_hold(p: &Predicate, flows: Option<&Vec<u8>>) -> bool {
+    match flows
+        .filter(|f| !f.is_empty())
+        .map(|f| FlowIndex::decode(f))
+    {
+        Some(Ok(index)) => p.may_match(&index),
+        _ => true,
+    }
 }
 
 /// A file's packet time range by its index (its chunks'), else by its metadata.
