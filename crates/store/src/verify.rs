@@ -15,6 +15,7 @@ use std::io::BufReader;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use tapdeck_index::{FlowIndex, FlowIndexBuilder};
 use tapdeck_pcap::container::{self, ChunkEntry, ChunkIndex, Codec, Container, FrameKind};
 use tapdeck_pcap::validate::Validator;
 use tapdeck_pcap::{Format, TraceReader};
@@ -125,6 +126,7 @@ pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
     let mut scratch = Vec::new();
     let mut order = TimeOrder::default();
     let (mut packets, mut chunks) = (0u64, 0u64);
+    let mut flows = FlowIndexBuilder::new();
     for (i, entry) in f.index.entries.iter().enumerate().skip(1) {
         let chunk = f.read_chunk(&header, entry, &mut scratch)?;
         for (k, r) in chunk.records.iter().enumerate() {
@@ -158,6 +160,7 @@ pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
                 .map_err(|e| defect(e.kind.to_string()))?;
         }
         check_chunk_against_index(&f, i, entry, &chunk)?;
+        check_flow_index(&f, i, &header, &chunk, &mut flows)?;
         packets += chunk.len() as u64;
         chunks += u64::from(entry.kind == FrameKind::Packets);
     }
@@ -408,6 +411,53 @@ fn check_header(f: &StoredFile, header: &Header) -> Result<(), FileError> {
                 format!("the name says stream {stream} sequence {seq}, the metadata stream {} sequence {}", m.stream, m.seq),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A chunk's flow index, if the file has them, must be exactly the one its packets give:
+/// a stale or damaged index would make a filtered extract skip packets it should return.
+fn check_flow_index(
+    f: &StoredFile,
+    i: usize,
+    header: &Header,
+    chunk: &ChunkPackets,
+    builder: &mut FlowIndexBuilder,
+) -> Result<(), FileError> {
+    let Some(stored) = f.index.flows.get(i) else {
+        return Ok(());
+    };
+    let e = &f.index.entries[i];
+    let fail = |what: String| {
+        Err(FileError::at(
+            &f.path,
+            e.frame_offset,
+            format!("chunk index entry {i}: flow index {what}"),
+        ))
+    };
+    if e.kind != FrameKind::Packets || e.packets == 0 {
+        if !stored.is_empty() {
+            return fail(format!("present on a {:?} frame without packets", e.kind));
+        }
+        return Ok(());
+    }
+    if stored.is_empty() {
+        // A chunk the recorder did not index (none of this file's, or a salvaged one).
+        return Ok(());
+    }
+    if let Err(err) = FlowIndex::decode(stored) {
+        return fail(format!("does not decode: {err}"));
+    }
+    for k in 0..chunk.len() {
+        let p = chunk.packet(k);
+        let linktype = header
+            .interfaces
+            .get(p.iface as usize)
+            .map_or(u32::MAX, |l| u32::from(l.linktype));
+        builder.add(linktype, p.data);
+    }
+    if builder.finish().encode() != *stored {
+        return fail("differs from the one its packets give (stale or damaged: `tapdeck verify` cannot repair it; extract with --no-index reads around it)".into());
     }
     Ok(())
 }
@@ -1098,6 +1148,37 @@ mod tests {
             )),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_flow_index_that_does_not_describe_its_chunk_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        // A valid flow index, but of a frame the chunk does not hold.
+        let mut b = FlowIndexBuilder::new();
+        b.add(1, &[0u8; 60]);
+        let other = b.finish().encode();
+        for (flows, want) in [
+            (other, "differs from the one its packets give"),
+            (vec![1, 2, 3], "does not decode"),
+        ] {
+            let mut spec = two_chunk_spec(Format::Pcapng, Container::Zstd);
+            let bad = flows.clone();
+            let tamper = move |index: &mut ChunkIndex| {
+                index.flows = vec![Vec::new(); index.entries.len()];
+                index.flows[1] = bad.clone();
+            };
+            spec.tamper = &tamper;
+            let path = write_file(dir.path(), &spec);
+            let at = StoredFile::open(&path).unwrap().index.entries[1].frame_offset;
+            let msg = message(verify_file(&path));
+            assert!(
+                msg.contains(&format!(
+                    "at byte offset {at}: chunk index entry 1: flow index {want}"
+                )),
+                "{msg}"
+            );
+            std::fs::remove_file(&path).unwrap();
+        }
     }
 
     #[test]
