@@ -372,6 +372,12 @@ pub struct StoreWriteArgs {
     /// Use buffered writes instead of O_DIRECT.
     #[arg(long)]
     pub no_direct: bool,
+
+    /// Write no flow index (which addresses, ports, protocols and VLANs each chunk holds,
+    /// built off the capture path and used by filtered extracts to skip chunks). For
+    /// measuring its cost; files without one are read whole by a filtered extract.
+    #[arg(long)]
+    pub no_flow_index: bool,
 }
 
 #[derive(Args, Debug)]

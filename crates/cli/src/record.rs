@@ -155,6 +155,7 @@ pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
         rotate_interval: o.rotate_interval,
         flush_interval: o.flush_interval,
         no_direct: o.no_direct,
+        no_flow_index: o.no_flow_index,
     }
 }
 
@@ -169,6 +170,7 @@ pub(crate) fn with_output(o: &crate::args::StoreWriteArgs, base: RecordOptions) 
         rotate_interval: o.rotate_interval,
         flush_interval: o.flush_interval,
         no_direct: o.no_direct,
+        no_flow_index: o.no_flow_index,
         ..base
     }
 }

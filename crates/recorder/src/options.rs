@@ -63,6 +63,7 @@ pub struct RecordOptions {
     pub rotate_interval: Option<u64>,
     pub flush_interval: f64,
     pub no_direct: bool,
+    pub no_flow_index: bool,
     // Threads.
     pub compressors: Option<usize>,
     pub pin_capture: Option<String>,
@@ -106,6 +107,7 @@ impl Default for RecordOptions {
             rotate_interval: None,
             flush_interval: 2.0,
             no_direct: false,
+            no_flow_index: false,
             compressors: None,
             pin_capture: None,
             pin_writers: None,
@@ -271,6 +273,7 @@ impl RecordOptions {
             "max_bytes": retention.max_bytes,
             "min_free": retention.min_free,
             "direct": !self.no_direct,
+            "flow_index": !self.no_flow_index,
             "pin_capture": self.pin_capture,
             "pin_writers": self.pin_writers,
             "pin_compressors": self.pin_compressors,
@@ -291,6 +294,7 @@ impl RecordOptions {
             .retention(retention)
             .pinning(pinning)
             .direct(!self.no_direct)
+            .flow_index(!self.no_flow_index)
             .discard(self.discard)
             .disk_limit(size("--bench-disk-limit", &self.bench_disk_limit)?)
             .flush_interval(parse_seconds("--flush-interval", self.flush_interval)?)
@@ -386,6 +390,7 @@ impl RecorderConfig {
                 compressors: cores.saturating_sub(1).max(1),
                 pinning: Pinning::default(),
                 direct: true,
+                flow_index: true,
                 discard: false,
                 disk_limit: None,
                 flush_interval: Duration::from_secs(2),
@@ -423,6 +428,8 @@ impl RecorderConfigBuilder {
         compressors: usize,
         pinning: Pinning,
         direct: bool,
+        /// Build a flow index per chunk (see `crate::flows`).
+        flow_index: bool,
         discard: bool,
         disk_limit: Option<u64>,
         flush_interval: Duration,

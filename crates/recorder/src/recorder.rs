@@ -71,6 +71,8 @@ pub struct RecorderConfig {
     /// CPUs per thread role.
     pub pinning: Pinning,
     pub direct: bool,
+    /// Index each chunk's flows (`crate::flows`).
+    pub flow_index: bool,
     /// Write nothing (benchmarks): see `WriterConfig::discard`.
     pub discard: bool,
     /// Benchmarks only: see `WriterConfig::disk_limit`.
@@ -234,6 +236,7 @@ pub fn record<S: PacketSource + 'static>(
                 format: cfg.format,
                 container,
                 direct: cfg.direct,
+                flow_index: cfg.flow_index,
                 // Room for a whole chunk frame, so each chunk goes out in one large write.
                 write_buffer: 2 * cfg.chunk_size + (1 << 20),
                 section: section.clone(),
@@ -263,7 +266,7 @@ pub fn record<S: PacketSource + 'static>(
         let ladder = cfg.ladder.clone();
         let controllers = controllers.clone();
         let hub = Arc::clone(&stats);
-        let format = cfg.format;
+        let format = cfg.flow_index.then_some(cfg.format);
         let cpus = cfg.pinning.compressors.clone();
         threads.push(spawn(format!("compress-{i}"), &stats, move || {
             // Compression yields to capture: a burst must never starve the capture loop.
@@ -600,7 +603,7 @@ fn compress_loop(
     rx: Receiver<Sequenced<Chunk>>,
     txs: Vec<Sender<Sequenced<Done>>>,
     (pools, controllers): (Vec<Arc<StagingPool>>, Vec<Arc<SharedController>>),
-    (ladder, format): (CodecLadder, Format),
+    (ladder, index_format): (CodecLadder, Option<Format>),
     stats: Arc<StatsHub>,
 ) {
     let mut encoder = FrameEncoder::new(ladder.container());
@@ -617,7 +620,9 @@ fn compress_loop(
             chunk.decision =
                 controller.at_compressor(chunk.decision, pool.compression_backlog(), pool.fill());
         }
-        chunk.flows = crate::flows::index_chunk(format, chunk.segment.data(), &chunk.linktypes);
+        if let Some(format) = index_format {
+            chunk.flows = crate::flows::index_chunk(format, chunk.segment.data(), &chunk.linktypes);
+        }
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,
             codec => {

@@ -109,6 +109,8 @@ pub struct WriterConfig {
     pub format: Format,
     pub container: Container,
     pub direct: bool,
+    /// Index the flows of raw chunks the compressors did not see (`crate::flows`).
+    pub flow_index: bool,
     pub write_buffer: usize,
     pub section: SectionInfo,
     /// Write nothing: every chunk is counted as if stored, no file is created. Isolates
@@ -345,7 +347,7 @@ impl StreamWriter {
     /// rescued from an abandoned file, whose codec and ladder bytes were counted already.
     fn write_chunk(&mut self, mut chunk: Chunk, encoded: Encoded, again: bool) {
         let data_len = chunk.segment.data().len();
-        if chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
+        if self.cfg.flow_index && chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
             // Stored raw without a compressor's visit: indexed here.
             chunk.flows =
                 crate::flows::index_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
