@@ -83,7 +83,10 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     }
     // Progress lines are for terminals; a service logs.
     opts.quiet = true;
-    let cfg = opts.builder().map_err(|e| usage(e.to_string()))?.build();
+    let cfg = opts
+        .builder()
+        .map_err(|e| usage(config.option_error(&e)))?
+        .build();
     let settings = config.serve.clone();
     for interface in &opts.interfaces {
         if !Path::new("/sys/class/net").join(interface).exists() {

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
+use tapdeck_recorder::error::OptionsError;
 use tapdeck_recorder::options::RecordOptions;
 use toml::Spanned;
 
@@ -59,6 +60,11 @@ pub enum LogFormat {
 pub struct ServeConfig {
     pub record: RecordOptions,
     pub serve: ServeSettings,
+    /// The config file, and the line of each key still set by it (not by a flag): values
+    /// are checked again as a whole after parsing (sizes, ladders, combinations), and
+    /// those errors must name the line too.
+    pub file: Option<PathBuf>,
+    pub lines: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,9 +137,11 @@ impl ServeConfig {
         let (serve_keys, record_keys) = (serve_keys(), record_keys());
         let mut serve = toml::Table::new();
         let mut record = toml::Table::new();
+        let mut lines = BTreeMap::new();
         for (key, value) in doc {
             let line = line_of(key.span().start);
             let name = key.into_inner();
+            lines.insert(name.clone(), line);
             let is_serve = serve_keys.contains(&name);
             if !is_serve && !record_keys.contains(&name) {
                 let hint = closest(&name, serve_keys.iter().chain(&record_keys))
@@ -179,7 +187,24 @@ impl ServeConfig {
         Ok(ServeConfig {
             record: toml::Value::Table(record).try_into().map_err(whole)?,
             serve: toml::Value::Table(serve).try_into().map_err(whole)?,
+            file: Some(path.to_path_buf()),
+            lines,
         })
+    }
+
+    /// An option the recorder refused, named by the file and line that set it (as a parse
+    /// error is) when it came from the config file; by its flag when from the command line.
+    pub fn option_error(&self, e: &OptionsError) -> String {
+        let text = e.to_string();
+        match (&self.file, self.lines.get(e.key())) {
+            (Some(path), Some(line)) => {
+                // "--max-bytes lots: not a size" → "key `max-bytes`: lots: not a size"
+                let rest = text.strip_prefix(e.flag()).unwrap_or(&text);
+                let rest = rest.trim_start_matches(':').trim_start();
+                format!("{}, line {line}: key `{}`: {rest}", path.display(), e.key())
+            }
+            _ => text,
+        }
     }
 
     /// Sets the keys given on the command line (`key` → value as JSON), over the file.
@@ -199,6 +224,7 @@ impl ServeConfig {
                 return Err(bad(format!("`{key}` is not an option of serve")));
             };
             target[key] = value.clone();
+            self.lines.remove(key);
         }
         self.record = serde_json::from_value(record).map_err(|e| bad(e.to_string()))?;
         self.serve = serde_json::from_value(serve).map_err(|e| bad(e.to_string()))?;
@@ -317,6 +343,25 @@ mod tests {
                 "/etc/tapdeck/tapdeck.toml, line 1: key `log-format`: unknown variant `xml`"
             ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_value_the_recorder_refuses_is_named_with_its_key_and_line() {
+        let c = parse("store = \"/s\"\ninterface = [\"eth1\"]\nmax-bytes = \"lots\"\n").unwrap();
+        let e = c.record.builder().unwrap_err();
+        assert_eq!(
+            c.option_error(&e),
+            "/etc/tapdeck/tapdeck.toml, line 3: key `max-bytes`: lots: not a size (e.g. 4MiB, 10G, 123456)"
+        );
+        // Set by a flag instead: named as the flag.
+        let mut c = c;
+        let flags = BTreeMap::from([("max-bytes".to_string(), Json::from("many"))]);
+        c.override_with(&flags).unwrap();
+        let e = c.record.builder().unwrap_err();
+        assert_eq!(
+            c.option_error(&e),
+            "--max-bytes many: not a size (e.g. 4MiB, 10G, 123456)"
         );
     }
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::config::{ConfigError, ServeConfig, LIVE_KEYS};
-use crate::state::Service;
+use crate::state::{read_token, Service};
 
 /// What a reload did.
 #[derive(Debug, Default, PartialEq)]
@@ -51,12 +51,23 @@ pub fn apply(
     let built = new
         .record
         .builder()
-        .map_err(|e| ReloadError::Invalid(e.to_string()))?
+        .map_err(|e| ReloadError::Invalid(new.option_error(&e)))?
         .build();
     let changed = current.changed_keys(new);
-    let (live, restart): (Vec<String>, Vec<String>) = changed
+    let (mut live, restart): (Vec<String>, Vec<String>) = changed
         .into_iter()
         .partition(|k| LIVE_KEYS.contains(&k.as_str()));
+    // A token is rotated by rewriting its file, whose path stays: the new content is a
+    // change too, or the old token would keep working until a restart.
+    if !live.iter().any(|k| k == "metrics-token-file")
+        && new.serve.metrics_token_file.is_some()
+        && read_token(new.serve.metrics_token_file.as_deref())
+            .ok()
+            .flatten()
+            != service.token()
+    {
+        live.push("metrics-token-file".into());
+    }
     let mut effective = current.clone();
     let mut outcome = Outcome {
         need_restart: restart,
@@ -153,6 +164,30 @@ mod tests {
     }
 
     #[test]
+    fn a_rewritten_token_file_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "old\n").unwrap();
+        let text = format!(
+            "interface = [\"lo\"]\nstore = \"/tmp/x\"\nmetrics-token-file = {:?}\n",
+            token.display().to_string()
+        );
+        let current = config(&text);
+        let control = Arc::new(Control::default());
+        let service = Service::new(control, current.serve.clone()).unwrap();
+        let (_, same) = apply(&current, &current, &service, &|_| Ok(())).unwrap();
+        assert!(same.applied.is_empty(), "an unchanged token is no change");
+        std::fs::write(&token, "new\n").unwrap();
+        let (_, outcome) = apply(&current, &config(&text), &service, &|_| Ok(())).unwrap();
+        assert_eq!(outcome.applied, vec!["metrics-token-file"]);
+        assert_eq!(service.token().as_deref(), Some("new"));
+        // An emptied file is refused, and the token in force stays.
+        std::fs::write(&token, "").unwrap();
+        assert!(apply(&current, &config(&text), &service, &|_| Ok(())).is_err());
+        assert_eq!(service.token().as_deref(), Some("new"));
+    }
+
+    #[test]
     fn a_bad_value_changes_nothing() {
         let current = config("interface = [\"lo\"]\nstore = \"/tmp/x\"\n");
         let new = config(
@@ -161,7 +196,10 @@ mod tests {
         let control = Arc::new(Control::default());
         let service = Service::new(control, current.serve.clone()).unwrap();
         let e = apply(&current, &new, &service, &|_| Ok(())).unwrap_err();
-        assert!(e.to_string().contains("--max-bytes"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "t.toml, line 4: key `max-bytes`: lots: not a size (e.g. 4MiB, 10G, 123456)"
+        );
         assert_eq!(service.settings().health_max_drops, 0, "untouched");
     }
 }

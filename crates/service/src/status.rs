@@ -28,9 +28,15 @@ pub fn fetch(listen: &str, token_file: Option<&Path>) -> Result<serde_json::Valu
         200 => {
             serde_json::from_str(&body).map_err(|e| format!("{url}: not a status document: {e}"))
         }
-        401 => Err(format!(
-            "{url} wants a token: pass --metrics-token-file (the service's token file)"
-        )),
+        401 => Err(match token_file {
+            Some(file) => format!(
+                "{url} refused the token in {}: is it the service's metrics-token-file, as it is now?",
+                file.display()
+            ),
+            None => {
+                format!("{url} wants a token: pass --metrics-token-file (the service's token file)")
+            }
+        }),
         _ => Err(format!("{url} answered {code}: {}", body.trim())),
     }
 }
