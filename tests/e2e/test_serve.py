@@ -653,15 +653,6 @@ def test_a_value_refused_after_parsing_names_the_file_line_and_key(
     assert not store.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "`serve --check` passes a chunk-size smaller than the largest record (262188 bytes at the "
-        "default snaplen), and the real start then fails after opening the capture, with exit 1 "
-        "(so systemd restarts it) instead of 2: the check is in the recorder's run, not in "
-        "RecordOptions::builder (crates/recorder/src/options.rs)"
-    ),
-)
 def test_check_refuses_what_the_start_refuses(serve_check, tmp_path):
     store = tmp_path / "S"
     _, r = serve_check(GOOD.format(store=store) + 'chunk-size = "256KiB"\n', "--check")
@@ -1619,15 +1610,6 @@ def test_full_data_dir_makes_healthz_503_until_space_returns(
     assert r.returncode == 0, r.describe()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a failed data directory is tried again only when there is a chunk to write: on a quiet "
-        "link it stays down (tapdeck_data_dir_up 0, /healthz 503, TapdeckDataDirFailed) after "
-        "space returns, until the next packet arrives (seen: 22 s, 'writable again' only after a "
-        "packet); the docs promise a retry every 2 s"
-    ),
-)
 def test_a_quiet_link_sees_its_data_dir_come_back(
     link, procs, start, tmp_path, small_fs
 ):
@@ -1647,15 +1629,6 @@ def test_a_quiet_link_sees_its_data_dir_come_back(
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "SIGUSR1 ('starting new files') only marks a rotation as pending; the recorder acts on it at "
-        "the next packet, so on a quiet link the open file stays `.partial` indefinitely (the idle "
-        "branch of the capture loop in crates/recorder/src/recorder.rs closes files only at the "
-        "interval boundary, not for rotate_pending)"
-    ),
-)
 def test_sigusr1_on_a_quiet_link_completes_the_file(
     tapdeck, link, procs, start, tmp_path
 ):

@@ -74,6 +74,8 @@ pub enum OptionsError {
     },
     #[error("--store: say where the store is (a directory)")]
     NoStore,
+    #[error("--chunk-size must be at least {min} bytes, to hold the largest packet")]
+    ChunkTooSmall { min: usize },
     #[error(
         "{flag} applies to live capture: add an interface (-i IF, or `interface` in a config file)"
     )]
@@ -95,6 +97,7 @@ impl OptionsError {
             OptionsError::StagingTooSmall { .. } => "--staging",
             OptionsError::RingBlockTooLarge { .. } => "--ring-block-size",
             OptionsError::NoStore => "--store",
+            OptionsError::ChunkTooSmall { .. } => "--chunk-size",
         }
     }
 

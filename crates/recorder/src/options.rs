@@ -227,6 +227,12 @@ impl RecordOptions {
         self.check_sources()?;
         let (chunk_size, staging_bytes) =
             chunk_and_staging(&self.chunk_size, self.staging.as_deref())?;
+        // Checked here too (the recorder refuses it at its start): a config check must
+        // refuse what the start would.
+        let max_record = format.max_record_len(256 * 1024);
+        if chunk_size < max_record {
+            return Err(OptionsError::ChunkTooSmall { min: max_record });
+        }
         let live = self.is_live();
         let rotation = Rotation {
             max_bytes: match size("--rotate-size", &self.rotate_size)? {

@@ -820,8 +820,11 @@ impl CaptureLoop {
             match poll {
                 Ok(Poll::Delivered) => {}
                 Ok(Poll::Idle) => {
-                    // A quiet link still gets its files cut on time.
-                    if self.live && self.file_open && now_ns() >= self.boundary {
+                    // A quiet link still gets its files cut on time, and when asked to.
+                    if self.live
+                        && self.file_open
+                        && (self.rotate_pending || now_ns() >= self.boundary)
+                    {
                         self.close_file(&source.counters());
                     }
                 }

@@ -26,6 +26,9 @@ use tapdeck_store::meta::{self, DataName, FileMeta, InterfaceMeta};
 /// went away) rests before a writer tries it again. Meanwhile its chunks go to another
 /// directory, or are dropped and counted as write errors when none is usable.
 pub const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+/// A failed directory is probed with this much (about a chunk's write would need more,
+/// but a directory that takes this takes writes again).
+const PROBE_BYTES: usize = 64 * 1024;
 
 /// The data directories of a store, shared by every stream's writer.
 pub struct DataDirs {
@@ -89,6 +92,34 @@ impl DataDirs {
             .iter()
             .map(|f| f.lock().unwrap().is_some())
             .collect()
+    }
+
+    /// Tries every failed directory whose rest is over with a small probe file; true if
+    /// one takes writes again (its episode ends, and is logged as such).
+    pub fn probe_failed(&self, stream: u32) -> bool {
+        let now = std::time::Instant::now();
+        let mut recovered = false;
+        for i in 0..self.paths.len() {
+            let due = self.failed[i]
+                .lock()
+                .unwrap()
+                .is_some_and(|f| f.retry_at <= now);
+            if !due {
+                continue;
+            }
+            let probe =
+                self.paths[i].join(format!(".tapdeck-probe-{}-{stream}", std::process::id()));
+            let wrote = std::fs::write(&probe, [0u8; PROBE_BYTES]);
+            let _ = std::fs::remove_file(&probe);
+            match wrote {
+                Ok(()) => {
+                    self.succeeded(i);
+                    recovered = true;
+                }
+                Err(e) => self.fail(i, &format!("a probe write failed: {e}")),
+            }
+        }
+        recovered
     }
 
     /// A write to the directory succeeded: ends its failure episode, if it had one.
@@ -226,7 +257,19 @@ impl StreamWriter {
     pub fn run(mut self, rx: Receiver<Sequenced<Done>>) {
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
-        for done in rx.iter() {
+        loop {
+            let done = match rx.recv_timeout(RETRY_AFTER) {
+                Ok(done) => done,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    // A quiet link writes nothing that would find a failed directory
+                    // writable again: probe it, so that health and metrics recover.
+                    if self.dirs.probe_failed(self.cfg.stream) {
+                        self.salvage_abandoned();
+                    }
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
             pending.insert(done.seq, done.item);
             while let Some(item) = pending.remove(&next) {
                 next += 1;

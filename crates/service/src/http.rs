@@ -2,11 +2,12 @@
 //! threads): `GET /metrics`, `GET /healthz` and `GET /api/v1/status`. With a token file
 //! every route requires `Authorization: Bearer TOKEN`.
 //!
-//! Hostile or broken clients cannot take it over: at most [`MAX_CONNECTIONS`] at once
-//! (more are closed on accept), request headers within [`HEADER_TIMEOUT`] and
+//! Hostile or broken clients cannot take it over: at most [`MAX_CONNECTIONS`] at once and
+//! [`MAX_PER_CLIENT`] from one address (more are closed on accept), request headers within [`HEADER_TIMEOUT`] and
 //! [`MAX_HEADER_BYTES`], and no connection lives longer than [`CONNECTION_LIFETIME`].
 
-use std::net::{SocketAddr, TcpListener};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub const MAX_CONNECTIONS: usize = 64;
+/// Connections one client address may hold, so that one client (with or without a token:
+/// the token is read with the request) cannot take every slot from Prometheus.
+pub const MAX_PER_CLIENT: usize = 16;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
@@ -97,15 +101,20 @@ pub fn spawn(
 /// Accepts connections for ever, each served by hyper under the limits above.
 async fn serve(listener: tokio::net::TcpListener, router: Router) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let per_client = Arc::new(std::sync::Mutex::new(HashMap::<IpAddr, usize>::new()));
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, say: wait rather than spin.
                 tracing::warn!("HTTP accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
+        };
+        let Some(client) = ClientSlot::take(&per_client, peer.ip()) else {
+            drop(stream);
+            continue;
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             // Full: this one is turned away, the ones being served keep going.
@@ -120,8 +129,41 @@ async fn serve(listener: tokio::net::TcpListener, router: Router) {
                 .max_buf_size(MAX_HEADER_BYTES)
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-            drop(slot);
+            drop((slot, client));
         });
+    }
+}
+
+/// One of a client address's connections; released when dropped.
+struct ClientSlot {
+    counts: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl ClientSlot {
+    fn take(counts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Self> {
+        let mut c = counts.lock().unwrap();
+        let n = c.entry(ip).or_default();
+        if *n >= MAX_PER_CLIENT {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            counts: Arc::clone(counts),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().unwrap();
+        if let Some(n) = c.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.ip);
+            }
+        }
     }
 }
 
