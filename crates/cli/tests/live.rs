@@ -344,7 +344,7 @@ fn errors_are_one_line_with_what_to_do() {
     assert_eq!(e.lines().count(), 1, "{e}");
     assert_eq!(
         run(&["--synthetic", "64", "--filter", "udp"], false),
-        "tapdeck: --filter applies to live capture: add an interface (-i IF, or `interface` in a config file)\n"
+        "tapdeck: --filter applies to live capture: add -i IF (`interface` in a config file)\n"
     );
     let e = run(&["-i", "lo", "-r", "x.pcap"], false);
     assert!(e.contains("cannot be used with"), "{e}");

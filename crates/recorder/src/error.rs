@@ -76,9 +76,7 @@ pub enum OptionsError {
     NoStore,
     #[error("--chunk-size must be at least {min} bytes, to hold the largest packet")]
     ChunkTooSmall { min: usize },
-    #[error(
-        "{flag} applies to live capture: add an interface (-i IF, or `interface` in a config file)"
-    )]
+    #[error("{flag} applies to live capture: add -i IF (`interface` in a config file)")]
     LiveOnly { flag: &'static str },
     #[error("{flag} applies to --synthetic")]
     SyntheticOnly { flag: &'static str },

@@ -760,6 +760,7 @@ impl CaptureLoop {
         let control = Arc::clone(&self.control);
         let mut rotate_gen = control.rotate.load(Ordering::Relaxed);
         let mut config_gen = control.reconfigured.load(Ordering::Relaxed);
+        let mut asked_to_rotate = Instant::now();
         let mut last_publish = Instant::now();
         let result = loop {
             if control.stopping() || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -793,6 +794,7 @@ impl CaptureLoop {
             if gen != rotate_gen {
                 rotate_gen = gen;
                 self.rotate_pending = self.file_open;
+                asked_to_rotate = Instant::now();
             }
             let gen = control.reconfigured.load(Ordering::Relaxed);
             if gen != config_gen {
@@ -820,10 +822,13 @@ impl CaptureLoop {
             match poll {
                 Ok(Poll::Delivered) => {}
                 Ok(Poll::Idle) => {
-                    // A quiet link still gets its files cut on time, and when asked to.
-                    if self.live
-                        && self.file_open
-                        && (self.rotate_pending || now_ns() >= self.boundary)
+                    // A quiet link still gets its files cut on time, and when asked to. A
+                    // busy one rotates at its next packet (closing and opening at once);
+                    // only a request no packet has come to carry out closes here, or a
+                    // request arriving between this close and the next open would be lost.
+                    let quiet_rotation = self.rotate_pending
+                        && asked_to_rotate.elapsed() >= Duration::from_millis(200);
+                    if self.live && self.file_open && (quiet_rotation || now_ns() >= self.boundary)
                     {
                         self.close_file(&source.counters());
                     }
