@@ -645,3 +645,29 @@ def parse_isb(body: bytes, e: str = "<") -> dict:
 def pcapng_record_lengths(buf: bytes) -> list[int]:
     """Block length of each packet block (what the recorder counts as capture data)."""
     return [len(body) + 12 for t, body, _ in pcapng_blocks(buf) if t in (2, 3, 6)]
+
+
+def loop_ext4(tmp_path, request, size: int) -> Path:
+    """An ext4 filesystem of `size` bytes, loop-mounted in tmp_path and unmounted (lazily if
+    busy) by a finalizer; the test is skipped where loop mounts are impossible."""
+    need("mkfs.ext4", "losetup")
+    if os.geteuid() != 0:
+        pytest.skip("mounting a loop filesystem needs root")
+    image, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(size)
+    r = run(["mkfs.ext4", "-q", "-F", image])
+    assert r.returncode == 0, r.describe()
+    r = run(["mount", "-o", "loop", image, mnt])
+    if r.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image here: {r.stderr.strip()}")
+
+    def unmount():
+        umount = ["umount", str(mnt)]
+        if subprocess.run(umount, capture_output=True, timeout=30, check=False).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30,
+                           check=False)
+
+    request.addfinalizer(unmount)
+    return mnt

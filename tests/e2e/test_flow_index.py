@@ -38,14 +38,31 @@ def ipv6_udp(src: int, dst: int, sport: int, dport: int, payload: bytes) -> byte
 
 
 def arp(spa: int, tpa: int) -> bytes:
-    body = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + bytes(6) + ip4(spa) + bytes(6) + ip4(tpa)
+    body = (
+        struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+        + bytes(6)
+        + ip4(spa)
+        + bytes(6)
+        + ip4(tpa)
+    )
     return bytes.fromhex("ffffffffffff020000000001") + b"\x08\x06" + body
 
 
 def fragment(src: int, dst: int, offset8: int, more: bool, data: bytes) -> bytes:
     flags = (0x2000 if more else 0) | offset8
-    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(data), 7, flags, 64, 17, 0,
-                      ip4(src), ip4(dst))
+    hdr = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(data),
+        7,
+        flags,
+        64,
+        17,
+        0,
+        ip4(src),
+        ip4(dst),
+    )
     hdr = hdr[:10] + struct.pack("!H", _csum(hdr)) + hdr[12:]
     return bytes.fromhex("020000000002020000000001") + b"\x08\x00" + hdr + data
 
@@ -60,19 +77,37 @@ def trace(path):
         server = (198 << 24) | (19 << 16) | rng.randrange(1, 5)
         kind = rng.random()
         if kind < 0.45:
-            f = frame(rng, "tcp", client, server, 20000 + rng.randrange(500),
-                      [80, 443, 22][phase % 3], bytes(rng.randrange(0, 200)))
+            f = frame(
+                rng,
+                "tcp",
+                client,
+                server,
+                20000 + rng.randrange(500),
+                [80, 443, 22][phase % 3],
+                bytes(rng.randrange(0, 200)),
+            )
         elif kind < 0.75:
-            f = frame(rng, "udp", client, server, 30000 + rng.randrange(500),
-                      [53, 123, 2049][phase % 3], bytes(rng.randrange(0, 300)))
+            f = frame(
+                rng,
+                "udp",
+                client,
+                server,
+                30000 + rng.randrange(500),
+                [53, 123, 2049][phase % 3],
+                bytes(rng.randrange(0, 300)),
+            )
         elif kind < 0.85:
             f = ipv6_udp(client & 0xFFFF, 0x99, 40000 + phase, 5353 + phase, bytes(40))
         elif kind < 0.93:
-            f = vlan(frame(rng, "udp", client, server, 1000, 514, bytes(20)), 100 + phase)
+            f = vlan(
+                frame(rng, "udp", client, server, 1000, 514, bytes(20)), 100 + phase
+            )
         elif kind < 0.97:
             f = arp(client, server)
         else:
-            f = fragment(client, server, 0 if kind < 0.985 else 185, kind < 0.985, bytes(48))
+            f = fragment(
+                client, server, 0 if kind < 0.985 else 185, kind < 0.985, bytes(48)
+            )
         pkts.append(Pkt(1, T0 + i * 50_000, len(f), f))
     write_pcap(path, pkts)
     return path
@@ -110,9 +145,22 @@ def stores(tapdeck_bin, tmp_path_factory):
     ]:
         store = tmp / name
         r = subprocess.run(
-            [tapdeck_bin, "record", "-r", original, "--store", store, "-q",
-             "--chunk-size", "512KiB", *extra],
-            capture_output=True, text=True, timeout=120,
+            [
+                tapdeck_bin,
+                "record",
+                "-r",
+                original,
+                "--store",
+                store,
+                "-q",
+                "--chunk-size",
+                "512KiB",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert r.returncode == 0, r.stderr
         out[name] = store
@@ -120,8 +168,13 @@ def stores(tapdeck_bin, tmp_path_factory):
 
 
 def tcpdump_lines(path, flt="") -> list[str]:
-    r = subprocess.run(["tcpdump", "-r", str(path), "-nn", "-tt", "-xx", *([flt] if flt else [])],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["tcpdump", "-r", str(path), "-nn", "-tt", "-xx", *([flt] if flt else [])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.splitlines()
 
@@ -129,27 +182,40 @@ def tcpdump_lines(path, flt="") -> list[str]:
 def extract(tapdeck, out, *args) -> tuple[list[str], dict]:
     r = tapdeck("extract", *args, "-w", out, "--explain", timeout=120)
     assert r.returncode == 0, r.describe()
-    m = re.search(r"explain: (\d+) of (\d+) chunks in the window read, (\d+) ruled out", r.stderr)
+    m = re.search(
+        r"explain: (\d+) of (\d+) chunks in the window read, (\d+) ruled out", r.stderr
+    )
     assert m, r.stderr
     read, total, pruned = map(int, m.groups())
-    return tcpdump_lines(out), {"read": read, "total": total, "pruned": pruned,
-                                "stderr": r.stderr}
+    return tcpdump_lines(out), {
+        "read": read,
+        "total": total,
+        "pruned": pruned,
+        "stderr": r.stderr,
+    }
 
 
 @pytest.mark.parametrize("store", ["zstd", "raw"])
-def test_indexed_extract_equals_tcpdump_and_skips_chunks(tapdeck, stores, tmp_path, store):
+def test_indexed_extract_equals_tcpdump_and_skips_chunks(
+    tapdeck, stores, tmp_path, store
+):
     pruned_somewhere = 0
     for i, flt in enumerate(FILTERS):
         want = tcpdump_lines(stores["original"], flt)
         got, ex = extract(tapdeck, tmp_path / f"i{i}.pcapng", stores[store], "-f", flt)
-        assert got == want, f"{store}: indexed extract of `{flt}` differs from tcpdump " \
-                            f"({len(got)} vs {len(want)} lines)"
-        full, ex_full = extract(tapdeck, tmp_path / f"n{i}.pcapng", stores[store], "-f", flt,
-                                "--no-index")
+        assert got == want, (
+            f"{store}: indexed extract of `{flt}` differs from tcpdump "
+            f"({len(got)} vs {len(want)} lines)"
+        )
+        full, ex_full = extract(
+            tapdeck, tmp_path / f"n{i}.pcapng", stores[store], "-f", flt, "--no-index"
+        )
         assert full == got, f"--no-index differs from the indexed extract for `{flt}`"
         assert ex_full["pruned"] == 0 and ex_full["read"] == ex_full["total"]
         if "len >" in flt or flt.startswith("not "):
-            assert ex["pruned"] == 0, f"`{flt}` cannot be answered by the index: {ex['stderr']}"
+            assert ex["pruned"] == 0, (
+                f"`{flt}` cannot be answered by the index: {ex['stderr']}"
+            )
         pruned_somewhere += ex["pruned"]
         if flt == "host 198.18.3.7":
             # One client of one eighth of the trace: most chunks go unread.
@@ -158,15 +224,22 @@ def test_indexed_extract_equals_tcpdump_and_skips_chunks(tapdeck, stores, tmp_pa
 
 
 def test_a_store_without_index_is_read_whole_and_merges_with_an_indexed_one(
-        tapdeck, stores, tmp_path):
+    tapdeck, stores, tmp_path
+):
     flt = "host 198.18.3.7"
     want = tcpdump_lines(stores["original"], flt)
     got, ex = extract(tapdeck, tmp_path / "old.pcapng", stores["unindexed"], "-f", flt)
     assert got == want
     assert ex["pruned"] == 0 and "(no flow index)" in ex["stderr"], ex["stderr"]
     # Two stores holding the same packets, merged by time: every packet twice.
-    got, ex = extract(tapdeck, tmp_path / "both.pcapng", stores["unindexed"], stores["zstd"],
-                      "-f", flt)
+    got, ex = extract(
+        tapdeck,
+        tmp_path / "both.pcapng",
+        stores["unindexed"],
+        stores["zstd"],
+        "-f",
+        flt,
+    )
     assert ex["pruned"] > 0, "the indexed store's chunks are skipped"
     times = [line.split()[0] for line in got if not line.startswith("\t")]
     want_times = [line.split()[0] for line in want if not line.startswith("\t")]

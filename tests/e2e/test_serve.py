@@ -47,6 +47,7 @@ from conftest import (
     data_files,
     finish,
     kill_all,
+    loop_ext4,
     need,
     one_error_line,
     partial_files,
@@ -1470,28 +1471,7 @@ def test_sd_notify_under_the_units_identity(
 @pytest.fixture
 def small_fs(tmp_path, request):
     """An 8 MiB ext4 filesystem, loop-mounted in tmp_path and unmounted by a finalizer."""
-    need("mkfs.ext4", "losetup")
-    image, mnt = tmp_path / "fs.img", tmp_path / "mnt"
-    mnt.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(8 * MiB)
-    r = run(["mkfs.ext4", "-q", "-F", image])
-    assert r.returncode == 0, r.describe()
-    r = run(["mount", "-o", "loop", image, mnt])
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount an ext4 image here: {r.stderr.strip()}")
-
-    def unmount():
-        r = subprocess.run(
-            ["umount", str(mnt)], capture_output=True, timeout=30, check=False
-        )
-        if r.returncode:
-            subprocess.run(
-                ["umount", "-l", str(mnt)], capture_output=True, timeout=30, check=False
-            )
-
-    request.addfinalizer(unmount)
-    return mnt
+    return loop_ext4(tmp_path, request, 8 * MiB)
 
 
 def fill(fs: Path, leave: int) -> Path:

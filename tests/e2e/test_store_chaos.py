@@ -11,15 +11,12 @@ Root only (mount). Bounded: each run lives at most a few seconds; no network (sy
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import subprocess
 import time
 
 import pytest
-
-from conftest import data_files, partial_files, read_packets, run
+from conftest import data_files, loop_ext4, partial_files, read_packets
 
 MiB = 1 << 20
 MAX_BYTES = 48 * MiB
@@ -31,24 +28,7 @@ KILLS = 20
 
 @pytest.fixture
 def ext4(tmp_path, request):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a loop filesystem needs root")
-    image, mnt = tmp_path / "fs.img", tmp_path / "mnt"
-    mnt.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(256 * MiB)
-    r = run(["mkfs.ext4", "-q", "-F", image])
-    assert r.returncode == 0, r.describe()
-    r = run(["mount", "-o", "loop", image, mnt])
-    if r.returncode != 0:
-        pytest.skip(f"cannot loop-mount an ext4 image here: {r.stderr.strip()}")
-
-    def unmount():
-        if subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
-
-    request.addfinalizer(unmount)
-    return mnt
+    return loop_ext4(tmp_path, request, 256 * MiB)
 
 
 def store_bytes(store) -> int:
