@@ -95,6 +95,11 @@ pub enum Command {
     /// Ask a running `tapdeck serve` how it is doing: health, counters, disks, horizon.
     #[command(after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
+    /// Fetch packets from a running `tapdeck serve` (its /api/v1/packets): a time window
+    /// and a filter, as one capture file, e.g. `tapdeck query 127.0.0.1:9780 --start
+    /// 2026-11-26T01:00:00Z -w - host 198.18.0.1 | tcpdump -r -`.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Query(QueryArgs),
     /// Analyze a dataset: hands over to `tapdeck-analyze` (the Python package in python/),
     /// e.g. `tapdeck analyze report DATASET --out DIR`.
     #[command(after_help = EXIT_CODES_HELP, disable_help_flag = true)]
@@ -308,6 +313,37 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub record: RecordArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    /// Where the service listens (`HOST:PORT`, or an http:// URL).
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+
+    /// The filter's words (libpcap syntax), as tcpdump takes them.
+    #[arg(value_name = "FILTER")]
+    pub filter: Vec<String>,
+
+    /// First packet time: RFC 3339 or seconds since the epoch.
+    #[arg(long, value_name = "TIME")]
+    pub start: Option<String>,
+
+    /// Packets at or after this time are left out.
+    #[arg(long, value_name = "TIME")]
+    pub end: Option<String>,
+
+    /// Output file (`-` for standard output).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: String,
+
+    /// Output format (default: the store's).
+    #[arg(long, value_parser = ["pcapng", "pcap"])]
+    pub format: Option<String>,
+
+    /// The service's token file, if it has one.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -9,6 +9,7 @@ mod extract;
 mod info;
 mod logging;
 mod merge;
+mod query;
 mod record;
 mod serve;
 mod status;
@@ -58,6 +59,7 @@ fn run(cli: &Cli, matches: &ArgMatches) -> anyhow::Result<i32> {
             serve::run(a, sub)
         }
         Command::Status(a) => status::run(a),
+        Command::Query(a) => query::run(a),
         Command::Record(a) => record::run(a),
         Command::Export(a) => export::run(a),
         Command::Collect(a) => collect::run(a),

@@ -120,6 +120,7 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     record::install_stop_signals(&control)?;
     let service =
         Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
+    *service.stores.write().unwrap() = vec![cfg.store.clone()];
     // Before capture starts and privileges go: a taken port fails the start, and a port
     // under 1024 may still be bound.
     http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;

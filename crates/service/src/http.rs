@@ -11,6 +11,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -38,7 +39,13 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 struct Shared {
     service: Arc<Service>,
     registry: Registry,
+    /// Slots for queries running at once (see `query::Limits`).
+    queries: Arc<tokio::sync::Semaphore>,
 }
+
+/// The address a request came from (for the query log).
+#[derive(Clone, Copy)]
+struct Client(SocketAddr);
 
 /// The address to listen on, refused beyond loopback without a token.
 pub fn check_listen(listen: &str, has_token: bool) -> Result<SocketAddr, String> {
@@ -71,7 +78,12 @@ pub fn spawn(
     service: Arc<Service>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let registry = crate::metrics::registry(Arc::clone(&service));
-    let shared = Arc::new(Shared { service, registry });
+    let queries = Arc::new(tokio::sync::Semaphore::new(service.query_limits.concurrent));
+    let shared = Arc::new(Shared {
+        service,
+        registry,
+        queries,
+    });
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
@@ -121,7 +133,9 @@ async fn serve(listener: tokio::net::TcpListener, router: Router) {
             drop(stream);
             continue;
         };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let service = hyper_util::service::TowerToHyperService::new(
+            router.clone().layer(axum::Extension(Client(peer))),
+        );
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -172,6 +186,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/api/v1/status", get(status))
+        .route("/api/v1/packets", get(packets))
+        .route("/api/v1/files", get(files))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&shared),
             require_token,
@@ -236,6 +252,105 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, axum::Json(health)).into_response()
+}
+
+fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
+    (
+        code,
+        axum::Json(serde_json::json!({ "error": message.into() })),
+    )
+        .into_response()
+}
+
+/// `GET /api/v1/packets?start=&end=&filter=&format=`: streamed while it is read.
+async fn packets(
+    State(shared): State<Arc<Shared>>,
+    axum::Extension(Client(peer)): axum::Extension<Client>,
+    axum::extract::Query(req): axum::extract::Query<crate::query::Request>,
+) -> Response {
+    let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
+        return json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} queries are running, the most at once: try again shortly",
+                shared.service.query_limits.concurrent
+            ),
+        );
+    };
+    let stores = shared.service.stores.read().unwrap().clone();
+    let limits = shared.service.query_limits;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    tokio::task::spawn_blocking(move || {
+        crate::query::lower_priority();
+        let started = std::time::Instant::now();
+        let prepared = match crate::query::prepare(&stores, &req) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::info!("query from {peer} refused: {e}");
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+        };
+        let describe = prepared.describe.clone();
+        let format = prepared.format();
+        if ready_tx.send(Ok(format)).is_err() {
+            return;
+        }
+        let mut sink = crate::query::Sink::new(tx, &limits);
+        let result = crate::query::run(prepared, &mut sink);
+        let cut = sink
+            .cut
+            .map(|w| format!("; cut short: {w}"))
+            .unwrap_or_default();
+        match result {
+            Ok(r) => tracing::info!(
+                "query from {peer}: {describe}; {} packets, {} bytes in {:.2} s{cut}",
+                r.packets_written,
+                sink.sent,
+                started.elapsed().as_secs_f64()
+            ),
+            Err(e) => tracing::warn!(
+                "query from {peer}: {describe}; stopped after {} bytes: {e}{cut}",
+                sink.sent
+            ),
+        }
+        drop(slot);
+    });
+    let format = match ready_rx.await {
+        Ok(Ok(format)) => format,
+        Ok(Err(crate::query::QueryError::BadRequest(m))) => {
+            return json_error(StatusCode::BAD_REQUEST, m)
+        }
+        Ok(Err(e)) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(_) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, "the query failed"),
+    };
+    let (mime, ext) = match format {
+        tapdeck_pcap::Format::Pcap => ("application/vnd.tcpdump.pcap", "pcap"),
+        tapdeck_pcap::Format::Pcapng => ("application/x-pcapng", "pcapng"),
+    };
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    (
+        [
+            (header::CONTENT_TYPE, mime.to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"tapdeck.{ext}\""),
+            ),
+        ],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// `GET /api/v1/files`: the served stores' files with their time ranges and counts.
+async fn files(State(shared): State<Arc<Shared>>) -> Response {
+    let stores = shared.service.stores.read().unwrap().clone();
+    match tokio::task::spawn_blocking(move || crate::query::files(&stores)).await {
+        Ok(Ok(list)) => axum::Json(list).into_response(),
+        Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "listing failed"),
+    }
 }
 
 /// Everything `tapdeck status` shows: health, the counters of this moment, the data

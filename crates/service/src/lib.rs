@@ -12,6 +12,7 @@ pub mod http;
 pub mod metrics;
 pub mod notify;
 pub mod process;
+pub mod query;
 pub mod reload;
 pub mod state;
 pub mod status;

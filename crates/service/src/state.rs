@@ -22,6 +22,9 @@ pub enum Phase {
 
 pub struct Service {
     pub control: Arc<Control>,
+    /// The stores queries read (`/api/v1/packets`, `/api/v1/files`).
+    pub stores: RwLock<Vec<std::path::PathBuf>>,
+    pub query_limits: crate::query::Limits,
     settings: RwLock<ServeSettings>,
     token: RwLock<Option<String>>,
     pub drops: Mutex<DropWindow>,
@@ -33,6 +36,8 @@ impl Service {
         let token = read_token(settings.metrics_token_file.as_deref())?;
         Ok(Service {
             control,
+            stores: RwLock::new(Vec::new()),
+            query_limits: crate::query::Limits::default(),
             settings: RwLock::new(settings),
             token: RwLock::new(token),
             drops: Mutex::new(DropWindow::default()),

@@ -1,0 +1,39 @@
+//! `tapdeck query`: the client of `/api/v1/packets`, the stenoread of tapdeck.
+
+use std::io::Write;
+
+use crate::args::QueryArgs;
+
+pub fn run(args: &QueryArgs) -> anyhow::Result<i32> {
+    let filter = args.filter.join(" ");
+    let params = [
+        ("start", args.start.as_deref()),
+        ("end", args.end.as_deref()),
+        ("filter", Some(filter.as_str()).filter(|f| !f.is_empty())),
+        ("format", args.format.as_deref()),
+    ];
+    let mut reader = tapdeck_service::status::fetch_packets(
+        &args.addr,
+        args.metrics_token_file.as_deref(),
+        &params,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let copied = if args.write == "-" {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        let n = std::io::copy(&mut reader, &mut out);
+        n.and_then(|n| out.flush().map(|_| n))
+    } else {
+        let mut out = std::fs::File::create(&args.write)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", args.write))?;
+        std::io::copy(&mut reader, &mut out)
+    };
+    match copied {
+        Ok(bytes) => {
+            eprintln!("tapdeck: query wrote {bytes} bytes to {}", args.write);
+            Ok(0)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Err(e) => anyhow::bail!("the answer stopped early: {e}"),
+    }
+}

@@ -1,0 +1,259 @@
+//! `GET /api/v1/packets`: the packets of a time window (and a filter) of the served stores,
+//! streamed as one pcap or pcapng file while they are read, exactly as `tapdeck extract`
+//! writes them (the same plan, flow index and libpcap filter).
+//!
+//! A query never costs capture a packet: it runs on a blocking thread at the lowest CPU
+//! and I/O priority, at most [`Limits::concurrent`] at once, and stops at
+//! [`Limits::max_bytes`] or [`Limits::max_seconds`] (the answer then ends early, and the
+//! log says so).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use tapdeck_index::Predicate;
+use tapdeck_pcap::{Format, Packet};
+use tapdeck_store::extract::{self, ExtractReport, Plan, StoreInput, TimeWindow};
+use tapdeck_store::read::Store;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub concurrent: usize,
+    pub max_bytes: u64,
+    pub max_seconds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            concurrent: 4,
+            max_bytes: 4 << 30,
+            max_seconds: 300,
+        }
+    }
+}
+
+/// A query as asked: every part optional.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Request {
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub filter: Option<String>,
+    pub format: Option<String>,
+}
+
+/// Why a query was refused before any byte was sent (a 400 with this message).
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+/// A planned query: what will be read and how packets are chosen.
+pub struct Prepared {
+    plan: Plan,
+    format: Format,
+    programs: HashMap<u16, pcap::BpfProgram>,
+    pub describe: String,
+}
+
+impl Prepared {
+    pub fn format(&self) -> Format {
+        self.format
+    }
+}
+
+/// Parses and plans `req` over `stores` (with their moved data directories `dirs`).
+pub fn prepare(stores: &[PathBuf], req: &Request) -> Result<Prepared, QueryError> {
+    let bad = QueryError::BadRequest;
+    let time = |name: &str, v: &Option<String>| -> Result<Option<u64>, QueryError> {
+        v.as_deref()
+            .filter(|s| !s.is_empty())
+            .map(extract::parse_time)
+            .transpose()
+            .map_err(|e| bad(format!("{name}: {e}")))
+    };
+    let window = TimeWindow {
+        start_ns: time("start", &req.start)?,
+        end_ns: time("end", &req.end)?,
+    };
+    if let (Some(s), Some(e)) = (window.start_ns, window.end_ns) {
+        if s >= e {
+            return Err(bad(
+                "start must be before end: the range [start, end) is empty".into(),
+            ));
+        }
+    }
+    let format = match req.format.as_deref() {
+        None | Some("") => None,
+        Some("pcap") => Some(Format::Pcap),
+        Some("pcapng") => Some(Format::Pcapng),
+        Some(other) => return Err(bad(format!("format {other:?}: use pcap or pcapng"))),
+    };
+    let filter = req.filter.clone().unwrap_or_default();
+    let opened = stores
+        .iter()
+        .map(|s| Store::open(s).map_err(|e| QueryError::Store(e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let inputs: Vec<StoreInput<'_>> = opened
+        .iter()
+        .map(|store| StoreInput {
+            store,
+            offset_ns: 0,
+        })
+        .collect();
+    let predicate = Predicate::parse(&filter);
+    let plan = extract::plan_selected(&inputs, window, true, predicate.as_ref())
+        .map_err(|e| QueryError::Store(e.to_string()))?;
+    let mut programs = HashMap::new();
+    if !filter.trim().is_empty() {
+        for lt in plan.linktypes() {
+            let program = pcap::Capture::dead(pcap::Linktype(i32::from(lt)))
+                .and_then(|c| c.compile(&filter, true))
+                .map_err(|e| bad(format!("filter {filter:?} does not compile: {e}")))?;
+            programs.insert(lt, program);
+        }
+    }
+    let describe = format!(
+        "window {}..{}, filter {:?}: {} of {} chunks to read ({} skipped by the flow index)",
+        req.start.as_deref().unwrap_or("start"),
+        req.end.as_deref().unwrap_or("end"),
+        filter,
+        plan.chunks_selected,
+        plan.chunks_selected + plan.chunks_pruned,
+        plan.chunks_pruned
+    );
+    Ok(Prepared {
+        format: format.or(plan.store_format).unwrap_or(Format::Pcapng),
+        plan,
+        programs,
+        describe,
+    })
+}
+
+/// Writes the query's answer to `out` (which may refuse more: the limits, or a client
+/// that went away).
+pub fn run(prepared: Prepared, out: &mut dyn Write) -> Result<ExtractReport, String> {
+    let Prepared {
+        plan,
+        format,
+        programs,
+        ..
+    } = prepared;
+    let mut filter =
+        |lt: u16, p: &Packet<'_>| programs.get(&lt).is_none_or(|prog| prog.filter(p.data));
+    plan.write(format, &mut filter, out)
+        .map_err(|e| e.to_string())
+}
+
+/// Lowers the calling thread to the idle CPU and I/O classes (best effort: a query must
+/// never compete with capture).
+pub fn lower_priority() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: setpriority on this thread's id; a failure is harmless (priority unchanged).
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 19) };
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_IDLE: libc::c_long = 3;
+    // SAFETY: ioprio_set with a thread id and a valid class; failure leaves it unchanged.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid as libc::c_long,
+            IOPRIO_CLASS_IDLE << 13,
+        )
+    };
+}
+
+/// The answer's bytes, sent on to the HTTP response in 256 KiB pieces; refuses more
+/// beyond the limits or once the client has gone.
+pub struct Sink {
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+    pub sent: u64,
+    max_bytes: u64,
+    deadline: Instant,
+    /// Why it stopped taking bytes, if it did.
+    pub cut: Option<&'static str>,
+}
+
+impl Sink {
+    const PIECE: usize = 256 * 1024;
+
+    pub fn new(
+        tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+        limits: &Limits,
+    ) -> Sink {
+        Sink {
+            tx,
+            buf: Vec::with_capacity(Self::PIECE),
+            sent: 0,
+            max_bytes: limits.max_bytes,
+            deadline: Instant::now() + Duration::from_secs(limits.max_seconds),
+            cut: None,
+        }
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(Self::PIECE),
+        ));
+        self.sent += piece.len() as u64;
+        self.tx.blocking_send(Ok(piece)).map_err(|_| {
+            self.cut = Some("the client went away");
+            std::io::Error::from(std::io::ErrorKind::BrokenPipe)
+        })
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.sent + (self.buf.len() + data.len()) as u64 > self.max_bytes {
+            self.cut = Some("the answer reached the byte limit");
+        } else if Instant::now() > self.deadline {
+            self.cut = Some("the query reached the time limit");
+        }
+        if let Some(why) = self.cut {
+            return Err(std::io::Error::other(why));
+        }
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= Self::PIECE {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// The files of the served stores, for `/api/v1/files`.
+pub fn files(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
+    let mut out = Vec::new();
+    for root in stores {
+        let store = Store::open(root).map_err(|e| QueryError::Store(e.to_string()))?;
+        for path in &store.files {
+            let entry = match tapdeck_store::read::StoredFile::open(path) {
+                Ok(f) => serde_json::json!({
+                    "path": path, "stream": f.meta.stream, "seq": f.meta.seq,
+                    "first_ts_ns": f.meta.first_ts_ns, "last_ts_ns": f.meta.last_ts_ns,
+                    "packets": f.meta.packets, "bytes": f.stored_len,
+                    "flow_index": !f.index.flows.is_empty(),
+                }),
+                Err(e) => serde_json::json!({"path": path, "error": e.to_string()}),
+            };
+            out.push(entry);
+        }
+    }
+    Ok(serde_json::Value::from(out))
+}
