@@ -28,6 +28,9 @@ SERVE_KEYS = {
     "health-stall",
     "health-max-drops",
     "min-horizon",
+    "query-max-concurrent",
+    "query-max-bytes",
+    "query-max-seconds",
 }
 # Record flags that make no sense for a service: listed in the example, commented out.
 RECORD_ONLY = {

@@ -36,7 +36,13 @@ def in_ns(*args, **kw):
 
 
 @pytest.fixture
-def service(tapdeck_bin, ns, tmp_path):
+def limits():
+    """Extra config lines (a test may set the query limits before the service starts)."""
+    return ""
+
+
+@pytest.fixture
+def service(tapdeck_bin, ns, tmp_path, limits):
     procs = []
     store = tmp_path / "S"
     token = tmp_path / "token"
@@ -45,7 +51,7 @@ def service(tapdeck_bin, ns, tmp_path):
     cfg.write_text(
         f'interface = ["lo"]\nstore = "{store}"\nstaging = "32MiB"\nchunk-size = "1MiB"\n'
         f'min-free = "0"\nrotate-size = "256KiB"\nflush-interval = 0.2\n'
-        f'listen = "127.0.0.1:9799"\nmetrics-token-file = "{token}"\n'
+        f'listen = "127.0.0.1:9799"\nmetrics-token-file = "{token}"\n{limits}'
     )
     log = tmp_path / "serve.log"
     with open(log, "wb") as f:
@@ -144,3 +150,23 @@ def test_the_token_is_required(service, tmp_path):
     r = in_ns("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
               "http://127.0.0.1:9799/api/v1/packets", text=True)
     assert r.stdout == "401"
+
+
+@pytest.mark.parametrize("limits", ['query-max-bytes = "64KiB"\n'])
+def test_an_answer_ends_at_the_byte_limit_and_the_log_says_so(service, tmp_path, limits):
+    traffic()
+    wait_for(lambda: settled(), 20, "every packet seen to be stored")
+    out = tmp_path / "cut.pcapng"
+    query(service, out)
+    # The answer stops before the limit; what was sent is a readable prefix of a file.
+    assert 0 < out.stat().st_size <= 64 * 1024, out.stat().st_size
+    wait_for(lambda: "cut short: the answer reached the byte limit" in service["log"].read_text(),
+             5, "the log to say the answer was cut at the byte limit")
+
+
+def test_bad_limits_are_refused_at_start(tapdeck, ns, tmp_path):
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(f'interface = ["lo"]\nstore = "{tmp_path / "S"}"\nquery-max-bytes = "lots"\n')
+    r = in_ns(tapdeck.bin, "serve", "--config", cfg, "--check", text=True)
+    assert r.returncode == 2, r.stderr
+    assert "query-max-bytes" in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -311,6 +311,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS")]
     pub min_horizon: Option<u64>,
 
+    /// Queries (/api/v1/packets) running at once; more get 429 [default: 4].
+    #[arg(long, value_name = "N")]
+    pub query_max_concurrent: Option<usize>,
+
+    /// Bytes one query's answer may have; it ends there [default: 4GiB].
+    #[arg(long, value_name = "SIZE")]
+    pub query_max_bytes: Option<String>,
+
+    /// Seconds one query may take; its answer ends there [default: 300].
+    #[arg(long, value_name = "SECONDS")]
+    pub query_max_seconds: Option<u64>,
+
     #[command(flatten)]
     pub record: RecordArgs,
 }

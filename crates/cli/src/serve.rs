@@ -50,6 +50,9 @@ fn flag_overrides(args: &ServeArgs, matches: &ArgMatches) -> Overrides {
         "health-stall": args.health_stall,
         "health-max-drops": args.health_max_drops,
         "min-horizon": args.min_horizon,
+        "query-max-concurrent": args.query_max_concurrent,
+        "query-max-bytes": args.query_max_bytes,
+        "query-max-seconds": args.query_max_seconds,
     });
     let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
     let cli = Cli::command();
@@ -88,6 +91,7 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
         .map_err(|e| usage(config.option_error(&e)))?
         .build();
     let settings = config.serve.clone();
+    settings.query_limits().map_err(usage)?;
     for interface in &opts.interfaces {
         if !Path::new("/sys/class/net").join(interface).exists() {
             return Err(usage(format!(

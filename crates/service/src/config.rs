@@ -30,6 +30,12 @@ pub struct ServeSettings {
     pub health_max_drops: u64,
     /// Seconds of history the store should hold; exported for the alert rule (0: none).
     pub min_horizon: u64,
+    /// Queries (`/api/v1/packets`) running at once; more are refused with 429.
+    pub query_max_concurrent: usize,
+    /// Bytes one query's answer may have (it ends there, and the log says so).
+    pub query_max_bytes: String,
+    /// Seconds one query may take.
+    pub query_max_seconds: u64,
 }
 
 impl Default for ServeSettings {
@@ -42,6 +48,9 @@ impl Default for ServeSettings {
             health_stall: 10.0,
             health_max_drops: 0,
             min_horizon: 0,
+            query_max_concurrent: 4,
+            query_max_bytes: "4GiB".into(),
+            query_max_seconds: 300,
         }
     }
 }
@@ -112,6 +121,26 @@ fn keys_of(value: &impl Serialize) -> Vec<String> {
     match to_json(value) {
         Json::Object(map) => map.keys().cloned().collect(),
         _ => Vec::new(),
+    }
+}
+
+impl ServeSettings {
+    /// The query limits these settings give.
+    pub fn query_limits(&self) -> Result<crate::query::Limits, String> {
+        let max_bytes =
+            tapdeck_recorder::options::parse_size("query-max-bytes", &self.query_max_bytes)
+                .map_err(|e| e.to_string())?;
+        if self.query_max_concurrent == 0 || self.query_max_seconds == 0 || max_bytes == 0 {
+            return Err(
+                "query-max-concurrent, query-max-bytes and query-max-seconds must be above 0"
+                    .into(),
+            );
+        }
+        Ok(crate::query::Limits {
+            concurrent: self.query_max_concurrent,
+            max_bytes,
+            max_seconds: self.query_max_seconds,
+        })
     }
 }
 

@@ -217,14 +217,21 @@ impl Sink {
 
 impl Write for Sink {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if self.sent + (self.buf.len() + data.len()) as u64 > self.max_bytes {
+        // Up to the limit, then no more: the client gets every byte the limit allows.
+        let room = self
+            .max_bytes
+            .saturating_sub(self.sent + self.buf.len() as u64);
+        if room == 0 {
             self.cut = Some("the answer reached the byte limit");
         } else if Instant::now() > self.deadline {
             self.cut = Some("the query reached the time limit");
         }
         if let Some(why) = self.cut {
+            // What fits is still sent.
+            let _ = self.send();
             return Err(std::io::Error::other(why));
         }
+        let data = &data[..data.len().min(room as usize)];
         self.buf.extend_from_slice(data);
         if self.buf.len() >= Self::PIECE {
             self.send()?;

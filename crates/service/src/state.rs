@@ -37,7 +37,7 @@ impl Service {
         Ok(Service {
             control,
             stores: RwLock::new(Vec::new()),
-            query_limits: crate::query::Limits::default(),
+            query_limits: settings.query_limits()?,
             settings: RwLock::new(settings),
             token: RwLock::new(token),
             drops: Mutex::new(DropWindow::default()),
