@@ -31,8 +31,13 @@ def ns():
 
 
 def in_ns(*args, **kw):
-    return subprocess.run(["ip", "netns", "exec", NS, *map(str, args)], capture_output=True,
-                          timeout=60, check=False, **kw)
+    return subprocess.run(
+        ["ip", "netns", "exec", NS, *map(str, args)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -55,13 +60,21 @@ def service(tapdeck_bin, ns, tmp_path, limits):
     )
     log = tmp_path / "serve.log"
     with open(log, "wb") as f:
-        p = subprocess.Popen(["ip", "netns", "exec", NS, tapdeck_bin, "serve", "--config", cfg],
-                             stdout=subprocess.DEVNULL, stderr=f)
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", NS, tapdeck_bin, "serve", "--config", cfg],
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
     procs.append(p)
 
     def healthy():
-        r = in_ns("curl", "-sf", "-H", "Authorization: Bearer q-secret",
-                  "http://127.0.0.1:9799/healthz")
+        r = in_ns(
+            "curl",
+            "-sf",
+            "-H",
+            "Authorization: Bearer q-secret",
+            "http://127.0.0.1:9799/healthz",
+        )
         assert p.poll() is None, log.read_text()
         return r.returncode == 0
 
@@ -74,37 +87,58 @@ def traffic():
     # ICMP both ways, IPv6 ICMP, and UDP to two ports: filters have something to choose.
     in_ns("ping", "-c", "300", "-i", "0.002", "-q", "127.0.0.1")
     in_ns("ping", "-6", "-c", "100", "-i", "0.002", "-q", "::1")
-    script = ("import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-              "for i in range(400): s.sendto(bytes(64 + i % 200), ('127.0.0.1', 5000 + i % 2))")
+    script = (
+        "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "for i in range(400): s.sendto(bytes(64 + i % 200), ('127.0.0.1', 5000 + i % 2))"
+    )
     in_ns("python3", "-c", script)
 
 
 def tcpdump(path, flt=""):
-    r = subprocess.run(["tcpdump", "-r", str(path), "-nn", "-tt", "-xx",
-                        *([flt] if flt else [])],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        ["tcpdump", "-r", str(path), "-nn", "-tt", "-xx", *([flt] if flt else [])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.splitlines()
 
 
 def settled() -> bool:
-    r = in_ns("curl", "-s", "-H", "Authorization: Bearer q-secret",
-              "http://127.0.0.1:9799/api/v1/status", text=True)
+    r = in_ns(
+        "curl",
+        "-s",
+        "-H",
+        "Authorization: Bearer q-secret",
+        "http://127.0.0.1:9799/api/v1/status",
+        text=True,
+    )
     totals = json.loads(r.stdout)["stats"]["totals"]
     return totals["seen"] > 0 and totals["in_flight"] == 0
 
 
 def query(s, out, *args, token=True):
     extra = ["--metrics-token-file", s["token"]] if token else []
-    return in_ns(s["bin"], "query", "127.0.0.1:9799", "-w", out, *extra, *args, text=True)
+    return in_ns(
+        s["bin"], "query", "127.0.0.1:9799", "-w", out, *extra, *args, text=True
+    )
 
 
 def test_query_answers_what_tcpdump_selects(service, tapdeck, tmp_path):
     traffic()
     # Everything seen is stored (nothing in flight) before asking.
     wait_for(lambda: settled(), 20, "every packet seen to be stored")
-    filters = ["icmp", "icmp6", "udp port 5001", "host 127.0.0.1 and udp", "ip6", "tcp",
-               "udp and len > 200"]
+    filters = [
+        "icmp",
+        "icmp6",
+        "udp port 5001",
+        "host 127.0.0.1 and udp",
+        "ip6",
+        "tcp",
+        "udp and len > 200",
+    ]
     answers = {}
     for i, flt in enumerate(filters):
         out = tmp_path / f"q{i}.pcapng"
@@ -118,20 +152,32 @@ def test_query_answers_what_tcpdump_selects(service, tapdeck, tmp_path):
     assert r.returncode == 0, r.describe()
     for flt, got in answers.items():
         want = tcpdump(whole, flt)
-        assert got == want[:len(got)], f"`{flt}`: the API's answer is not what tcpdump selects"
+        assert got == want[: len(got)], (
+            f"`{flt}`: the API's answer is not what tcpdump selects"
+        )
         if flt in ("icmp", "udp port 5001", "icmp6"):
             assert got, f"`{flt}` found nothing"
     # The service's own HTTP answers cross the loopback it records: tcp is not empty, and
     # is still exactly what tcpdump selects.
     # The query log names the client, the filter and what was read.
-    wait_for(lambda: 'filter "udp port 5001"' in service["log"].read_text(), 5, "the query log")
+    wait_for(
+        lambda: 'filter "udp port 5001"' in service["log"].read_text(),
+        5,
+        "the query log",
+    )
     assert "skipped by the flow index" in service["log"].read_text()
 
 
 def test_files_lists_the_store_and_errors_are_one_line(service, tmp_path):
     traffic()
-    r = in_ns("curl", "-s", "-H", "Authorization: Bearer q-secret",
-              "http://127.0.0.1:9799/api/v1/files", text=True)
+    r = in_ns(
+        "curl",
+        "-s",
+        "-H",
+        "Authorization: Bearer q-secret",
+        "http://127.0.0.1:9799/api/v1/files",
+        text=True,
+    )
     files = json.loads(r.stdout)
     assert files and all("packets" in f and f["flow_index"] for f in files), files
     r = query(service, tmp_path / "bad.pcapng", "host", "no.such.host.invalid")
@@ -139,34 +185,56 @@ def test_files_lists_the_store_and_errors_are_one_line(service, tmp_path):
     assert r.stderr.count("\n") == 1 and "does not compile" in r.stderr, r.stderr
     r = query(service, tmp_path / "bad.pcapng", "--start", "yesterday")
     assert r.returncode != 0 and "is not a time" in r.stderr, r.stderr
-    r = query(service, tmp_path / "bad.pcapng", "--start", "1795659768", "--end", "1795659767")
+    r = query(
+        service, tmp_path / "bad.pcapng", "--start", "1795659768", "--end", "1795659767"
+    )
     assert r.returncode != 0 and "start must be before end" in r.stderr, r.stderr
 
 
 def test_the_token_is_required(service, tmp_path):
     r = query(service, tmp_path / "x.pcapng", "icmp", token=False)
     assert r.returncode != 0 and "refused the token" in r.stderr, r.stderr
-    assert not (tmp_path / "x.pcapng").exists() or (tmp_path / "x.pcapng").stat().st_size == 0
-    r = in_ns("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-              "http://127.0.0.1:9799/api/v1/packets", text=True)
+    assert (
+        not (tmp_path / "x.pcapng").exists()
+        or (tmp_path / "x.pcapng").stat().st_size == 0
+    )
+    r = in_ns(
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "http://127.0.0.1:9799/api/v1/packets",
+        text=True,
+    )
     assert r.stdout == "401"
 
 
 @pytest.mark.parametrize("limits", ['query-max-bytes = "64KiB"\n'])
-def test_an_answer_ends_at_the_byte_limit_and_the_log_says_so(service, tmp_path, limits):
+def test_an_answer_ends_at_the_byte_limit_and_the_log_says_so(
+    service, tmp_path, limits
+):
     traffic()
     wait_for(lambda: settled(), 20, "every packet seen to be stored")
     out = tmp_path / "cut.pcapng"
     query(service, out)
     # The answer stops before the limit; what was sent is a readable prefix of a file.
     assert 0 < out.stat().st_size <= 64 * 1024, out.stat().st_size
-    wait_for(lambda: "cut short: the answer reached the byte limit" in service["log"].read_text(),
-             5, "the log to say the answer was cut at the byte limit")
+    wait_for(
+        lambda: (
+            "cut short: the answer reached the byte limit" in service["log"].read_text()
+        ),
+        5,
+        "the log to say the answer was cut at the byte limit",
+    )
 
 
 def test_bad_limits_are_refused_at_start(tapdeck, ns, tmp_path):
     cfg = tmp_path / "t.toml"
-    cfg.write_text(f'interface = ["lo"]\nstore = "{tmp_path / "S"}"\nquery-max-bytes = "lots"\n')
+    cfg.write_text(
+        f'interface = ["lo"]\nstore = "{tmp_path / "S"}"\nquery-max-bytes = "lots"\n'
+    )
     r = in_ns(tapdeck.bin, "serve", "--config", cfg, "--check", text=True)
     assert r.returncode == 2, r.stderr
     assert "query-max-bytes" in r.stderr and r.stderr.count("\n") == 1, r.stderr
