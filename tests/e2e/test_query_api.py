@@ -13,10 +13,12 @@ written.
 from __future__ import annotations
 
 import json
+import random
+import socket
 import subprocess
 
 import pytest
-from conftest import kill_all, wait_for
+from conftest import gen_packets, kill_all, wait_for, write_pcap
 
 NS = "tdquery"
 
@@ -238,3 +240,52 @@ def test_bad_limits_are_refused_at_start(tapdeck, ns, tmp_path):
     r = in_ns(tapdeck.bin, "serve", "--config", cfg, "--check", text=True)
     assert r.returncode == 2, r.stderr
     assert "query-max-bytes" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_no_capture_serves_existing_stores_read_only(tapdeck, tmp_path, procs):
+    """`serve --no-capture STORE…`: queries over stores recorded earlier (two, merged by
+    time), healthy while it serves, SIGHUP and SIGUSR1 ignored, SIGTERM ends it with 0."""
+    stores = []
+    for seed in (1, 2):
+        pcap = write_pcap(tmp_path / f"t{seed}.pcap", gen_packets(3000, seed=seed))
+        store = tmp_path / f"S{seed}"
+        r = tapdeck("record", "-r", pcap, "--store", store, "-q")
+        assert r.returncode == 0, r.describe()
+        stores.append(store)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = tapdeck.popen("serve", "--listen", f"127.0.0.1:{port}", "--no-capture", *stores)
+    procs.append(p)
+    addr = f"127.0.0.1:{port}"
+
+    def answers():
+        r = subprocess.run(
+            ["curl", "-sf", f"http://{addr}/healthz"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        return r.returncode == 0 and '"read-only"' in r.stdout
+
+    wait_for(answers, 20, "the read-only service to answer /healthz")
+    p.send_signal(1)
+    p.send_signal(10)
+    flt = random.Random(3).choice(["udp", "tcp", "udp and port 53"])
+    out = tmp_path / "q.pcapng"
+    r = subprocess.run(
+        [str(tapdeck.bin), "query", addr, "-w", str(out), flt],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    merged = tmp_path / "merged.pcapng"
+    r = tapdeck("extract", *stores, "-f", flt, "--no-index", "-w", merged)
+    assert r.returncode == 0, r.describe()
+    assert tcpdump(out) == tcpdump(merged) != []
+    assert p.poll() is None, "SIGHUP or SIGUSR1 ended the read-only service"
+    p.terminate()
+    assert p.wait(timeout=10) == 0

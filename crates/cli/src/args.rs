@@ -282,6 +282,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub check: bool,
 
+    /// Serve existing stores read-only (queries, files, health) and capture nothing: the
+    /// record options are ignored. Give the stores after the flags.
+    #[arg(long, requires = "serve_stores")]
+    pub no_capture: bool,
+
+    /// With --no-capture: the stores to serve.
+    #[arg(value_name = "STORE", requires = "no_capture")]
+    pub serve_stores: Vec<PathBuf>,
+
     /// HTTP address for /metrics, /healthz and /api/v1/status [default: 127.0.0.1:9780].
     /// Beyond loopback a token file is required.
     #[arg(long, value_name = "ADDR")]

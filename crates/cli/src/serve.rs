@@ -78,6 +78,17 @@ fn flag_overrides(args: &ServeArgs, matches: &ArgMatches) -> Overrides {
 
 pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     let (config, overrides) = load(args, matches)?;
+    // (clap's `requires` are lifted for serve's flags: see `args::command`.)
+    match (args.no_capture, args.serve_stores.is_empty()) {
+        (true, true) => return Err(usage("--no-capture: name the stores to serve after the flags")),
+        (false, false) => {
+            return Err(usage(
+                "stores to serve read-only go with --no-capture (a recording service takes its store from `store`)",
+            ))
+        }
+        (true, false) => return serve_read_only(args, &config),
+        (false, true) => {}
+    }
     let mut opts = config.record.clone();
     if !opts.is_live() || opts.read.is_some() || opts.synthetic.is_some() {
         return Err(usage(
@@ -168,6 +179,72 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     if let Some(fatal) = summary.fatal {
         anyhow::bail!("{fatal}");
     }
+    Ok(0)
+}
+
+/// `serve --no-capture STORE…`: the HTTP side alone, over existing stores, until
+/// SIGTERM/SIGINT (SIGHUP and SIGUSR1 are ignored: there is nothing to reload or rotate).
+fn serve_read_only(args: &ServeArgs, config: &ServeConfig) -> anyhow::Result<i32> {
+    let settings = config.serve.clone();
+    settings.query_limits().map_err(usage)?;
+    for store in &args.serve_stores {
+        if !store.join(tapdeck_store::meta::MANIFEST).is_file() {
+            return Err(usage(format!(
+                "{}: not a tapdeck store (no {}): name directories `tapdeck record --store` wrote",
+                store.display(),
+                tapdeck_store::meta::MANIFEST
+            )));
+        }
+    }
+    let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
+        .map_err(usage)?;
+    http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
+    if args.check {
+        println!(
+            "config OK: serves {} read-only; HTTP on {}{}",
+            args.serve_stores
+                .iter()
+                .map(|s| s.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            settings.listen,
+            if token.is_some() {
+                " (token required)"
+            } else {
+                ""
+            }
+        );
+        return Ok(0);
+    }
+    let _ = logging::init(&settings.log_level, settings.log_format == LogFormat::Json);
+    let control = Arc::new(Control::default());
+    record::install_stop_signals(&control)?;
+    for sig in [SIGHUP, SIGUSR1] {
+        // The default action of both is to end the process.
+        // SAFETY: the handler does nothing, which is async-signal-safe.
+        unsafe { signal_hook::low_level::register(sig, || {}) }
+            .context("cannot install signal handlers")?;
+    }
+    let service =
+        Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
+    *service.stores.write().unwrap() = args.serve_stores.clone();
+    service.set_phase(Phase::ReadOnly);
+    let listener = http::bind(&settings.listen, token.is_some()).map_err(anyhow::Error::msg)?;
+    http::spawn(listener, Arc::clone(&service)).context("cannot start the HTTP server")?;
+    tracing::info!(
+        "serving {} read-only on http://{}/api/v1/packets, /api/v1/files, /healthz",
+        args.serve_stores
+            .iter()
+            .map(|s| s.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        settings.listen
+    );
+    notify::ready("serving read-only");
+    while !control.stopping() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    notify::stopping();
     Ok(0)
 }
 

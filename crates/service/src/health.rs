@@ -61,6 +61,7 @@ pub fn check(service: &Service) -> Health {
             Phase::Starting => "starting",
             Phase::Recording => "recording",
             Phase::Stopping => "stopping",
+            Phase::ReadOnly => "read-only",
         },
         reasons: Vec::new(),
         dropped_last_minute: service.drops.lock().unwrap().last_minute(),
@@ -69,6 +70,10 @@ pub fn check(service: &Service) -> Health {
         data_dirs: 0,
         capture_stalled: false,
     };
+    if phase == Phase::ReadOnly {
+        // Nothing to capture: healthy while it serves.
+        return health;
+    }
     let Some(live) = service.control.live() else {
         health.healthy = false;
         health.reasons.push(match phase {

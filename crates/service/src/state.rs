@@ -18,6 +18,8 @@ pub enum Phase {
     Recording = 1,
     /// Draining after SIGTERM/SIGINT.
     Stopping = 2,
+    /// `--no-capture`: serving existing stores, recording nothing.
+    ReadOnly = 3,
 }
 
 pub struct Service {
@@ -66,6 +68,7 @@ impl Service {
         match self.phase.load(Ordering::Relaxed) {
             0 => Phase::Starting,
             1 => Phase::Recording,
+            3 => Phase::ReadOnly,
             _ => Phase::Stopping,
         }
     }
