@@ -272,8 +272,8 @@ def test_serve_flags_are_config_keys(tapdeck):
     if r.returncode != 0:
         pytest.skip("this tapdeck has no `serve` yet")
     active, commented = example()
-    # --config names the file and --check is a mode: neither is a key.
-    flags = set(HELP_FLAG.findall(r.out)) - help_flags(tapdeck) - {"config", "check"}
+    # --config names the file; --check and --no-capture are modes: none is a key.
+    flags = set(HELP_FLAG.findall(r.out)) - help_flags(tapdeck) - {"config", "check", "no-capture"}
     assert flags <= set(active) | set(commented)
 
 
