@@ -286,6 +286,16 @@ def test_no_capture_serves_existing_stores_read_only(tapdeck, tmp_path, procs):
     r = tapdeck("extract", *stores, "-f", flt, "--no-index", "-w", merged)
     assert r.returncode == 0, r.describe()
     assert tcpdump(out) == tcpdump(merged) != []
+    r = subprocess.run(
+        ["curl", "-sf", f"http://{addr}/api/v1/info"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    info = json.loads(r.stdout)
+    assert [s["packets"] for s in info["stores"]] == [3000, 3000], info
+    assert all(s["first_ts_ns"] <= s["last_ts_ns"] for s in info["stores"]), info
     assert p.poll() is None, "SIGHUP or SIGUSR1 ended the read-only service"
     p.terminate()
     assert p.wait(timeout=10) == 0

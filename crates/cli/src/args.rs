@@ -336,6 +336,27 @@ pub struct ServeArgs {
     pub record: RecordArgs,
 }
 
+/// The packets a reader asks for and where they go: shared by `extract` and `query`.
+#[derive(Args, Debug)]
+pub struct WindowArgs {
+    /// First packet time to include: RFC 3339 (`2026-11-23T05:57:34.5Z`) or seconds since
+    /// the epoch (`1795413454.5`).
+    #[arg(long, value_name = "TIME")]
+    pub start: Option<String>,
+
+    /// Packets at or after this time are left out; same forms as --start.
+    #[arg(long, value_name = "TIME")]
+    pub end: Option<String>,
+
+    /// Output file (`-` for standard output, e.g. `| tcpdump -r -`).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: String,
+
+    /// Output format (default: the store's).
+    #[arg(long, value_parser = ["pcapng", "pcap"])]
+    pub format: Option<String>,
+}
+
 #[derive(Args, Debug)]
 pub struct QueryArgs {
     /// Where the service listens (`HOST:PORT`, or an http:// URL).
@@ -346,21 +367,8 @@ pub struct QueryArgs {
     #[arg(value_name = "FILTER")]
     pub filter: Vec<String>,
 
-    /// First packet time: RFC 3339 or seconds since the epoch.
-    #[arg(long, value_name = "TIME")]
-    pub start: Option<String>,
-
-    /// Packets at or after this time are left out.
-    #[arg(long, value_name = "TIME")]
-    pub end: Option<String>,
-
-    /// Output file (`-` for standard output).
-    #[arg(short = 'w', long = "write", value_name = "FILE")]
-    pub write: String,
-
-    /// Output format (default: the store's).
-    #[arg(long, value_parser = ["pcapng", "pcap"])]
-    pub format: Option<String>,
+    #[command(flatten)]
+    pub window: WindowArgs,
 
     /// The service's token file, if it has one.
     #[arg(long, value_name = "FILE")]
@@ -475,22 +483,8 @@ pub struct ExtractArgs {
     #[arg(long = "offset", value_name = "STORE=NS")]
     pub offsets: Vec<String>,
 
-    /// First packet time to include: RFC 3339 (`2026-11-23T05:57:34.5Z`) or seconds since
-    /// the epoch (`1795413454.5`).
-    #[arg(long, value_name = "TIME")]
-    pub start: Option<String>,
-
-    /// Packets at or after this time are left out; same forms as --start.
-    #[arg(long, value_name = "TIME")]
-    pub end: Option<String>,
-
-    /// Output file (`-` for standard output, e.g. `| tcpdump -r -`).
-    #[arg(short = 'w', long = "write", value_name = "FILE")]
-    pub write: String,
-
-    /// Output format (default: the store's).
-    #[arg(long, value_parser = ["pcapng", "pcap"])]
-    pub format: Option<String>,
+    #[command(flatten)]
+    pub window: WindowArgs,
 
     /// Stop at the first damaged chunk or file (exit 1) instead of reading around it.
     #[arg(long)]

@@ -74,7 +74,7 @@ pub fn offsets(stores: &[PathBuf], given: &[String]) -> anyhow::Result<Vec<i64>>
 }
 
 pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
-    let window = window(&args.start, &args.end)?;
+    let window = window(&args.window.start, &args.window.end)?;
     // Without -f the words after the store are the filter, as tcpdump takes it.
     let (stores, expr): (Vec<PathBuf>, String) = match &args.filter {
         Some(f) => (args.args.iter().map(PathBuf::from).collect(), f.clone()),
@@ -115,7 +115,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     if args.explain {
         explain(&expr, args.no_index, predicate.as_ref(), &plan);
     }
-    let format = match args.format.as_deref() {
+    let format = match args.window.format.as_deref() {
         Some("pcap") => Format::Pcap,
         Some(_) => Format::Pcapng,
         None => plan.store_format.unwrap_or(Format::Pcapng),
@@ -141,21 +141,21 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         0 => String::new(),
         n => format!("; {n} chunks in the window skipped by the flow index"),
     };
-    let result = if args.write == "-" {
+    let result = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
         plan.write(format, &mut filter, &mut out)
             .and_then(|r| out.flush().map(|_| r).map_err(ExtractError::from))
     } else {
-        let mut out = std::fs::File::create(&args.write)
-            .with_context(|| format!("cannot create {}", args.write))?;
+        let mut out = std::fs::File::create(&args.window.write)
+            .with_context(|| format!("cannot create {}", args.window.write))?;
         plan.write(format, &mut filter, &mut out)
     };
     let report = match result {
         Ok(r) => r,
         // The reader (e.g. `tcpdump -c N`) went away: what it wanted, it has.
         Err(ExtractError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
-        Err(ExtractError::Output(e)) => anyhow::bail!("{}: writing failed: {e}", args.write),
+        Err(ExtractError::Output(e)) => anyhow::bail!("{}: writing failed: {e}", args.window.write),
         Err(e) => return Err(e.into()),
     };
     for d in &report.damage {

@@ -7,10 +7,10 @@ use crate::args::QueryArgs;
 pub fn run(args: &QueryArgs) -> anyhow::Result<i32> {
     let filter = args.filter.join(" ");
     let params = [
-        ("start", args.start.as_deref()),
-        ("end", args.end.as_deref()),
+        ("start", args.window.start.as_deref()),
+        ("end", args.window.end.as_deref()),
         ("filter", Some(filter.as_str()).filter(|f| !f.is_empty())),
-        ("format", args.format.as_deref()),
+        ("format", args.window.format.as_deref()),
     ];
     let mut reader = tapdeck_service::status::fetch_packets(
         &args.addr,
@@ -18,19 +18,22 @@ pub fn run(args: &QueryArgs) -> anyhow::Result<i32> {
         &params,
     )
     .map_err(anyhow::Error::msg)?;
-    let copied = if args.write == "-" {
+    let copied = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
         let n = std::io::copy(&mut reader, &mut out);
         n.and_then(|n| out.flush().map(|_| n))
     } else {
-        let mut out = std::fs::File::create(&args.write)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", args.write))?;
+        let mut out = std::fs::File::create(&args.window.write)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", args.window.write))?;
         std::io::copy(&mut reader, &mut out)
     };
     match copied {
         Ok(bytes) => {
-            eprintln!("tapdeck: query wrote {bytes} bytes to {}", args.write);
+            eprintln!(
+                "tapdeck: query wrote {bytes} bytes to {}",
+                args.window.write
+            );
             Ok(0)
         }
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),

@@ -188,6 +188,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/status", get(status))
         .route("/api/v1/packets", get(packets))
         .route("/api/v1/files", get(files))
+        .route("/api/v1/info", get(info))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&shared),
             require_token,
@@ -350,6 +351,16 @@ async fn files(State(shared): State<Arc<Shared>>) -> Response {
         Ok(Ok(list)) => axum::Json(list).into_response(),
         Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "listing failed"),
+    }
+}
+
+/// `GET /api/v1/info`: the served stores in a few numbers.
+async fn info(State(shared): State<Arc<Shared>>) -> Response {
+    let stores = shared.service.stores.read().unwrap().clone();
+    match tokio::task::spawn_blocking(move || crate::query::info(&stores)).await {
+        Ok(Ok(doc)) => axum::Json(doc).into_response(),
+        Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "info failed"),
     }
 }
 

@@ -264,3 +264,40 @@ pub fn files(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
     }
     Ok(serde_json::Value::from(out))
 }
+
+/// The served stores in a few numbers, for `/api/v1/info`: where each is, what wrote it,
+/// and its files, packets, bytes and time span (the span's start is the retention horizon).
+pub fn info(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
+    let mut out = Vec::new();
+    for root in stores {
+        let store = Store::open(root).map_err(|e| QueryError::Store(e.to_string()))?;
+        let (mut packets, mut bytes, mut first, mut last) = (0u64, 0u64, u64::MAX, 0u64);
+        for path in &store.files {
+            if let Ok(f) = tapdeck_store::read::StoredFile::open(path) {
+                packets += f.meta.packets;
+                bytes += f.stored_len;
+                if f.meta.packets > 0 {
+                    first = first.min(f.meta.first_ts_ns);
+                    last = last.max(f.meta.last_ts_ns);
+                }
+            }
+        }
+        let m = store.manifest.as_ref();
+        out.push(serde_json::json!({
+            "store": root,
+            "host": m.map(|m| m.host.clone()),
+            "format": m.map(|m| m.format.clone()),
+            "started_ns": m.map(|m| m.started_ns),
+            "files": store.files.len(),
+            "being_written": store.partials.len(),
+            "packets": packets,
+            "bytes": bytes,
+            "first_ts_ns": (packets > 0).then_some(first),
+            "last_ts_ns": (packets > 0).then_some(last),
+        }));
+    }
+    Ok(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "stores": out,
+    }))
+}
