@@ -82,6 +82,10 @@ pub fn check(service: &Service) -> Health {
         });
         return health;
     };
+    if phase == Phase::Starting {
+        // The recorder runs; the monitor has not said READY yet (it looks every 250 ms).
+        health.phase = "recording";
+    }
     let now = now_ns();
     for (stream, at) in live.progress_ns().into_iter().enumerate() {
         // Before its first round the loop counts from the start of the run.
