@@ -5,6 +5,7 @@ samples taken, every document balanced), never on a rate: the machine may be bus
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -45,8 +46,9 @@ def test_soak_one_minute(tapdeck_bin, tmp_path):
         timeout=DURATION + 50,
         env=env,
     )
-    [result] = out.glob("soak-*.json")
-    res = json.loads(result.read_text())
+    [result] = out.glob("soak-*.json.gz")
+    with gzip.open(result, "rt") as f:
+        res = json.load(f)
     failed = [c for c in res.get("checks", []) if not c["ok"]]
     assert p.returncode == 0, (failed, res.get("error"), p.stderr[-3000:])
     assert res["passed"] and not failed and "error" not in res
@@ -82,7 +84,7 @@ def test_soak_one_minute(tapdeck_bin, tmp_path):
     assert any(n.startswith("VmRSS grows") for n in names)
     assert "open fds flat after warm-up" in names
 
-    md = result.with_suffix(".md").read_text()
+    md = result.with_name(result.name.removesuffix(".json.gz") + ".md").read_text()
     assert "Verdict: **passed**" in md and "| open fds" in md
     if res.get("plot"):
         assert (out / res["plot"]).stat().st_size > 0
