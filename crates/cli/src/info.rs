@@ -56,9 +56,7 @@ fn list(files: &[PathBuf]) -> Listing {
         let m = &f.meta;
         let file_drops = (!m.counts.is_empty()).then(|| {
             let prev = previous.get(&m.stream);
-            let total = |c: &InterfaceCounts| {
-                c.dropped_kernel + c.dropped_staging_full + c.dropped_write_error
-            };
+            let total = InterfaceCounts::dropped;
             let now: u64 = m.counts.iter().map(total).sum();
             let before: u64 = prev.map_or(0, |(_, p)| p.iter().map(total).sum());
             // Another run started its counters from zero: files say which run wrote them

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use clap::{ArgMatches, CommandFactory};
 use serde_json::Value as Json;
 use signal_hook::consts::{SIGHUP, SIGUSR1};
 use tapdeck_recorder::pipeline::Control;
-use tapdeck_service::config::{LogFormat, ServeConfig};
+use tapdeck_service::config::{LogFormat, ServeConfig, ServeSettings};
 use tapdeck_service::state::{Phase, Service};
 use tapdeck_service::{health, http, notify, reload};
 
@@ -102,7 +103,6 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
         .map_err(|e| usage(config.option_error(&e)))?
         .build();
     let settings = config.serve.clone();
-    settings.query_limits().map_err(usage)?;
     for interface in &opts.interfaces {
         if !Path::new("/sys/class/net").join(interface).exists() {
             return Err(usage(format!(
@@ -110,22 +110,13 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
             )));
         }
     }
-    let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
-        .map_err(usage)?;
+    let (addr, http_line) = check_http(&settings)?;
     if args.check {
-        // Binding is left to the start; the address must at least be one we may use.
-        http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
         println!(
-            "config OK: records {} ({} capture thread(s)) into {}; HTTP on {}{}",
+            "config OK: records {} ({} capture thread(s)) into {}; {http_line}",
             opts.interfaces.join(", "),
             opts.threads,
             cfg.store.display(),
-            settings.listen,
-            if token.is_some() {
-                " (token required)"
-            } else {
-                ""
-            }
         );
         return Ok(0);
     }
@@ -138,14 +129,13 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     *service.stores.write().unwrap() = vec![cfg.store.clone()];
     // Before capture starts and privileges go: a taken port fails the start, and a port
     // under 1024 may still be bound.
-    http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
-    let listener = http::bind(&settings.listen, token.is_some()).map_err(anyhow::Error::msg)?;
+    let listener = http::bind(addr).map_err(anyhow::Error::msg)?;
     let sources = record::open_live(&opts, &cfg)?;
     tracing::info!("{}", record::live_defaults(&cfg.rotation, &cfg.retention));
     tracing::info!(
         "serving http://{}/metrics, /healthz and /api/v1/status{}",
         settings.listen,
-        if token.is_some() {
+        if service.token().is_some() {
             " (bearer token required)"
         } else {
             ""
@@ -182,11 +172,30 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The HTTP side's settings, checked as the start checks them (the query limits, the token
+/// file, the address): the address to bind, and the `--check` line that describes it.
+fn check_http(settings: &ServeSettings) -> anyhow::Result<(SocketAddr, String)> {
+    settings.query_limits().map_err(usage)?;
+    let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
+        .map_err(usage)?;
+    // Binding is left to the start; the address must at least be one we may use.
+    let addr = http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
+    let line = format!(
+        "HTTP on {}{}",
+        settings.listen,
+        if token.is_some() {
+            " (token required)"
+        } else {
+            ""
+        }
+    );
+    Ok((addr, line))
+}
+
 /// `serve --no-capture STORE…`: the HTTP side alone, over existing stores, until
 /// SIGTERM/SIGINT (SIGHUP and SIGUSR1 are ignored: there is nothing to reload or rotate).
 fn serve_read_only(args: &ServeArgs, config: &ServeConfig) -> anyhow::Result<i32> {
     let settings = config.serve.clone();
-    settings.query_limits().map_err(usage)?;
     for store in &args.serve_stores {
         if !store.join(tapdeck_store::meta::MANIFEST).is_file() {
             return Err(usage(format!(
@@ -196,23 +205,15 @@ fn serve_read_only(args: &ServeArgs, config: &ServeConfig) -> anyhow::Result<i32
             )));
         }
     }
-    let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
-        .map_err(usage)?;
-    http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
+    let (addr, http_line) = check_http(&settings)?;
     if args.check {
         println!(
-            "config OK: serves {} read-only; HTTP on {}{}",
+            "config OK: serves {} read-only; {http_line}",
             args.serve_stores
                 .iter()
                 .map(|s| s.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            settings.listen,
-            if token.is_some() {
-                " (token required)"
-            } else {
-                ""
-            }
         );
         return Ok(0);
     }
@@ -229,7 +230,7 @@ fn serve_read_only(args: &ServeArgs, config: &ServeConfig) -> anyhow::Result<i32
         Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
     *service.stores.write().unwrap() = args.serve_stores.clone();
     service.set_phase(Phase::ReadOnly);
-    let listener = http::bind(&settings.listen, token.is_some()).map_err(anyhow::Error::msg)?;
+    let listener = http::bind(addr).map_err(anyhow::Error::msg)?;
     http::spawn(listener, Arc::clone(&service)).context("cannot start the HTTP server")?;
     tracing::info!(
         "serving {} read-only on http://{}/api/v1/packets, /api/v1/files, /healthz",

@@ -95,12 +95,16 @@ impl LiveView {
         self.retention.horizon_ns().unwrap_or(self.started_ns)
     }
 
-    /// Per stream, when its capture loop last went round (ns since the epoch).
+    /// Per stream, when its capture loop last went round (ns since the epoch); before its
+    /// first round, when the run started.
     pub fn progress_ns(&self) -> Vec<u64> {
         self.stats
             .streams
             .iter()
-            .map(|s| s.progress_ns.load(Ordering::Relaxed))
+            .map(|s| match s.progress_ns.load(Ordering::Relaxed) {
+                0 => self.started_ns,
+                at => at,
+            })
             .collect()
     }
 

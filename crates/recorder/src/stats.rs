@@ -198,9 +198,7 @@ impl StatsHub {
                 total.dropped.kernel += c.dropped_kernel;
                 total.dropped.staging_full += c.dropped_staging_full;
                 total.dropped.write_error += c.dropped_write_error;
-                total.in_flight += c.seen.saturating_sub(
-                    c.stored + c.dropped_kernel + c.dropped_staging_full + c.dropped_write_error,
-                );
+                total.in_flight += c.in_flight();
             }
             streams.push(StreamRecord {
                 stream: i as u32,

@@ -495,7 +495,8 @@ impl StreamWriter {
             .as_mut()
             .expect("a chunk was just written to it");
         if let Some(last) = cur.flows.last_mut() {
-            last.clone_from(&chunk.flows);
+            // Moved, not copied: a chunk written again elsewhere is indexed again.
+            *last = std::mem::take(&mut chunk.flows);
         }
         cur.unconfirmed.push_back((cur.out.len(), chunk, encoded));
         let on_disk = cur.out.on_disk();

@@ -88,8 +88,6 @@ pub fn check(service: &Service) -> Health {
     }
     let now = now_ns();
     for (stream, at) in live.progress_ns().into_iter().enumerate() {
-        // Before its first round the loop counts from the start of the run.
-        let at = if at == 0 { live.started_ns() } else { at };
         let idle = now.saturating_sub(at) as f64 / 1e9;
         health.capture_idle_s.push(idle);
         if idle > settings.health_stall {

@@ -60,15 +60,13 @@ pub fn check_listen(listen: &str, has_token: bool) -> Result<SocketAddr, String>
     Ok(addr)
 }
 
-/// Binds `listen` now (so a taken port or a bad address fails the start, not a thread
-/// later), refusing an address beyond loopback without a token.
-pub fn bind(listen: &str, has_token: bool) -> Result<TcpListener, String> {
-    let addr = check_listen(listen, has_token)?;
-    let listener =
-        TcpListener::bind(addr).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+/// Binds `addr` (from [`check_listen`]) now, so that a taken port fails the start, not a
+/// thread later.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     Ok(listener)
 }
 

@@ -102,13 +102,10 @@ impl<T> Family<T> {
 }
 
 /// Counters are monotonic totals; prometheus-client adds the `_total` suffix.
-fn counters(encoder: &mut DescriptorEncoder, f: Family<u64>) -> std::fmt::Result {
-    encode_family(encoder, f, MetricType::Counter, |v| {
-        Box::new(ConstCounter::new(v))
-    })
-}
-
-fn counters_f64(encoder: &mut DescriptorEncoder, f: Family<f64>) -> std::fmt::Result {
+fn counters<N>(encoder: &mut DescriptorEncoder, f: Family<N>) -> std::fmt::Result
+where
+    ConstCounter<N>: EncodeMetric + 'static,
+{
     encode_family(encoder, f, MetricType::Counter, |v| {
         Box::new(ConstCounter::new(v))
     })
@@ -221,9 +218,7 @@ impl Collector for Metrics {
                     l.push(("cause", cause.to_string()));
                     dropped.add(l, n);
                 }
-                let lost =
-                    c.stored + c.dropped_kernel + c.dropped_staging_full + c.dropped_write_error;
-                in_flight.add(labels(), c.seen.saturating_sub(lost) as f64);
+                in_flight.add(labels(), c.in_flight() as f64);
             }
         }
         counters(&mut e, seen)?;
@@ -404,7 +399,6 @@ impl Collector for Metrics {
             "When each capture loop last went round (it does on a quiet link too): a stale value means a stuck capture thread.",
         );
         for (stream, at) in live.progress_ns().into_iter().enumerate() {
-            let at = if at == 0 { live.started_ns() } else { at };
             progress.add(vec![("stream", stream.to_string())], at as f64 / 1e9);
         }
         gauges(&mut e, progress)?;
@@ -426,7 +420,7 @@ impl<T> Family<T> {
 fn process_metrics(e: &mut DescriptorEncoder) -> std::fmt::Result {
     let p = crate::process::read();
     if let Some(cpu) = p.cpu_seconds {
-        counters_f64(
+        counters(
             e,
             Family::new("process_cpu_seconds", "User and system CPU time spent.").one(cpu),
         )?;

@@ -1,24 +1,55 @@
-//! The client side of `tapdeck status`: asks a running service for `/api/v1/status`.
+//! The client side of `tapdeck status` (`/api/v1/status`) and `tapdeck query`
+//! (`/api/v1/packets`).
 
 use std::path::Path;
 use std::time::Duration;
 
-/// The service's status document, or a one-line reason it could not be had.
-pub fn fetch(listen: &str, token_file: Option<&Path>) -> Result<serde_json::Value, String> {
+type Response = ureq::http::Response<ureq::Body>;
+
+/// GET `path` of the service at `listen` (`HOST:PORT`, or an http:// URL) with the token of
+/// `token_file` and the `params` that are set. `whole`: the answer is read at once, so
+/// everything must be done in 5 s; otherwise it is streamed, and only connecting is bounded.
+/// Returns the URL (for messages) and the answer, whatever its status.
+fn get(
+    listen: &str,
+    token_file: Option<&Path>,
+    path: &str,
+    params: &[(&str, Option<&str>)],
+    whole: bool,
+) -> Result<(String, Response), String> {
     let token = crate::state::read_token(token_file)?;
-    let url = format!("http://{listen}/api/v1/status");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let base = if listen.starts_with("http://") || listen.starts_with("https://") {
+        listen.trim_end_matches('/').to_string()
+    } else {
+        format!("http://{listen}")
+    };
+    let url = format!("{base}{path}");
+    let limit = Some(Duration::from_secs(5));
+    let config = ureq::Agent::config_builder().http_status_as_error(false);
+    let config = if whole {
+        config.timeout_global(limit)
+    } else {
+        config.timeout_connect(limit)
+    };
+    let agent: ureq::Agent = config.build().into();
     let mut request = agent.get(&url);
+    for (k, v) in params {
+        if let Some(v) = v {
+            request = request.query(*k, *v);
+        }
+    }
     if let Some(t) = &token {
         request = request.header("Authorization", &format!("Bearer {t}"));
     }
-    let mut response = request.call().map_err(|e| {
+    let response = request.call().map_err(|e| {
         format!("no tapdeck service answers at {listen} ({e}): is `tapdeck serve` running, and is --listen right?")
     })?;
+    Ok((url, response))
+}
+
+/// The service's status document, or a one-line reason it could not be had.
+pub fn fetch(listen: &str, token_file: Option<&Path>) -> Result<serde_json::Value, String> {
+    let (url, mut response) = get(listen, token_file, "/api/v1/status", &[], true)?;
     let code = response.status().as_u16();
     let body = response
         .body_mut()
@@ -48,30 +79,7 @@ pub fn fetch_packets(
     token_file: Option<&Path>,
     params: &[(&str, Option<&str>)],
 ) -> Result<Box<dyn std::io::Read + Send>, String> {
-    let token = crate::state::read_token(token_file)?;
-    let base = if listen.starts_with("http://") || listen.starts_with("https://") {
-        listen.trim_end_matches('/').to_string()
-    } else {
-        format!("http://{listen}")
-    };
-    let url = format!("{base}/api/v1/packets");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_connect(Some(Duration::from_secs(5)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut request = agent.get(&url);
-    for (k, v) in params {
-        if let Some(v) = v {
-            request = request.query(*k, *v);
-        }
-    }
-    if let Some(t) = &token {
-        request = request.header("Authorization", &format!("Bearer {t}"));
-    }
-    let response = request.call().map_err(|e| {
-        format!("no tapdeck service answers at {listen} ({e}): is `tapdeck serve` running?")
-    })?;
+    let (url, response) = get(listen, token_file, "/api/v1/packets", params, false)?;
     let code = response.status().as_u16();
     if code == 200 {
         return Ok(Box::new(response.into_body().into_reader()));

@@ -62,7 +62,7 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
         ..ServeSettings::default()
     };
     let service = Arc::new(Service::new(Arc::clone(&control), settings).unwrap());
-    let listener = http::bind("127.0.0.1:0", true).unwrap();
+    let listener = http::bind(http::check_listen("127.0.0.1:0", true).unwrap()).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     http::spawn(listener, Arc::clone(&service)).unwrap();
 
@@ -130,7 +130,7 @@ fn healthz_is_200_while_recording_on_a_healthy_store() {
     let dir = tempfile::tempdir().unwrap();
     let control = Arc::new(Control::default());
     let service = Arc::new(Service::new(Arc::clone(&control), ServeSettings::default()).unwrap());
-    let listener = http::bind("127.0.0.1:0", false).unwrap();
+    let listener = http::bind(http::check_listen("127.0.0.1:0", false).unwrap()).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     http::spawn(listener, Arc::clone(&service)).unwrap();
     service.set_phase(tapdeck_service::state::Phase::Recording);

@@ -57,6 +57,18 @@ pub struct InterfaceCounts {
     pub stored: u64,
 }
 
+impl InterfaceCounts {
+    /// Packets lost, all causes.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_kernel + self.dropped_staging_full + self.dropped_write_error
+    }
+
+    /// Packets seen but neither stored nor dropped yet: seen = stored + dropped + in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.seen.saturating_sub(self.stored + self.dropped())
+    }
+}
+
 /// Metadata of one stored file, kept as JSON in its chunk index.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FileMeta {
