@@ -39,6 +39,8 @@ if ((${#missing[@]})); then
 fi
 
 python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest
+# Selenium drives Debian's chromium (through chromium-driver) in the web page's tests.
+python3 -c "import selenium" >/dev/null 2>&1 || python3 -m pip install -q "selenium>=4.20"
 # the analysis package (python/) with its test tools (pytest, ruff; scapy refragments
 # captures in tests/e2e) and PySpark, so that the tests compare every analysis on DuckDB
 # and Spark (Java 17 is on our machines)

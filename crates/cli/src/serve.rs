@@ -17,6 +17,7 @@ use serde_json::Value as Json;
 use signal_hook::consts::{SIGHUP, SIGUSR1};
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_service::config::{LogFormat, ServeConfig, ServeSettings};
+use tapdeck_service::history::{self, Timeline};
 use tapdeck_service::state::{Phase, Service};
 use tapdeck_service::{health, http, notify, reload};
 
@@ -127,6 +128,10 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     let service =
         Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
     *service.stores.write().unwrap() = vec![cfg.store.clone()];
+    *service.timeline.lock().unwrap() = Some(Timeline::open(
+        &cfg.store,
+        tapdeck_recorder::recorder::now_ns(),
+    ));
     // Before capture starts and privileges go: a taken port fails the start, and a port
     // under 1024 may still be bound.
     let listener = http::bind(addr).map_err(anyhow::Error::msg)?;
@@ -160,6 +165,13 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     let summary = record::run_with(cfg, sources, control, stats, &opts);
     done.store(true, Ordering::SeqCst);
     let _ = monitor.join();
+    if let Some(timeline) = service.timeline.lock().unwrap().as_mut() {
+        // The drained counts, and the minute in progress.
+        if let Ok(s) = &summary {
+            timeline.sample(s.stats.ts_ns, history::cumulative(&s.stats));
+        }
+        timeline.flush(tapdeck_recorder::recorder::now_ns(), true);
+    }
     if service.phase() != Phase::Stopping {
         // The sources ended or failed before a stop signal.
         notify::stopping();
@@ -331,6 +343,10 @@ fn spawn_monitor(
                         .lock()
                         .unwrap()
                         .add(Instant::now(), r.totals.dropped.total());
+                    if let Some(timeline) = service.timeline.lock().unwrap().as_mut() {
+                        timeline.sample(r.ts_ns, history::cumulative(&r));
+                        timeline.flush(r.ts_ns, false);
+                    }
                     if service.phase() == Phase::Starting {
                         service.set_phase(Phase::Recording);
                         notify::ready("recording");

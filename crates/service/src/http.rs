@@ -15,13 +15,14 @@ use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
 use axum::Router;
 use prometheus_client::registry::Registry;
 
 use crate::health;
 use crate::state::Service;
+use crate::web;
 
 /// Content type of the OpenMetrics text format (Prometheus asks for it and parses it).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -41,6 +42,8 @@ struct Shared {
     registry: Registry,
     /// Slots for queries running at once (see `query::Limits`).
     queries: Arc<tokio::sync::Semaphore>,
+    /// Served over TLS: cookies are marked Secure.
+    secure: bool,
 }
 
 /// The address a request came from (for the query log).
@@ -81,6 +84,7 @@ pub fn spawn(
         service,
         registry,
         queries,
+        secure: false,
     });
     std::thread::Builder::new()
         .name("http".into())
@@ -180,17 +184,27 @@ impl Drop for ClientSlot {
 }
 
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let protected = Router::new()
+        .route("/", get(page))
+        .route("/assets/{name}", get(asset))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/api/v1/status", get(status))
         .route("/api/v1/packets", get(packets))
+        .route("/api/v1/count", get(count))
+        .route("/api/v1/stats", get(stats))
         .route("/api/v1/files", get(files))
         .route("/api/v1/info", get(info))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&shared),
             require_token,
-        ))
+        ));
+    Router::new()
+        .merge(protected)
+        .route("/login", get(login_form).post(login))
+        .route("/logout", post(logout))
+        // Browsers ask for it on every page; there is none.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .with_state(shared)
 }
 
@@ -202,8 +216,12 @@ async fn require_token(
     let Some(token) = shared.service.token() else {
         return next.run(request).await;
     };
-    if bearer_matches(request.headers(), &token) {
+    if bearer_matches(request.headers(), &token) || cookie_matches(request.headers(), &token) {
         return next.run(request).await;
+    }
+    if request.uri().path() == "/" {
+        // A browser: the way in.
+        return html(StatusCode::UNAUTHORIZED, web::login_page(None));
     }
     (
         StatusCode::UNAUTHORIZED,
@@ -213,7 +231,7 @@ async fn require_token(
         .into_response()
 }
 
-/// Compares in time independent of where the strings differ.
+/// The request's bearer token is `token`.
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
@@ -222,8 +240,227 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     else {
         return false;
     };
-    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    same(given.trim(), token)
+}
+
+fn cookie_matches(headers: &HeaderMap, token: &str) -> bool {
+    web::cookie_token(headers).is_some_and(|given| same(&given, token))
+}
+
+/// Compares in time independent of where the strings differ.
+fn same(given: &str, token: &str) -> bool {
+    let (a, b) = (given.as_bytes(), token.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn html(code: StatusCode, body: String) -> Response {
+    let mut response = (
+        code,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response();
+    web::security_headers(response.headers_mut());
+    response
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login_form(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.service.token().is_none() {
+        return Redirect::to("/").into_response();
+    }
+    html(StatusCode::OK, web::login_page(None))
+}
+
+/// `POST /login`: a right token becomes a cookie; a wrong one gets the form again (401).
+async fn login(
+    State(shared): State<Arc<Shared>>,
+    axum::Extension(Client(peer)): axum::Extension<Client>,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
+    let Some(token) = shared.service.token() else {
+        return Redirect::to("/").into_response();
+    };
+    if !same(form.token.trim(), &token) {
+        tracing::info!("web login from {peer} refused: wrong token");
+        return html(
+            StatusCode::UNAUTHORIZED,
+            web::login_page(Some("That token is not one of the service's.")),
+        );
+    }
+    tracing::info!("web login from {peer}");
+    (
+        [(
+            header::SET_COOKIE,
+            web::set_cookie(form.token.trim(), shared.secure),
+        )],
+        Redirect::to("/"),
+    )
+        .into_response()
+}
+
+async fn logout() -> Response {
+    (
+        [(header::SET_COOKIE, web::clear_cookie())],
+        Redirect::to("/login"),
+    )
+        .into_response()
+}
+
+/// `GET /`: the page (see [`web`]).
+async fn page(State(shared): State<Arc<Shared>>) -> Response {
+    let stores = shared.service.stores.read().unwrap().clone();
+    let gathered = tokio::task::spawn_blocking(move || {
+        Ok::<_, crate::query::QueryError>((
+            crate::query::info(&stores)?,
+            crate::query::files(&stores)?,
+        ))
+    })
+    .await;
+    let (info, files) = match gathered {
+        Ok(Ok(both)) => both,
+        Ok(Err(e)) => {
+            return html(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                web::escape(&e.to_string()),
+            )
+        }
+        Err(_) => {
+            return html(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reading the store failed".into(),
+            )
+        }
+    };
+    let service = &shared.service;
+    let health = health::check(service);
+    let live = service.control.live();
+    let body = web::page(&web::Page {
+        health: &health,
+        info: &info,
+        files: &files,
+        horizon_ns: live.as_ref().map(|l| l.horizon_ns()),
+        dirs: live.as_ref().map(|l| l.dirs()).unwrap_or_default(),
+        authenticated: service.token().is_some(),
+    });
+    html(StatusCode::OK, body)
+}
+
+/// The page's script, style and chart library, from the binary.
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    let (mime, body) = match name.as_str() {
+        "uPlot.iife.min.js" => ("text/javascript; charset=utf-8", web::UPLOT_JS),
+        "uPlot.min.css" => ("text/css; charset=utf-8", web::UPLOT_CSS),
+        "tapdeck.js" => ("text/javascript; charset=utf-8", web::PAGE_JS),
+        "tapdeck.css" => ("text/css; charset=utf-8", web::PAGE_CSS),
+        _ => return (StatusCode::NOT_FOUND, "no such asset\n").into_response(),
+    };
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, mime),
+            (header::CACHE_CONTROL, "private, max-age=3600"),
+        ],
+        body,
+    )
+        .into_response();
+    web::security_headers(response.headers_mut());
+    response
+}
+
+/// `GET /api/v1/stats?start=&end=&step=`: seen, stored, bytes and drops by cause per step.
+async fn stats(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Query(req): axum::extract::Query<crate::history::Request>,
+) -> Response {
+    let service = Arc::clone(&shared.service);
+    let answer = tokio::task::spawn_blocking(move || {
+        let now = tapdeck_recorder::recorder::now_ns();
+        if let Some(timeline) = service.timeline.lock().unwrap().as_ref() {
+            return crate::history::answer(timeline, &req, now, "recording");
+        }
+        let mut all = crate::history::Timeline::default();
+        for store in service.stores.read().unwrap().iter() {
+            all.merge(&crate::history::Timeline::read(store));
+        }
+        crate::history::answer(&all, &req, now, "files")
+    })
+    .await;
+    match answer {
+        Ok(Ok(doc)) => axum::Json(doc).into_response(),
+        Ok(Err(e)) => json_error(StatusCode::BAD_REQUEST, e),
+        Err(_) => json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "reading the timeline failed",
+        ),
+    }
+}
+
+/// `GET /api/v1/count?start=&end=&filter=`: how many packets `/api/v1/packets` would
+/// send, and how much it would read, without sending them.
+async fn count(
+    State(shared): State<Arc<Shared>>,
+    axum::Extension(Client(peer)): axum::Extension<Client>,
+    axum::extract::Query(req): axum::extract::Query<crate::query::Request>,
+) -> Response {
+    let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
+        return too_many(&shared);
+    };
+    let stores = shared.service.stores.read().unwrap().clone();
+    let limits = shared.service.query_limits;
+    let answer = tokio::task::spawn_blocking(move || {
+        crate::query::lower_priority();
+        let started = std::time::Instant::now();
+        let prepared = crate::query::prepare(&stores, &req)?;
+        let describe = prepared.describe.clone();
+        let (read, skipped) = prepared.chunks();
+        let mut counter = crate::query::Counter::new(&limits);
+        let result = crate::query::run(prepared, &mut counter);
+        drop(slot);
+        let seconds = started.elapsed().as_secs_f64();
+        // Cut short by the time limit, the count is unknown (null), not a wrong number.
+        let packets = match result {
+            Ok(r) => Some(r.packets_written),
+            Err(_) if counter.cut.is_some() => None,
+            Err(e) => return Err(crate::query::QueryError::Store(e)),
+        };
+        tracing::info!(
+            "count from {peer}: {describe}; {packets:?} packets, {} bytes in {seconds:.2} s{}",
+            counter.bytes,
+            counter
+                .cut
+                .map(|w| format!("; cut short: {w}"))
+                .unwrap_or_default()
+        );
+        Ok(serde_json::json!({
+            "packets": packets, "bytes": counter.bytes, "chunks_read": read,
+            "chunks_skipped": skipped, "seconds": seconds,
+            "complete": counter.cut.is_none(), "cut": counter.cut,
+        }))
+    })
+    .await;
+    match answer {
+        Ok(Ok(doc)) => axum::Json(doc).into_response(),
+        Ok(Err(crate::query::QueryError::BadRequest(m))) => json_error(StatusCode::BAD_REQUEST, m),
+        Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "the count failed"),
+    }
+}
+
+fn too_many(shared: &Shared) -> Response {
+    json_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "{} queries are running, the most at once: try again shortly",
+            shared.service.query_limits.concurrent
+        ),
+    )
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
@@ -268,13 +505,7 @@ async fn packets(
     axum::extract::Query(req): axum::extract::Query<crate::query::Request>,
 ) -> Response {
     let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
-        return json_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "{} queries are running, the most at once: try again shortly",
-                shared.service.query_limits.concurrent
-            ),
-        );
+        return too_many(&shared);
     };
     let stores = shared.service.stores.read().unwrap().clone();
     let limits = shared.service.query_limits;

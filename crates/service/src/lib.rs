@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod health;
+pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod notify;
@@ -16,3 +17,4 @@ pub mod query;
 pub mod reload;
 pub mod state;
 pub mod status;
+pub mod web;

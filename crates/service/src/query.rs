@@ -65,6 +65,11 @@ impl Prepared {
     pub fn format(&self) -> Format {
         self.format
     }
+
+    /// Chunks to read, and chunks the flow index ruled out.
+    pub fn chunks(&self) -> (u64, u64) {
+        (self.plan.chunks_selected, self.plan.chunks_pruned)
+    }
 }
 
 /// Parses and plans `req` over `stores` (with their moved data directories `dirs`).
@@ -241,6 +246,39 @@ impl Write for Sink {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.send()
+    }
+}
+
+/// Counts the answer's bytes instead of sending them (`/api/v1/count`), within the time
+/// limit.
+pub struct Counter {
+    pub bytes: u64,
+    deadline: Instant,
+    pub cut: Option<&'static str>,
+}
+
+impl Counter {
+    pub fn new(limits: &Limits) -> Counter {
+        Counter {
+            bytes: 0,
+            deadline: Instant::now() + Duration::from_secs(limits.max_seconds),
+            cut: None,
+        }
+    }
+}
+
+impl Write for Counter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if Instant::now() > self.deadline {
+            self.cut = Some("the query reached the time limit");
+            return Err(std::io::Error::other("the query reached the time limit"));
+        }
+        self.bytes += data.len() as u64;
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -30,6 +30,9 @@ pub struct Service {
     settings: RwLock<ServeSettings>,
     token: RwLock<Option<String>>,
     pub drops: Mutex<DropWindow>,
+    /// The recording store's per-minute counts, kept by the monitor (`None` when serving
+    /// stores read-only: their timelines are read from their files).
+    pub timeline: Mutex<Option<crate::history::Timeline>>,
     phase: AtomicU8,
 }
 
@@ -43,6 +46,7 @@ impl Service {
             settings: RwLock::new(settings),
             token: RwLock::new(token),
             drops: Mutex::new(DropWindow::default()),
+            timeline: Mutex::new(None),
             phase: AtomicU8::new(Phase::Starting as u8),
         })
     }

@@ -409,6 +409,20 @@ pub fn compact_utc(ts_ns: u64) -> String {
     )
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, whole seconds) for nanoseconds since the epoch.
+pub fn rfc3339_utc(ts_ns: u64) -> String {
+    let c = compact_utc(ts_ns);
+    format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &c[0..4],
+        &c[4..6],
+        &c[6..8],
+        &c[9..11],
+        &c[11..13],
+        &c[13..15]
+    )
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -498,6 +512,7 @@ mod tests {
             compact_utc(951_782_400_000_000_000),
             "20000229T000000.000000000Z"
         );
+        assert_eq!(rfc3339_utc(951_782_400_999_000_000), "2000-02-29T00:00:00Z");
         assert_eq!(time_of_name(&name), Some(ts));
         assert_eq!(time_of_name("capture.pcap"), None);
         assert!(
