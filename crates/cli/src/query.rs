@@ -37,6 +37,9 @@ pub fn run(args: &QueryArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-        Err(e) => anyhow::bail!("the answer stopped early: {e}"),
+        Err(e) => anyhow::bail!(
+            "the answer stopped early ({e}): {} holds what came before; the service's log says why (a limit: query-max-bytes, query-max-seconds)",
+            args.window.write
+        ),
     }
 }

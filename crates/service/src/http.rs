@@ -420,14 +420,18 @@ async fn count(
         let prepared = crate::query::prepare(&stores, &req)?;
         let describe = prepared.describe.clone();
         let (read, skipped) = prepared.chunks();
-        let mut counter = crate::query::Counter::new(&limits);
-        let result = crate::query::run(prepared, &mut counter);
+        let deadline = limits.deadline();
+        let mut counter = crate::query::Counter::new(deadline);
+        let result = crate::query::run(prepared, &mut counter, deadline);
         drop(slot);
         let seconds = started.elapsed().as_secs_f64();
         // Cut short by the time limit, the count is unknown (null), not a wrong number.
         let packets = match result {
             Ok(r) => Some(r.packets_written),
-            Err(_) if counter.cut.is_some() => None,
+            Err(e) if counter.cut.is_some() || e.contains(crate::query::TIME_LIMIT) => {
+                counter.cut = Some(crate::query::TIME_LIMIT);
+                None
+            }
             Err(e) => return Err(crate::query::QueryError::Store(e)),
         };
         tracing::info!(
@@ -511,6 +515,11 @@ async fn packets(
     let limits = shared.service.query_limits;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    // Set once the whole answer is in the channel: an answer cut short (a limit, a read
+    // error) ends the response with an error, so the client sees a broken transfer rather
+    // than a file that looks complete.
+    let complete = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let completed = Arc::clone(&complete);
     tokio::task::spawn_blocking(move || {
         crate::query::lower_priority();
         let started = std::time::Instant::now();
@@ -527,25 +536,32 @@ async fn packets(
         if ready_tx.send(Ok(format)).is_err() {
             return;
         }
-        let mut sink = crate::query::Sink::new(tx, &limits);
-        let result = crate::query::run(prepared, &mut sink);
+        let deadline = limits.deadline();
+        let mut sink = crate::query::Sink::new(tx, &limits, deadline);
+        let result = crate::query::run(prepared, &mut sink, deadline);
         let cut = sink
             .cut
             .map(|w| format!("; cut short: {w}"))
             .unwrap_or_default();
+        let sent = sink.sent;
+        if result.is_ok() && sink.cut.is_none() {
+            completed.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        // The slot is free before the client sees the end (the sink's channel closing):
+        // a client that asks again at once finds it free.
+        drop(slot);
+        drop(sink);
         match result {
             Ok(r) => tracing::info!(
                 "query from {peer}: {describe}; {} packets, {} bytes in {:.2} s{cut}",
                 r.packets_written,
-                sink.sent,
+                sent,
                 started.elapsed().as_secs_f64()
             ),
             Err(e) => tracing::warn!(
-                "query from {peer}: {describe}; stopped after {} bytes: {e}{cut}",
-                sink.sent
+                "query from {peer}: {describe}; stopped after {sent} bytes: {e}{cut}"
             ),
         }
-        drop(slot);
     });
     let format = match ready_rx.await {
         Ok(Ok(format)) => format,
@@ -559,7 +575,25 @@ async fn packets(
         tapdeck_pcap::Format::Pcap => ("application/vnd.tcpdump.pcap", "pcap"),
         tapdeck_pcap::Format::Pcapng => ("application/x-pcapng", "pcapng"),
     };
-    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let mut ended = false;
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        if ended {
+            return std::task::Poll::Ready(None);
+        }
+        match rx.poll_recv(cx) {
+            std::task::Poll::Ready(None) => {
+                ended = true;
+                if complete.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::task::Poll::Ready(None)
+                } else {
+                    std::task::Poll::Ready(Some(Err(std::io::Error::other(
+                        "the answer was cut short (see the service's log)",
+                    ))))
+                }
+            }
+            other => other,
+        }
+    });
     (
         [
             (header::CONTENT_TYPE, mime.to_string()),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use tapdeck_index::Predicate;
 use tapdeck_pcap::{Format, Packet};
-use tapdeck_store::extract::{self, ExtractReport, Plan, StoreInput, TimeWindow};
+use tapdeck_store::extract::{self, ExtractReport, PacketFilter, Plan, StoreInput, TimeWindow};
 use tapdeck_store::read::Store;
 
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +23,13 @@ pub struct Limits {
     pub concurrent: usize,
     pub max_bytes: u64,
     pub max_seconds: u64,
+}
+
+impl Limits {
+    /// When a query started now must end.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + Duration::from_secs(self.max_seconds)
+    }
 }
 
 impl Default for Limits {
@@ -141,27 +148,62 @@ pub fn prepare(stores: &[PathBuf], req: &Request) -> Result<Prepared, QueryError
 }
 
 /// Writes the query's answer to `out` (which may refuse more: the limits, or a client
-/// that went away).
-pub fn run(prepared: Prepared, out: &mut dyn Write) -> Result<ExtractReport, String> {
+/// that went away), stopping at `deadline` even while nothing matches.
+pub fn run(
+    prepared: Prepared,
+    out: &mut dyn Write,
+    deadline: Instant,
+) -> Result<ExtractReport, String> {
     let Prepared {
         plan,
         format,
         programs,
         ..
     } = prepared;
-    let mut filter =
-        |lt: u16, p: &Packet<'_>| programs.get(&lt).is_none_or(|prog| prog.filter(p.data));
+    let mut filter = Filter {
+        programs,
+        deadline,
+        packets: 0,
+    };
     plan.write(format, &mut filter, out)
         .map_err(|e| e.to_string())
 }
 
+/// libpcap's programs per link type, and the time limit.
+struct Filter {
+    programs: HashMap<u16, pcap::BpfProgram>,
+    deadline: Instant,
+    packets: u64,
+}
+
+impl PacketFilter for Filter {
+    fn matches(&mut self, linktype: u16, p: &Packet<'_>) -> bool {
+        self.programs
+            .get(&linktype)
+            .is_none_or(|prog| prog.filter(p.data))
+    }
+
+    fn stop(&mut self) -> Option<String> {
+        self.packets += 1;
+        // A clock read every 4,096 packets: a few microseconds apart.
+        (self.packets % 4096 == 0 && Instant::now() > self.deadline).then(|| TIME_LIMIT.to_string())
+    }
+}
+
+pub const TIME_LIMIT: &str = "the query reached the time limit";
+
 /// Lowers the calling thread to the idle CPU and I/O classes (best effort: a query must
-/// never compete with capture).
+/// never compete with capture). SCHED_IDLE, not nice 19: the recorder's compressors run at
+/// nice 19, and ten queries at the same nice would take ten elevenths of a core from them.
 pub fn lower_priority() {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
     // SAFETY: setpriority on this thread's id; a failure is harmless (priority unchanged).
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 19) };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler on this thread's id with a valid policy and parameter;
+    // failure leaves the thread at nice 19.
+    unsafe { libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_IDLE, &param) };
     const IOPRIO_WHO_PROCESS: libc::c_long = 1;
     const IOPRIO_CLASS_IDLE: libc::c_long = 3;
     // SAFETY: ioprio_set with a thread id and a valid class; failure leaves it unchanged.
@@ -176,9 +218,11 @@ pub fn lower_priority() {
 }
 
 /// The answer's bytes, sent on to the HTTP response in 256 KiB pieces; refuses more
-/// beyond the limits or once the client has gone.
+/// beyond the limits or once the client has gone. A client that stops reading holds its
+/// query slot only until the time limit.
 pub struct Sink {
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    runtime: tokio::runtime::Handle,
     buf: Vec<u8>,
     pub sent: u64,
     max_bytes: u64,
@@ -190,16 +234,19 @@ pub struct Sink {
 impl Sink {
     const PIECE: usize = 256 * 1024;
 
+    /// On a blocking thread of the HTTP server's runtime.
     pub fn new(
         tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
         limits: &Limits,
+        deadline: Instant,
     ) -> Sink {
         Sink {
             tx,
+            runtime: tokio::runtime::Handle::current(),
             buf: Vec::with_capacity(Self::PIECE),
             sent: 0,
             max_bytes: limits.max_bytes,
-            deadline: Instant::now() + Duration::from_secs(limits.max_seconds),
+            deadline,
             cut: None,
         }
     }
@@ -212,11 +259,26 @@ impl Sink {
             &mut self.buf,
             Vec::with_capacity(Self::PIECE),
         ));
-        self.sent += piece.len() as u64;
-        self.tx.blocking_send(Ok(piece)).map_err(|_| {
-            self.cut = Some("the client went away");
-            std::io::Error::from(std::io::ErrorKind::BrokenPipe)
-        })
+        let len = piece.len() as u64;
+        let wait = self.deadline.saturating_duration_since(Instant::now());
+        let tx = &self.tx;
+        let sent = self
+            .runtime
+            .block_on(async { tokio::time::timeout(wait, tx.send(Ok(piece))).await });
+        match sent {
+            Ok(Ok(())) => {
+                self.sent += len;
+                Ok(())
+            }
+            Ok(Err(_)) => {
+                self.cut = Some("the client went away");
+                Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            }
+            Err(_) => {
+                self.cut = Some(TIME_LIMIT);
+                Err(std::io::Error::other(TIME_LIMIT))
+            }
+        }
     }
 }
 
@@ -229,7 +291,7 @@ impl Write for Sink {
         if room == 0 {
             self.cut = Some("the answer reached the byte limit");
         } else if Instant::now() > self.deadline {
-            self.cut = Some("the query reached the time limit");
+            self.cut = Some(TIME_LIMIT);
         }
         if let Some(why) = self.cut {
             // What fits is still sent.
@@ -258,10 +320,10 @@ pub struct Counter {
 }
 
 impl Counter {
-    pub fn new(limits: &Limits) -> Counter {
+    pub fn new(deadline: Instant) -> Counter {
         Counter {
             bytes: 0,
-            deadline: Instant::now() + Duration::from_secs(limits.max_seconds),
+            deadline,
             cut: None,
         }
     }
@@ -270,8 +332,8 @@ impl Counter {
 impl Write for Counter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         if Instant::now() > self.deadline {
-            self.cut = Some("the query reached the time limit");
-            return Err(std::io::Error::other("the query reached the time limit"));
+            self.cut = Some(TIME_LIMIT);
+            return Err(std::io::Error::other(TIME_LIMIT));
         }
         self.bytes += data.len() as u64;
         Ok(data.len())

@@ -167,3 +167,37 @@ fn healthz_is_200_while_recording_on_a_healthy_store() {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     recording.join().unwrap().unwrap();
 }
+
+#[test]
+fn a_query_stops_at_its_deadline_even_while_nothing_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let cfg = RecorderConfig::builder(store.clone())
+        .staging_bytes(8 << 20)
+        .chunk_size(1 << 20)
+        .direct(false)
+        .build();
+    let source = SyntheticSource::new(SyntheticProfile::Small, Some(50_000), 3);
+    recorder::record(cfg, vec![source], Arc::new(Control::default()), |_, _| {}).unwrap();
+    let stores = vec![store];
+    // 64-byte frames: this filter matches nothing, so nothing is written and only the
+    // filter's own check can stop the scan (and the flow index cannot answer `len`, so
+    // every chunk is read).
+    let req = tapdeck_service::query::Request {
+        filter: Some("udp and len > 5000".into()),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let prepared = tapdeck_service::query::prepare(&stores, &req).unwrap();
+    let err = tapdeck_service::query::run(prepared, &mut out, Instant::now()).unwrap_err();
+    assert!(
+        err.contains(tapdeck_service::query::TIME_LIMIT),
+        "a deadline already passed must stop the scan: {err}"
+    );
+    // With time to spare the same query runs to the end: nothing matches.
+    let prepared = tapdeck_service::query::prepare(&stores, &req).unwrap();
+    let later = Instant::now() + Duration::from_secs(60);
+    let report = tapdeck_service::query::run(prepared, &mut out, later).unwrap();
+    assert_eq!(report.packets_written, 0);
+    assert_eq!(report.packets_filtered, 50_000);
+}

@@ -63,6 +63,12 @@ impl TimeWindow {
 /// Decides which packets are written; `linktype` is the packet's interface's LINKTYPE_*.
 pub trait PacketFilter {
     fn matches(&mut self, linktype: u16, packet: &Packet<'_>) -> bool;
+
+    /// Asked before each packet: `Some(why)` ends the extract there (a query's time
+    /// limit, which must hold also while nothing matches and nothing is written).
+    fn stop(&mut self) -> Option<String> {
+        None
+    }
 }
 
 impl<F: FnMut(u16, &Packet<'_>) -> bool> PacketFilter for F {
@@ -84,6 +90,8 @@ pub enum ExtractError {
     Output(#[from] std::io::Error),
     #[error("{0}")]
     Unsupported(String),
+    #[error("stopped: {0}")]
+    Stopped(String),
 }
 
 /// One store to read, with the correction for its clock.
@@ -681,6 +689,9 @@ impl Plan {
         let (mut written, mut filtered) = (0, 0);
         let mut record = Vec::new();
         while let Some(m) = merger.next()? {
+            if let Some(why) = filter.stop() {
+                return Err(ExtractError::Stopped(why));
+            }
             let p = m.packet;
             if filter.matches(linktypes[p.iface as usize], &p) {
                 record.resize(format.record_len(&p), 0);
