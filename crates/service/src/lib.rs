@@ -6,6 +6,7 @@
 //! readiness and watchdog notifications ([`notify`]), and the client behind
 //! `tapdeck status` ([`status`]).
 
+pub mod auth;
 pub mod config;
 pub mod health;
 pub mod http;
@@ -16,3 +17,4 @@ pub mod query;
 pub mod reload;
 pub mod state;
 pub mod status;
+pub mod tls;
