@@ -148,7 +148,7 @@ async fn serve(listener: tokio::net::TcpListener, router: Router, service: Arc<S
                 match tls {
                     None => serve_connection(stream, app).await,
                     Some(tls) => {
-                        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
+                        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.config));
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
                         {
                             Ok(Ok(stream)) => serve_connection(stream, app).await,

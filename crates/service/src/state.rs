@@ -31,7 +31,7 @@ pub struct Service {
     settings: RwLock<ServeSettings>,
     tokens: RwLock<Arc<Tokens>>,
     /// `None`: plain HTTP. Each connection takes the one in force when it is accepted.
-    tls: RwLock<Option<Tls>>,
+    tls: RwLock<Option<Arc<Tls>>>,
     pub drops: Mutex<DropWindow>,
     phase: AtomicU8,
 }
@@ -45,7 +45,7 @@ impl Service {
             query_limits: settings.query_limits()?,
             settings: RwLock::new(settings),
             tokens: RwLock::new(Arc::new(tokens)),
-            tls: RwLock::new(tls),
+            tls: RwLock::new(tls.map(Arc::new)),
             drops: Mutex::new(DropWindow::default()),
             phase: AtomicU8::new(Phase::Starting as u8),
         })
@@ -70,7 +70,7 @@ impl Service {
         if tls_changed {
             changed.push("tls-cert");
         }
-        *current_tls = tls;
+        *current_tls = tls.map(Arc::new);
         *self.tokens.write().unwrap() = Arc::new(tokens);
         *self.settings.write().unwrap() = settings;
         Ok(changed)
@@ -88,7 +88,7 @@ impl Service {
     }
 
     /// The TLS settings in force, for the next handshake.
-    pub fn tls(&self) -> Option<Tls> {
+    pub fn tls(&self) -> Option<Arc<Tls>> {
         self.tls.read().unwrap().clone()
     }
 

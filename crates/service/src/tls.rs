@@ -112,3 +112,62 @@ fn read_certs(key: &str, path: &Path) -> Result<(Vec<CertificateDer<'static>>, V
     }
     Ok((certs, pem))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn settings(cert: bool, key: bool, ca: bool) -> ServeSettings {
+        let some =
+            |set: bool, name: &str| set.then(|| PathBuf::from(format!("/nonexistent/{name}")));
+        ServeSettings {
+            tls_cert: some(cert, "cert.pem"),
+            tls_key: some(key, "key.pem"),
+            tls_client_ca: some(ca, "ca.pem"),
+            ..ServeSettings::default()
+        }
+    }
+
+    fn error(s: &ServeSettings) -> String {
+        match Tls::load(s) {
+            Err(e) => e,
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn keys_go_together_and_errors_name_them() {
+        assert!(Tls::load(&settings(false, false, false)).unwrap().is_none());
+        assert!(error(&settings(true, false, false)).starts_with("tls-cert is set without tls-key"));
+        assert!(error(&settings(false, true, true)).starts_with("tls-key is set without tls-cert"));
+        assert!(error(&settings(false, false, true))
+            .starts_with("tls-client-ca is set without tls-cert and tls-key"));
+        let e = error(&settings(true, true, true));
+        assert!(
+            e.starts_with("cannot read tls-cert /nonexistent/cert.pem: "),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn a_file_without_a_certificate_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("cert.pem");
+        std::fs::write(
+            &cert,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let e = read_certs("tls-cert", &cert).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "tls-cert {} holds no certificate (-----BEGIN CERTIFICATE-----)",
+                cert.display()
+            )
+        );
+    }
+}
