@@ -298,6 +298,11 @@ async fn packets(
     axum::extract::Query(req): axum::extract::Query<crate::query::Request>,
 ) -> Response {
     let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
+        tracing::info!(
+            "query by {who} from {peer}: filter {:?}; refused, 0 bytes: {} queries running",
+            req.filter.as_deref().unwrap_or(""),
+            shared.service.query_limits.concurrent
+        );
         return json_error(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
