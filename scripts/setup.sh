@@ -24,6 +24,7 @@ packages=(
   prometheus       # promtool checks deploy/'s rules and config (tests/e2e/test_deploy.py);
                    # where systemd runs, Debian's package also starts a Prometheus on :9090
   systemd          # systemd-analyze verifies deploy/tapdeck.service
+  openssl curl     # certificates and TLS clients of tests/e2e/test_serve_auth.py
 )
 missing=()
 for p in "${packages[@]}"; do

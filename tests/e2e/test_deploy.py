@@ -23,6 +23,10 @@ DEPLOY = REPO / "deploy"
 SERVE_KEYS = {
     "listen",
     "metrics-token-file",
+    "token-file",
+    "tls-cert",
+    "tls-key",
+    "tls-client-ca",
     "log-format",
     "log-level",
     "health-stall",

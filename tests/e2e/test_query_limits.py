@@ -176,7 +176,9 @@ def test_ten_queries_at_once_cost_capture_nothing(tapdeck, tmp_path):
         subprocess.run(["ip", "netns", "add", ns], check=True)
     procs = []
     try:
-        sh = lambda *a: subprocess.run(list(a), check=True)  # noqa: E731
+        def sh(*a):
+            subprocess.run(list(a), check=True)
+
         sh("ip", "-n", NS, "link", "set", "lo", "up")
         sh("ip", "-n", NS, "link", "add", "tdq0", "type", "veth", "peer", "name", "tdq1",
            "netns", PEER)
@@ -211,6 +213,7 @@ def test_ten_queries_at_once_cost_capture_nothing(tapdeck, tmp_path):
         sender = subprocess.Popen(
             [
                 "ip", "netns", "exec", PEER, "python3", "-c",
+                (
                 "import socket, time\n"
                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
                 "payload = bytes(range(256)) * 4\n"
@@ -220,7 +223,8 @@ def test_ten_queries_at_once_cost_capture_nothing(tapdeck, tmp_path):
                 "        s.sendto(payload, ('198.18.7.1', 7000 + n % 16)); n += 1\n"
                 "    lag = t0 + n / 20000 - time.monotonic()\n"
                 "    if lag > 0: time.sleep(lag)\n"
-                "print(n)\n",
+                "print(n)\n"
+                ),
             ],
             stdout=subprocess.PIPE,
             text=True,

@@ -1068,7 +1068,7 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
     ]
     r = run(status_cmd)
     assert r.returncode == 1, r.describe()
-    assert "wants a token: pass --metrics-token-file" in one_error_line(r.stderr)
+    assert "wants a token: pass --token-file" in one_error_line(r.stderr)
     r = run([*status_cmd, "--metrics-token-file", token_file])
     assert r.returncode == 0, r.describe()
     assert re.match(

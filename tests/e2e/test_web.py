@@ -295,12 +295,12 @@ def test_a_recording_service_keeps_its_timeline_across_a_restart(tapdeck, tmp_pa
 
         def run_once(pings, before):
             stats.unlink(missing_ok=True)
-            log = open(tmp_path / "serve.log", "ab")
-            p = subprocess.Popen(
-                ["ip", "netns", "exec", NS, tapdeck.bin, "serve", "--config", cfg],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+            with open(tmp_path / "serve.log", "ab") as log:
+                p = subprocess.Popen(
+                    ["ip", "netns", "exec", NS, tapdeck.bin, "serve", "--config", cfg],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
             procs.append(p)
             wait_for(
                 lambda: (api("/healthz") or {}).get("phase") == "recording",

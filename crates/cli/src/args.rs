@@ -86,10 +86,12 @@ pub enum Command {
     ///
     /// Runs until SIGTERM/SIGINT (drains and exits 0). SIGHUP re-reads the config file and
     /// applies what can change without losing a packet (max-bytes, min-free, min-keep,
-    /// rotate-size, rotate-interval, log-level, health-*, min-horizon, metrics-token-file);
-    /// other changed keys are logged as needing a restart. SIGUSR1 starts new files. HTTP:
-    /// GET /metrics (OpenMetrics), /healthz (200, or 503 with the reasons as JSON),
-    /// /api/v1/status (JSON). See docs/deploy.md and deploy/.
+    /// rotate-size, rotate-interval, log-level, health-*, min-horizon, metrics-token-file,
+    /// token-file, tls-*), and reads the token and TLS files again (rewritten files are
+    /// rotated tokens and certificates; without a config file that is all it does);
+    /// other changed keys are logged as needing a restart. SIGUSR1 starts new files. HTTP
+    /// (HTTPS with --tls-cert): GET /metrics (OpenMetrics), /healthz (200, or 503 with the
+    /// reasons as JSON), /api/v1/status (JSON). See docs/deploy.md and deploy/.
     #[command(after_help = EXIT_CODES_HELP)]
     Serve(Box<ServeArgs>),
     /// Ask a running `tapdeck serve` how it is doing: health, counters, disks, horizon.
@@ -296,10 +298,29 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
 
-    /// File holding a bearer token every HTTP request must carry
-    /// (`Authorization: Bearer TOKEN`; Prometheus: `authorization.credentials_file`).
+    /// File holding one bearer token every HTTP request may carry, named `metrics` in the
+    /// query log (`Authorization: Bearer TOKEN`; Prometheus: `authorization.credentials_file`).
     #[arg(long, value_name = "FILE")]
     pub metrics_token_file: Option<PathBuf>,
+
+    /// File of `NAME TOKEN` lines (`#` comments; names unique; tokens of 16 characters or
+    /// more): every HTTP request must carry one of the tokens, and the query log names
+    /// whose. May be set with --metrics-token-file; SIGHUP reads both again.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// PEM certificate chain (the server's first): with --tls-key, HTTPS only.
+    #[arg(long, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates: every client must present a certificate one of them signed, or
+    /// the TLS handshake fails.
+    #[arg(long, value_name = "PEM")]
+    pub tls_client_ca: Option<PathBuf>,
 
     /// Log lines as text or as JSON objects (one per line, to standard error) [default: human].
     #[arg(long, value_parser = ["human", "json"])]
@@ -357,9 +378,49 @@ pub struct WindowArgs {
     pub format: Option<String>,
 }
 
+/// How a client reaches a service: shared by `query` and `status`.
+#[derive(Args, Debug)]
+pub struct RemoteArgs {
+    /// A file with the token to send: one token, or `NAME TOKEN` lines (the first is
+    /// sent, or the one --token-name names).
+    #[arg(long, value_name = "FILE", visible_alias = "metrics-token-file")]
+    pub token_file: Option<PathBuf>,
+
+    /// Which of --token-file's `NAME TOKEN` lines to send.
+    #[arg(long, value_name = "NAME")]
+    pub token_name: Option<String>,
+
+    /// PEM certificates to trust for the service's certificate (its CA, or itself);
+    /// `HOST:PORT` then means https.
+    #[arg(long, value_name = "PEM")]
+    pub cacert: Option<PathBuf>,
+
+    /// PEM client certificate, for a service with tls-client-ca (with --key).
+    #[arg(long, value_name = "PEM", requires = "key")]
+    pub cert: Option<PathBuf>,
+
+    /// PEM private key of --cert.
+    #[arg(long, value_name = "PEM", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl RemoteArgs {
+    pub fn to_remote(&self, addr: &str) -> tapdeck_service::status::Remote {
+        tapdeck_service::status::Remote {
+            addr: addr.to_string(),
+            token_file: self.token_file.clone(),
+            token_name: self.token_name.clone(),
+            cacert: self.cacert.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct QueryArgs {
-    /// Where the service listens (`HOST:PORT`, or an http:// URL).
+    /// Where the service listens: `HOST:PORT` (https with --cacert or --cert), or an
+    /// http:// or https:// URL.
     #[arg(value_name = "ADDR")]
     pub addr: String,
 
@@ -370,20 +431,19 @@ pub struct QueryArgs {
     #[command(flatten)]
     pub window: WindowArgs,
 
-    /// The service's token file, if it has one.
-    #[arg(long, value_name = "FILE")]
-    pub metrics_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// Where the service listens.
+    /// Where the service listens: `HOST:PORT` (https with --cacert or --cert), or an
+    /// http:// or https:// URL.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9780")]
     pub listen: String,
 
-    /// The service's token file, if it has one.
-    #[arg(long, value_name = "FILE")]
-    pub metrics_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 
     /// Print the status document as JSON.
     #[arg(long)]

@@ -12,12 +12,9 @@ pub fn run(args: &QueryArgs) -> anyhow::Result<i32> {
         ("filter", Some(filter.as_str()).filter(|f| !f.is_empty())),
         ("format", args.window.format.as_deref()),
     ];
-    let mut reader = tapdeck_service::status::fetch_packets(
-        &args.addr,
-        args.metrics_token_file.as_deref(),
-        &params,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let remote = args.remote.to_remote(&args.addr);
+    let mut reader =
+        tapdeck_service::status::fetch_packets(&remote, &params).map_err(anyhow::Error::msg)?;
     let copied = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();

@@ -48,6 +48,10 @@ fn flag_overrides(args: &ServeArgs, matches: &ArgMatches) -> Overrides {
     let serve = serde_json::json!({
         "listen": args.listen,
         "metrics-token-file": args.metrics_token_file,
+        "token-file": args.token_file,
+        "tls-cert": args.tls_cert,
+        "tls-key": args.tls_key,
+        "tls-client-ca": args.tls_client_ca,
         "log-format": args.log_format,
         "health-stall": args.health_stall,
         "health-max-drops": args.health_max_drops,
@@ -88,7 +92,7 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
                 "stores to serve read-only go with --no-capture (a recording service takes its store from `store`)",
             ))
         }
-        (true, false) => return serve_read_only(args, &config),
+        (true, false) => return serve_read_only(args, &config, overrides),
         (false, true) => {}
     }
     let mut opts = config.record.clone();
@@ -138,12 +142,13 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     let sources = record::open_live(&opts, &cfg)?;
     tracing::info!("{}", record::live_defaults(&cfg.rotation, &cfg.retention));
     tracing::info!(
-        "serving http://{}/metrics, /healthz and /api/v1/status{}",
+        "serving {}://{}/metrics, /healthz and /api/v1/status{}",
+        scheme(&service),
         settings.listen,
-        if service.token().is_some() {
-            " (bearer token required)"
-        } else {
+        if service.tokens().is_empty() {
             ""
+        } else {
+            " (bearer token required)"
         }
     );
     http::spawn(listener, Arc::clone(&service)).context("cannot start the HTTP server")?;
@@ -185,28 +190,78 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
 }
 
 /// The HTTP side's settings, checked as the start checks them (the query limits, the token
-/// file, the address): the address to bind, and the `--check` line that describes it.
+/// and TLS files, the address): the address to bind, and the `--check` line that describes it.
 fn check_http(settings: &ServeSettings) -> anyhow::Result<(SocketAddr, String)> {
     settings.query_limits().map_err(usage)?;
-    let token = tapdeck_service::state::read_token(settings.metrics_token_file.as_deref())
-        .map_err(usage)?;
+    let (tokens, tls) = tapdeck_service::state::load_access(settings).map_err(usage)?;
     // Binding is left to the start; the address must at least be one we may use.
-    let addr = http::check_listen(&settings.listen, token.is_some()).map_err(usage)?;
+    let addr = http::check_listen(&settings.listen, !tokens.is_empty()).map_err(usage)?;
+    let mut required = Vec::new();
+    if !tokens.is_empty() {
+        required.push("token required");
+    }
+    if tls.as_ref().is_some_and(|t| t.client_ca) {
+        required.push("client certificate required");
+    }
     let line = format!(
-        "HTTP on {}{}",
+        "{} on {}{}",
+        if tls.is_some() { "HTTPS" } else { "HTTP" },
         settings.listen,
-        if token.is_some() {
-            " (token required)"
+        if required.is_empty() {
+            String::new()
         } else {
-            ""
+            format!(" ({})", required.join("; "))
         }
     );
     Ok((addr, line))
 }
 
+fn scheme(service: &Service) -> &'static str {
+    if service.tls().is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// SIGHUP where only the token and TLS files are read again (`serve --no-capture`, or no
+/// config file): from the config file as it is now, if there is one, with the command
+/// line over it.
+fn reread_access(path: Option<&Path>, overrides: &Overrides, service: &Service) {
+    let reread = || -> Result<Vec<&'static str>, String> {
+        let Some(path) = path else {
+            return service.reread_access();
+        };
+        let mut new = ServeConfig::load(path).map_err(|e| e.to_string())?;
+        new.override_with(overrides).map_err(|e| e.to_string())?;
+        let mut settings = service.settings();
+        settings.metrics_token_file = new.serve.metrics_token_file;
+        settings.token_file = new.serve.token_file;
+        settings.tls_cert = new.serve.tls_cert;
+        settings.tls_key = new.serve.tls_key;
+        settings.tls_client_ca = new.serve.tls_client_ca;
+        service.set_settings(settings)
+    };
+    match reread() {
+        Ok(changed) if changed.is_empty() => {
+            tracing::info!("SIGHUP: token and TLS files re-read; nothing changed")
+        }
+        Ok(changed) => tracing::info!(
+            "SIGHUP: token and TLS files re-read; now in effect: {}",
+            changed.join(", ")
+        ),
+        Err(e) => tracing::error!("SIGHUP: {e}; the tokens and TLS settings in force stay"),
+    }
+}
+
 /// `serve --no-capture STORE…`: the HTTP side alone, over existing stores, until
-/// SIGTERM/SIGINT (SIGHUP and SIGUSR1 are ignored: there is nothing to reload or rotate).
-fn serve_read_only(args: &ServeArgs, config: &ServeConfig) -> anyhow::Result<i32> {
+/// SIGTERM/SIGINT. SIGHUP reads the token and TLS files again; SIGUSR1 is ignored (there
+/// is nothing to rotate).
+fn serve_read_only(
+    args: &ServeArgs,
+    config: &ServeConfig,
+    overrides: Overrides,
+) -> anyhow::Result<i32> {
     let settings = config.serve.clone();
     for store in &args.serve_stores {
         if !store.join(tapdeck_store::meta::MANIFEST).is_file() {
@@ -232,25 +287,37 @@ fn serve_read_only(args: &ServeArgs, config: &ServeConfig) -> anyhow::Result<i32
     let _ = logging::init(&settings.log_level, settings.log_format == LogFormat::Json);
     let control = Arc::new(Control::default());
     record::install_stop_signals(&control)?;
-    for sig in [SIGHUP, SIGUSR1] {
-        // The default action of both is to end the process.
-        // SAFETY: the handler does nothing, which is async-signal-safe.
-        unsafe { signal_hook::low_level::register(sig, || {}) }
-            .context("cannot install signal handlers")?;
-    }
+    // The default action of SIGUSR1 is to end the process.
+    // SAFETY: the handler does nothing, which is async-signal-safe.
+    unsafe { signal_hook::low_level::register(SIGUSR1, || {}) }
+        .context("cannot install signal handlers")?;
+    let mut hangups =
+        signal_hook::iterator::Signals::new([SIGHUP]).context("cannot install signal handlers")?;
     let service =
         Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
     *service.stores.write().unwrap() = args.serve_stores.clone();
     service.set_phase(Phase::ReadOnly);
     let listener = http::bind(addr).map_err(anyhow::Error::msg)?;
     http::spawn(listener, Arc::clone(&service)).context("cannot start the HTTP server")?;
+    {
+        let (service, path) = (Arc::clone(&service), args.config.clone());
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for _ in hangups.forever() {
+                    reread_access(path.as_deref(), &overrides, &service);
+                }
+            })
+            .context("cannot start the signal thread")?;
+    }
     tracing::info!(
-        "serving {} read-only on http://{}/api/v1/packets, /api/v1/files, /healthz",
+        "serving {} read-only on {}://{}/api/v1/packets, /api/v1/files, /healthz",
         args.serve_stores
             .iter()
             .map(|s| s.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
+        scheme(&service),
         settings.listen
     );
     notify::ready("serving read-only");
@@ -282,7 +349,10 @@ fn spawn_signal_thread(
                     continue;
                 }
                 let Some(path) = &path else {
-                    tracing::warn!("SIGHUP: there is no config file to re-read (started without --config); nothing changed");
+                    tracing::info!(
+                        "SIGHUP: there is no config file to re-read (started without --config)"
+                    );
+                    reread_access(None, &overrides, &service);
                     continue;
                 };
                 notify::reloading();

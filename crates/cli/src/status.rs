@@ -3,7 +3,7 @@
 use crate::args::StatusArgs;
 
 pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
-    let doc = tapdeck_service::status::fetch(&args.listen, args.metrics_token_file.as_deref())
+    let doc = tapdeck_service::status::fetch(&args.remote.to_remote(&args.listen))
         .map_err(anyhow::Error::msg)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -20,8 +20,16 @@ use toml::Spanned;
 pub struct ServeSettings {
     /// Address of the HTTP server (metrics, health). Beyond loopback, a token is required.
     pub listen: String,
-    /// A file holding the bearer token that `/metrics` and `/healthz` require.
+    /// A file holding one bearer token (named `metrics`), for Prometheus.
     pub metrics_token_file: Option<PathBuf>,
+    /// A file of `NAME TOKEN` lines: the tokens requests may carry, with who they are.
+    pub token_file: Option<PathBuf>,
+    /// PEM certificate chain: with `tls-key`, the service speaks HTTPS only.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls-cert`.
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates: every client must present a certificate they signed.
+    pub tls_client_ca: Option<PathBuf>,
     pub log_format: LogFormat,
     pub log_level: String,
     /// Seconds a capture loop may go without progress before `/healthz` says 503.
@@ -43,6 +51,10 @@ impl Default for ServeSettings {
         ServeSettings {
             listen: DEFAULT_LISTEN.into(),
             metrics_token_file: None,
+            token_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             log_format: LogFormat::Human,
             log_level: "info".into(),
             health_stall: 10.0,
@@ -293,6 +305,10 @@ pub const LIVE_KEYS: &[&str] = &[
     "health-max-drops",
     "min-horizon",
     "metrics-token-file",
+    "token-file",
+    "tls-cert",
+    "tls-key",
+    "tls-client-ca",
 ];
 
 fn first_line(message: &str) -> String {

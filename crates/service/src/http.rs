@@ -1,9 +1,11 @@
 //! The service's HTTP server (axum on a one-thread tokio runtime, beside the recorder's
 //! threads): `GET /metrics`, `GET /healthz` and `GET /api/v1/status`. With a token file
-//! every route requires `Authorization: Bearer TOKEN`.
+//! every route requires `Authorization: Bearer TOKEN` ([`crate::auth`]); with `tls-cert`
+//! it is HTTPS ([`crate::tls`]).
 //!
 //! Hostile or broken clients cannot take it over: at most [`MAX_CONNECTIONS`] at once and
-//! [`MAX_PER_CLIENT`] from one address (more are closed on accept), request headers within [`HEADER_TIMEOUT`] and
+//! [`MAX_PER_CLIENT`] from one address (more are closed on accept), a TLS handshake within
+//! [`HANDSHAKE_TIMEOUT`], request headers within [`HEADER_TIMEOUT`] and
 //! [`MAX_HEADER_BYTES`], and no connection lives longer than [`CONNECTION_LIFETIME`].
 
 use std::collections::HashMap;
@@ -20,6 +22,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use prometheus_client::registry::Registry;
 
+use crate::auth::{self, Identity};
 use crate::health;
 use crate::state::Service;
 use crate::web;
@@ -33,6 +36,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// Connections one client address may hold, so that one client (with or without a token:
 /// the token is read with the request) cannot take every slot from Prometheus.
 pub const MAX_PER_CLIENT: usize = 16;
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
@@ -42,22 +46,20 @@ struct Shared {
     registry: Registry,
     /// Slots for queries running at once (see `query::Limits`).
     queries: Arc<tokio::sync::Semaphore>,
-    /// Served over TLS: cookies are marked Secure.
-    secure: bool,
 }
 
 /// The address a request came from (for the query log).
 #[derive(Clone, Copy)]
 struct Client(SocketAddr);
 
-/// The address to listen on, refused beyond loopback without a token.
+/// The address to listen on, refused beyond loopback without a token file.
 pub fn check_listen(listen: &str, has_token: bool) -> Result<SocketAddr, String> {
     let addr: SocketAddr = listen.parse().map_err(|e| {
         format!("listen = {listen:?} is not an address and port (e.g. 127.0.0.1:9780): {e}")
     })?;
     if !addr.ip().is_loopback() && !has_token {
         return Err(format!(
-            "listen = {listen} is reachable beyond this host, and no metrics-token-file is set: set one (a file holding a secret token) or listen on 127.0.0.1"
+            "listen = {listen} is reachable beyond this host, and neither token-file nor metrics-token-file is set: set one (a file of secret tokens) or listen on 127.0.0.1"
         ));
     }
     Ok(addr)
@@ -84,7 +86,6 @@ pub fn spawn(
         service,
         registry,
         queries,
-        secure: false,
     });
     std::thread::Builder::new()
         .name("http".into())
@@ -107,13 +108,15 @@ pub fn spawn(
                         return;
                     }
                 };
-                serve(listener, router(shared)).await;
+                let service = Arc::clone(&shared.service);
+                serve(listener, router(shared), service).await;
             });
         })
 }
 
-/// Accepts connections for ever, each served by hyper under the limits above.
-async fn serve(listener: tokio::net::TcpListener, router: Router) {
+/// Accepts connections for ever, each served by hyper under the limits above; over TLS
+/// when the service has TLS settings as the connection is accepted.
+async fn serve(listener: tokio::net::TcpListener, router: Router, service: Arc<Service>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let per_client = Arc::new(std::sync::Mutex::new(HashMap::<IpAddr, usize>::new()));
     loop {
@@ -135,19 +138,53 @@ async fn serve(listener: tokio::net::TcpListener, router: Router) {
             drop(stream);
             continue;
         };
-        let service = hyper_util::service::TowerToHyperService::new(
+        let app = hyper_util::service::TowerToHyperService::new(
             router.clone().layer(axum::Extension(Client(peer))),
         );
+        let tls = service.tls();
         tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .max_buf_size(MAX_HEADER_BYTES)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            // The handshake holds its connection's slots: half-open handshakes cannot
+            // crowd out the clients being served.
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, async move {
+                match tls {
+                    None => serve_connection(stream, app).await,
+                    Some(tls) => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.config));
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                        {
+                            Ok(Ok(stream)) => serve_connection(stream, app).await,
+                            Ok(Err(e)) => tracing::info!("TLS handshake with {peer} failed: {e}"),
+                            Err(_) => tracing::info!(
+                                "TLS handshake with {peer} took over {} s: closed",
+                                HANDSHAKE_TIMEOUT.as_secs()
+                            ),
+                        }
+                    }
+                }
+            })
+            .await;
             drop((slot, client));
         });
     }
+}
+
+/// One connection's requests, plain or TLS.
+async fn serve_connection<I, S>(io: I, app: S)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = Response,
+            Error = std::convert::Infallible,
+        > + 'static,
+    S::Future: Send + 'static,
+{
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), app)
+        .await;
 }
 
 /// One of a client address's connections; released when dropped.
@@ -208,49 +245,29 @@ fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// Lets through the requests [`auth::authenticate`] names someone for, with their
+/// [`Identity`] among the request's extensions; the rest get 401 and nothing that says
+/// which tokens exist.
 async fn require_token(
     State(shared): State<Arc<Shared>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(token) = shared.service.token() else {
-        return next.run(request).await;
-    };
-    if bearer_matches(request.headers(), &token) || cookie_matches(request.headers(), &token) {
-        return next.run(request).await;
+    match auth::authenticate(&shared.service, request.headers()) {
+        Some(identity) => {
+            request.extensions_mut().insert(identity);
+            next.run(request).await
+        }
+        // A browser asking for the page: the way in.
+        None if request.uri().path() == "/" => {
+            html(StatusCode::UNAUTHORIZED, web::login_page(None))
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+        )
+            .into_response(),
     }
-    if request.uri().path() == "/" {
-        // A browser: the way in.
-        return html(StatusCode::UNAUTHORIZED, web::login_page(None));
-    }
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer")],
-        "a token is required: send Authorization: Bearer TOKEN (the metrics-token-file's content)\n",
-    )
-        .into_response()
-}
-
-/// The request's bearer token is `token`.
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let Some(given) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    same(given.trim(), token)
-}
-
-fn cookie_matches(headers: &HeaderMap, token: &str) -> bool {
-    web::cookie_token(headers).is_some_and(|given| same(&given, token))
-}
-
-/// Compares in time independent of where the strings differ.
-fn same(given: &str, token: &str) -> bool {
-    let (a, b) = (given.as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn html(code: StatusCode, body: String) -> Response {
@@ -273,7 +290,7 @@ struct LoginForm {
 }
 
 async fn login_form(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.service.token().is_none() {
+    if shared.service.tokens().is_empty() {
         return Redirect::to("/").into_response();
     }
     html(StatusCode::OK, web::login_page(None))
@@ -285,21 +302,24 @@ async fn login(
     axum::Extension(Client(peer)): axum::Extension<Client>,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Response {
-    let Some(token) = shared.service.token() else {
+    let tokens = shared.service.tokens();
+    if tokens.is_empty() {
         return Redirect::to("/").into_response();
-    };
-    if !same(form.token.trim(), &token) {
+    }
+    let Some(name) = tokens.find(form.token.trim().as_bytes()) else {
         tracing::info!("web login from {peer} refused: wrong token");
         return html(
             StatusCode::UNAUTHORIZED,
             web::login_page(Some("That token is not one of the service's.")),
         );
-    }
-    tracing::info!("web login from {peer}");
+    };
+    tracing::info!("web login by {name} from {peer}");
+    // Secure over TLS (which a reload may turn on or off).
+    let secure = shared.service.tls().is_some();
     (
         [(
             header::SET_COOKIE,
-            web::set_cookie(form.token.trim(), shared.secure),
+            web::set_cookie(form.token.trim(), secure),
         )],
         Redirect::to("/"),
     )
@@ -348,7 +368,7 @@ async fn page(State(shared): State<Arc<Shared>>) -> Response {
         files: &files,
         horizon_ns: live.as_ref().map(|l| l.horizon_ns()),
         dirs: live.as_ref().map(|l| l.dirs()).unwrap_or_default(),
-        authenticated: service.token().is_some(),
+        authenticated: !service.tokens().is_empty(),
     });
     html(StatusCode::OK, body)
 }
@@ -407,6 +427,7 @@ async fn stats(
 async fn count(
     State(shared): State<Arc<Shared>>,
     axum::Extension(Client(peer)): axum::Extension<Client>,
+    axum::Extension(Identity { name: who }): axum::Extension<Identity>,
     axum::extract::Query(req): axum::extract::Query<crate::query::Request>,
 ) -> Response {
     let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
@@ -435,7 +456,7 @@ async fn count(
             Err(e) => return Err(crate::query::QueryError::Store(e)),
         };
         tracing::info!(
-            "count from {peer}: {describe}; {packets:?} packets, {} bytes in {seconds:.2} s{}",
+            "count by {who} from {peer}: {describe}; {packets:?} packets, {} bytes in {seconds:.2} s{}",
             counter.bytes,
             counter
                 .cut
@@ -506,9 +527,15 @@ fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
 async fn packets(
     State(shared): State<Arc<Shared>>,
     axum::Extension(Client(peer)): axum::Extension<Client>,
+    axum::Extension(Identity { name: who }): axum::Extension<Identity>,
     axum::extract::Query(req): axum::extract::Query<crate::query::Request>,
 ) -> Response {
     let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
+        tracing::info!(
+            "query by {who} from {peer}: filter {:?}; refused, 0 bytes: {} queries running",
+            req.filter.as_deref().unwrap_or(""),
+            shared.service.query_limits.concurrent
+        );
         return too_many(&shared);
     };
     let stores = shared.service.stores.read().unwrap().clone();
@@ -526,7 +553,12 @@ async fn packets(
         let prepared = match crate::query::prepare(&stores, &req) {
             Ok(p) => p,
             Err(e) => {
-                tracing::info!("query from {peer} refused: {e}");
+                tracing::info!(
+                    "query by {who} from {peer}: window {}..{}, filter {:?}; refused, 0 bytes: {e}",
+                    req.start.as_deref().unwrap_or("start"),
+                    req.end.as_deref().unwrap_or("end"),
+                    req.filter.as_deref().unwrap_or("")
+                );
                 let _ = ready_tx.send(Err(e));
                 return;
             }
@@ -553,13 +585,13 @@ async fn packets(
         drop(sink);
         match result {
             Ok(r) => tracing::info!(
-                "query from {peer}: {describe}; {} packets, {} bytes in {:.2} s{cut}",
+                "query by {who} from {peer}: {describe}; {} packets, {} bytes in {:.2} s{cut}",
                 r.packets_written,
                 sent,
                 started.elapsed().as_secs_f64()
             ),
             Err(e) => tracing::warn!(
-                "query from {peer}: {describe}; stopped after {sent} bytes: {e}{cut}"
+                "query by {who} from {peer}: {describe}; stopped after {sent} bytes: {e}{cut}"
             ),
         }
     });

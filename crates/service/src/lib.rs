@@ -6,6 +6,7 @@
 //! readiness and watchdog notifications ([`notify`]), and the client behind
 //! `tapdeck status` ([`status`]).
 
+pub mod auth;
 pub mod config;
 pub mod health;
 pub mod history;
@@ -17,4 +18,5 @@ pub mod query;
 pub mod reload;
 pub mod state;
 pub mod status;
+pub mod tls;
 pub mod web;

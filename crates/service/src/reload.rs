@@ -1,12 +1,12 @@
 //! SIGHUP: read the config file again and apply what can change without losing a packet
-//! (retention limits, rotation, log level, health thresholds, the token); log which
+//! (retention limits, rotation, log level, health thresholds, tokens, TLS); log which
 //! changed keys need a restart. A file that does not load, or whose values do not check,
 //! changes nothing.
 
 use std::path::Path;
 
 use crate::config::{ConfigError, ServeConfig, LIVE_KEYS};
-use crate::state::{read_token, Service};
+use crate::state::Service;
 
 /// What a reload did.
 #[derive(Debug, Default, PartialEq)]
@@ -57,39 +57,39 @@ pub fn apply(
     let (mut live, restart): (Vec<String>, Vec<String>) = changed
         .into_iter()
         .partition(|k| LIVE_KEYS.contains(&k.as_str()));
-    // A token is rotated by rewriting its file, whose path stays: the new content is a
-    // change too, or the old token would keep working until a restart.
-    if !live.iter().any(|k| k == "metrics-token-file")
-        && new.serve.metrics_token_file.is_some()
-        && read_token(new.serve.metrics_token_file.as_deref())
-            .ok()
-            .flatten()
-            != service.token()
-    {
-        live.push("metrics-token-file".into());
-    }
     let mut effective = current.clone();
     let mut outcome = Outcome {
         need_restart: restart,
         ..Outcome::default()
     };
-    if live.is_empty() {
-        return Ok((effective, outcome));
-    }
-    // The serve settings, then the log level (both can fail without side effects).
+    // The serve settings first, their token and TLS files read again (a token or a
+    // certificate is rotated by rewriting its file, whose path stays, so new content is a
+    // change too); files that do not load change nothing. Then the log level.
     let mut settings = current.serve.clone();
     settings.health_stall = new.serve.health_stall;
     settings.health_max_drops = new.serve.health_max_drops;
     settings.min_horizon = new.serve.min_horizon;
     settings.metrics_token_file = new.serve.metrics_token_file.clone();
+    settings.token_file = new.serve.token_file.clone();
+    settings.tls_cert = new.serve.tls_cert.clone();
+    settings.tls_key = new.serve.tls_key.clone();
+    settings.tls_client_ca = new.serve.tls_client_ca.clone();
     settings.log_level = new.serve.log_level.clone();
+    let rewritten = service
+        .set_settings(settings.clone())
+        .map_err(ReloadError::Invalid)?;
+    for key in rewritten {
+        if !live.iter().any(|k| k == key) {
+            live.push(key.to_string());
+        }
+    }
     if settings.log_level != current.serve.log_level {
         set_log_level(&settings.log_level).map_err(ReloadError::Invalid)?;
     }
-    service
-        .set_settings(settings.clone())
-        .map_err(ReloadError::Invalid)?;
     effective.serve = settings;
+    if live.is_empty() {
+        return Ok((effective, outcome));
+    }
     let record_live = |k: &str| live.iter().any(|l| l == k);
     if ["max-bytes", "min-free", "min-keep"]
         .iter()
@@ -180,11 +180,12 @@ mod tests {
         std::fs::write(&token, "new\n").unwrap();
         let (_, outcome) = apply(&current, &config(&text), &service, &|_| Ok(())).unwrap();
         assert_eq!(outcome.applied, vec!["metrics-token-file"]);
-        assert_eq!(service.token().as_deref(), Some("new"));
+        assert_eq!(service.tokens().find(b"new"), Some("metrics"));
+        assert_eq!(service.tokens().find(b"old"), None);
         // An emptied file is refused, and the token in force stays.
         std::fs::write(&token, "").unwrap();
         assert!(apply(&current, &config(&text), &service, &|_| Ok(())).is_err());
-        assert_eq!(service.token().as_deref(), Some("new"));
+        assert_eq!(service.tokens().find(b"new"), Some("metrics"));
     }
 
     #[test]

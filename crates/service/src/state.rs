@@ -1,14 +1,15 @@
 //! What the service's threads share: the recorder's control, the settings a reload may
-//! change, the token, and the recent drop history the health check reads.
+//! change, the tokens and TLS settings, and the recent drop history the health check reads.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tapdeck_recorder::pipeline::Control;
 
+use crate::auth::Tokens;
 use crate::config::ServeSettings;
 use crate::health::DropWindow;
+use crate::tls::Tls;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -28,7 +29,9 @@ pub struct Service {
     pub stores: RwLock<Vec<std::path::PathBuf>>,
     pub query_limits: crate::query::Limits,
     settings: RwLock<ServeSettings>,
-    token: RwLock<Option<String>>,
+    tokens: RwLock<Arc<Tokens>>,
+    /// `None`: plain HTTP. Each connection takes the one in force when it is accepted.
+    tls: RwLock<Option<Arc<Tls>>>,
     pub drops: Mutex<DropWindow>,
     /// The recording store's per-minute counts, kept by the monitor (`None` when serving
     /// stores read-only: their timelines are read from their files).
@@ -38,13 +41,14 @@ pub struct Service {
 
 impl Service {
     pub fn new(control: Arc<Control>, settings: ServeSettings) -> Result<Service, String> {
-        let token = read_token(settings.metrics_token_file.as_deref())?;
+        let (tokens, tls) = load_access(&settings)?;
         Ok(Service {
             control,
             stores: RwLock::new(Vec::new()),
             query_limits: settings.query_limits()?,
             settings: RwLock::new(settings),
-            token: RwLock::new(token),
+            tokens: RwLock::new(Arc::new(tokens)),
+            tls: RwLock::new(tls.map(Arc::new)),
             drops: Mutex::new(DropWindow::default()),
             timeline: Mutex::new(None),
             phase: AtomicU8::new(Phase::Starting as u8),
@@ -55,17 +59,41 @@ impl Service {
         self.settings.read().unwrap().clone()
     }
 
-    /// New settings from a reload (the token file is read again, so a token can be
-    /// rotated without a restart). On error nothing changes.
-    pub fn set_settings(&self, settings: ServeSettings) -> Result<(), String> {
-        let token = read_token(settings.metrics_token_file.as_deref())?;
-        *self.token.write().unwrap() = token;
+    /// New settings from a reload. The token and TLS files are read again, so that a token
+    /// or a certificate can be rotated by rewriting its file: returns the keys whose files
+    /// now say something else. On error nothing changes.
+    pub fn set_settings(&self, settings: ServeSettings) -> Result<Vec<&'static str>, String> {
+        let (tokens, tls) = load_access(&settings)?;
+        let mut changed = self.tokens().changed_keys(&tokens);
+        let mut current_tls = self.tls.write().unwrap();
+        let tls_changed = match (&*current_tls, &tls) {
+            (None, None) => false,
+            (Some(a), Some(b)) => !a.same_files(b),
+            _ => true,
+        };
+        if tls_changed {
+            changed.push("tls-cert");
+        }
+        *current_tls = tls.map(Arc::new);
+        *self.tokens.write().unwrap() = Arc::new(tokens);
         *self.settings.write().unwrap() = settings;
-        Ok(())
+        Ok(changed)
     }
 
-    pub fn token(&self) -> Option<String> {
-        self.token.read().unwrap().clone()
+    /// Reads the token and TLS files of the settings in force again (a SIGHUP without a
+    /// config file to re-read); see [`Service::set_settings`].
+    pub fn reread_access(&self) -> Result<Vec<&'static str>, String> {
+        self.set_settings(self.settings())
+    }
+
+    /// The tokens in force (none: no token is required).
+    pub fn tokens(&self) -> Arc<Tokens> {
+        Arc::clone(&self.tokens.read().unwrap())
+    }
+
+    /// The TLS settings in force, for the next handshake.
+    pub fn tls(&self) -> Option<Arc<Tls>> {
+        self.tls.read().unwrap().clone()
     }
 
     pub fn phase(&self) -> Phase {
@@ -82,21 +110,11 @@ impl Service {
     }
 }
 
-/// The token in a file (surrounding whitespace ignored); an empty file is an error, not
-/// an open door.
-pub fn read_token(path: Option<&Path>) -> Result<Option<String>, String> {
-    let Some(path) = path else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read metrics-token-file {}: {e}", path.display()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(format!(
-            "metrics-token-file {} is empty: put a token in it (e.g. `openssl rand -hex 32 > {}`)",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(Some(token.to_string()))
+/// The tokens and TLS settings of `settings`, checked together: beyond loopback, some
+/// token is required.
+pub fn load_access(settings: &ServeSettings) -> Result<(Tokens, Option<Tls>), String> {
+    let tokens = Tokens::load(settings)?;
+    crate::http::check_listen(&settings.listen, !tokens.is_empty())?;
+    let tls = Tls::load(settings)?;
+    Ok((tokens, tls))
 }

@@ -1,0 +1,394 @@
+//! Who may ask the service, and who asked: bearer tokens with names.
+//!
+//! Two files give tokens: `token-file`, one `NAME TOKEN` pair a line, and the older
+//! `metrics-token-file`, one token that is named `metrics`. Both may be set; every token
+//! they hold is accepted. With either set, every request must carry one of them (on
+//! loopback too); the name of the token a request carried is its [`Identity`], which the
+//! query log names.
+//!
+//! Tokens are compared in constant time ([`subtle`]), every token every time, so the time
+//! an answer takes tells nothing about how much of which token a guess got right.
+
+use std::path::Path;
+
+use axum::http::{header, HeaderMap};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+use crate::config::ServeSettings;
+use crate::state::Service;
+
+/// The name `metrics-token-file`'s token goes by.
+pub const METRICS_NAME: &str = "metrics";
+/// The name of every caller when no token is required.
+pub const ANONYMOUS: &str = "anonymous";
+/// A named token is at least this long: long enough not to be guessed.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// Who made a request: the name of the token it carried (see [`authenticate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+}
+
+/// The tokens in force, each with its name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// `metrics-token-file`'s.
+    metrics: Option<Vec<u8>>,
+    /// `token-file`'s, in its order.
+    named: Vec<(String, Vec<u8>)>,
+}
+
+impl Tokens {
+    /// The tokens of `settings`' token files; an unreadable, empty or malformed file is an
+    /// error, never an open door.
+    pub fn load(settings: &ServeSettings) -> Result<Tokens, String> {
+        let mut tokens = Tokens::default();
+        if let Some(path) = &settings.metrics_token_file {
+            tokens.metrics = Some(read_metrics_token(path)?.into_bytes());
+        }
+        if let Some(path) = &settings.token_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read token-file {}: {e}", path.display()))?;
+            for (line, name, token) in parse_token_file(path, &text)? {
+                if name == METRICS_NAME && settings.metrics_token_file.is_some() {
+                    return Err(format!(
+                        "{}:{line}: the name `{METRICS_NAME}` is metrics-token-file's token: name this one otherwise",
+                        path.display()
+                    ));
+                }
+                tokens.named.push((name, token.into_bytes()));
+            }
+        }
+        Ok(tokens)
+    }
+
+    /// No token is required.
+    pub fn is_empty(&self) -> bool {
+        self.metrics.is_none() && self.named.is_empty()
+    }
+
+    /// Which files' tokens differ between `self` and `other`, by their keys.
+    pub fn changed_keys(&self, other: &Tokens) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        if self.metrics != other.metrics {
+            keys.push("metrics-token-file");
+        }
+        if self.named != other.named {
+            keys.push("token-file");
+        }
+        keys
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        let metrics = self.metrics.as_deref().map(|t| (METRICS_NAME, t));
+        let named = self.named.iter().map(|(n, t)| (n.as_str(), t.as_slice()));
+        metrics.into_iter().chain(named)
+    }
+
+    /// The name of the token equal to `given`. Every token is compared, each in constant
+    /// time, and the match is selected without a branch.
+    pub fn find(&self, given: &[u8]) -> Option<&str> {
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u64;
+        for (i, (_, token)) in self.entries().enumerate() {
+            let equal = token.ct_eq(given);
+            index.conditional_assign(&(i as u64), equal);
+            found |= equal;
+        }
+        let (name, _) = self.entries().nth(index as usize)?;
+        bool::from(found).then_some(name)
+    }
+}
+
+/// Who sent `headers`, or `None` if the service should refuse them (401). Without tokens
+/// everyone is [`ANONYMOUS`]. The one place that decides: another credential (a session
+/// cookie, say) is another way to an identity here.
+pub fn authenticate(service: &Service, headers: &HeaderMap) -> Option<Identity> {
+    let tokens = service.tokens();
+    if tokens.is_empty() {
+        return Some(Identity {
+            name: ANONYMOUS.into(),
+        });
+    }
+    // The header, or the cookie a browser got from `/login` (see [`crate::web`]).
+    let given = match bearer(headers) {
+        Some(b) => b.to_string(),
+        None => crate::web::cookie_token(headers)?,
+    };
+    tokens.find(given.as_bytes()).map(|name| Identity {
+        name: name.to_string(),
+    })
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    Some(value.strip_prefix("Bearer ")?.trim())
+}
+
+/// `NAME TOKEN` pairs, one a line, with the line each is on; `#` starts a comment line,
+/// blank lines are skipped. Errors are one line naming `path:line`.
+pub fn parse_token_file(path: &Path, text: &str) -> Result<Vec<(usize, String, String)>, String> {
+    let mut out: Vec<(usize, String, String)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let (n, line) = (i + 1, line.trim());
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = || format!("{}:{n}", path.display());
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [name, token] = words[..] else {
+            return Err(format!(
+                "{}: expected `NAME TOKEN` (two words), found {} word(s)",
+                at(),
+                words.len()
+            ));
+        };
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+        {
+            return Err(format!(
+                "{}: the name `{name}` may hold only letters, digits and - _ . @",
+                at()
+            ));
+        }
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(format!(
+                "{}: the token of `{name}` has {} characters, fewer than {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)",
+                at(),
+                token.len()
+            ));
+        }
+        if let Some((first, _, _)) = out.iter().find(|(_, other, _)| other == name) {
+            return Err(format!(
+                "{}: the name `{name}` is also on line {first}: names must be unique",
+                at()
+            ));
+        }
+        if out.iter().any(|(_, _, other)| other == token) {
+            return Err(format!(
+                "{}: the token of `{name}` is another name's too: a token must say who it is",
+                at()
+            ));
+        }
+        out.push((n, name.to_string(), token.to_string()));
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "token-file {} holds no `NAME TOKEN` line: an empty file would let nobody in, or everybody",
+            path.display()
+        ));
+    }
+    Ok(out)
+}
+
+/// `metrics-token-file`'s token: the whole file, surrounding whitespace ignored; an empty
+/// file is an error.
+pub fn read_metrics_token(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read metrics-token-file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!(
+            "metrics-token-file {} is empty: put a token in it (e.g. `openssl rand -hex 32 > {}`)",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// The token a client sends, from a file that holds either one token or `NAME TOKEN`
+/// lines (the first, or the one named `name`).
+pub fn client_token(path: &Path, name: Option<&str>) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    let single = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect::<Vec<_>>();
+    if let ([one], None) = (&single[..], name) {
+        if one.split_whitespace().count() == 1 {
+            return Ok(one.to_string());
+        }
+    }
+    let pairs = parse_token_file(path, &text)?;
+    match name {
+        None => Ok(pairs[0].2.clone()),
+        Some(want) => pairs
+            .into_iter()
+            .find(|(_, n, _)| n == want)
+            .map(|(_, _, t)| t)
+            .ok_or_else(|| format!("token file {} has no token named `{want}`", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "0123456789abcdef-alice";
+    const B: &str = "fedcba9876543210-bob";
+
+    fn parse(text: &str) -> Result<Vec<(usize, String, String)>, String> {
+        parse_token_file(Path::new("/etc/tapdeck/tokens"), text)
+    }
+
+    #[test]
+    fn pairs_comments_and_blank_lines() {
+        let got = parse(&format!(
+            "# who may query\n\nalice {A}\n   # indented comment\n\tbob   {B}  \n"
+        ))
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (3, "alice".to_string(), A.to_string()),
+                (5, "bob".to_string(), B.to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let e = parse(&format!("alice {A}\n\nbob\n")).unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/tapdeck/tokens:3: expected `NAME TOKEN` (two words), found 1 word(s)"
+        );
+        let e = parse(&format!("alice {A} extra\n")).unwrap_err();
+        assert!(
+            e.starts_with("/etc/tapdeck/tokens:1: expected `NAME TOKEN`"),
+            "{e}"
+        );
+        let e = parse("alice short\n").unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/tapdeck/tokens:1: the token of `alice` has 5 characters, fewer than 16 (e.g. `openssl rand -hex 32`)"
+        );
+        let e = parse(&format!("al/ice {A}\n")).unwrap_err();
+        assert!(
+            e.starts_with("/etc/tapdeck/tokens:1: the name `al/ice`"),
+            "{e}"
+        );
+        for e in [
+            parse(""),
+            parse("# nothing\n\n"),
+            parse(&format!("alice {A}\nbob\n")),
+        ] {
+            assert!(!e.unwrap_err().contains('\n'), "one line");
+        }
+        assert!(parse("")
+            .unwrap_err()
+            .contains("holds no `NAME TOKEN` line"));
+    }
+
+    #[test]
+    fn names_and_tokens_are_unique() {
+        let e = parse(&format!("alice {A}\n# x\nalice {B}\n")).unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/tapdeck/tokens:3: the name `alice` is also on line 1: names must be unique"
+        );
+        let e = parse(&format!("alice {A}\nbob {A}\n")).unwrap_err();
+        assert!(
+            e.starts_with("/etc/tapdeck/tokens:2: the token of `bob` is another name's too"),
+            "{e}"
+        );
+    }
+
+    fn tokens() -> Tokens {
+        Tokens {
+            metrics: Some(b"m-secret".to_vec()),
+            named: vec![
+                ("alice".into(), A.as_bytes().to_vec()),
+                ("bob".into(), B.as_bytes().to_vec()),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_token_matches_only_itself_and_names_its_owner() {
+        let t = tokens();
+        assert_eq!(t.find(A.as_bytes()), Some("alice"));
+        assert_eq!(t.find(B.as_bytes()), Some("bob"));
+        assert_eq!(t.find(b"m-secret"), Some(METRICS_NAME));
+        for wrong in [
+            &A[..A.len() - 1],
+            &format!("{A}x"),
+            &A.to_uppercase(),
+            "",
+            "m-secreT",
+            "m-secre",
+        ] {
+            assert_eq!(t.find(wrong.as_bytes()), None, "{wrong:?}");
+        }
+        assert_eq!(
+            Tokens::default().find(b""),
+            None,
+            "no tokens: nothing matches"
+        );
+    }
+
+    #[test]
+    fn the_header_is_read_as_a_bearer_token() {
+        use axum::http::HeaderValue;
+        let t = tokens();
+        let who = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+            t.find(bearer(&h)?.as_bytes()).map(str::to_string)
+        };
+        assert_eq!(who(&format!("Bearer {B}")).as_deref(), Some("bob"));
+        assert_eq!(who(&format!("Basic {B}")), None);
+        assert_eq!(who(B), None);
+    }
+
+    #[test]
+    fn both_files_give_tokens_and_the_metrics_name_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let (named, metrics) = (dir.path().join("tokens"), dir.path().join("metrics"));
+        std::fs::write(&named, format!("alice {A}\n")).unwrap();
+        std::fs::write(&metrics, "m-secret\n").unwrap();
+        let mut settings = ServeSettings {
+            token_file: Some(named.clone()),
+            metrics_token_file: Some(metrics),
+            ..ServeSettings::default()
+        };
+        let t = Tokens::load(&settings).unwrap();
+        assert_eq!(t.find(A.as_bytes()), Some("alice"));
+        assert_eq!(t.find(b"m-secret"), Some(METRICS_NAME));
+        std::fs::write(&named, format!("alice {A}\nmetrics {B}\n")).unwrap();
+        let e = Tokens::load(&settings).unwrap_err();
+        assert!(
+            e.contains("tokens:2: the name `metrics` is metrics-token-file's"),
+            "{e}"
+        );
+        // Without metrics-token-file the name is free.
+        settings.metrics_token_file = None;
+        let again = Tokens::load(&settings).unwrap();
+        assert_eq!(again.find(B.as_bytes()), Some("metrics"));
+        assert_eq!(
+            t.changed_keys(&again),
+            vec!["metrics-token-file", "token-file"]
+        );
+        assert!(Tokens::default().is_empty() && !again.is_empty());
+    }
+
+    #[test]
+    fn a_client_reads_one_token_or_the_named_or_first_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one");
+        std::fs::write(&one, "  just-a-token \n").unwrap();
+        assert_eq!(client_token(&one, None).unwrap(), "just-a-token");
+        let pairs = dir.path().join("pairs");
+        std::fs::write(&pairs, format!("# mine\nalice {A}\nbob {B}\n")).unwrap();
+        assert_eq!(client_token(&pairs, None).unwrap(), A);
+        assert_eq!(client_token(&pairs, Some("bob")).unwrap(), B);
+        let e = client_token(&pairs, Some("carol")).unwrap_err();
+        assert!(e.ends_with("has no token named `carol`"), "{e}");
+    }
+}
