@@ -649,11 +649,15 @@ def index_size(store: Path, res: dict):
 # ---------------------------------------------------------------------------------------------
 # Part: recorder CPU with and without the flow index
 
-def record_synthetic(work: Path, frame: int, pps: int, seconds: float, index: bool):
+CPU_CODECS = {"ladder": [], "none": ["--codec", "none"]}
+
+
+def record_synthetic(work: Path, frame: int, pps: int, seconds: float, index: bool, codec: str):
     store = work / "cpu-store"
     shutil.rmtree(store, ignore_errors=True)
     cmd = [BIN, "record", "--synthetic", str(frame), "--rate", str(pps), "--duration", str(seconds),
-           "--store", store, "--stats-interval", "1", "-q", "--log", "warn"]
+           "--store", store, "--staging", "256MiB", "--stats-interval", "1", "-q", "--log", "warn",
+           *CPU_CODECS[codec]]
     if not index:
         cmd.append("--no-flow-index")
     c0, t0 = children_cpu(), time.monotonic()
@@ -669,20 +673,21 @@ def record_synthetic(work: Path, frame: int, pps: int, seconds: float, index: bo
     return {"index": index, "stored_fraction": t["stored"] / max(1, t["seen"]), "seen": t["seen"],
             "stored": t["stored"], "captured_bytes": t["captured_bytes"], "dropped": t["dropped"],
             "bytes_written": final["bytes_written"], "cpu_seconds": final["cpu_seconds"],
-            "process_cpu_s": cpu, "wall_s": wall, "flow_bytes": flow}
+            "process_cpu_s": cpu, "wall_s": wall, "flow_bytes": flow,
+            "codecs": {k: v.get("bytes_in") for k, v in final.get("codecs", {}).items()}}
 
 
 def cpu_part(args, work: Path, res: dict):
     loads = args.loads
     rows = []
-    for frame, pps in loads:
-        row = {"frame": frame, "pps": pps, "seconds": args.cpu_seconds, "on": [], "off": []}
+    for (frame, pps), codec in ((ld, c) for ld in loads for c in CPU_CODECS):
+        row = {"frame": frame, "pps": pps, "codec": codec, "seconds": args.cpu_seconds, "on": [], "off": []}
         for rep in range(args.reps):
             order = (True, False) if rep % 2 == 0 else (False, True)
             for index in order:
-                r = record_synthetic(work, frame, pps, args.cpu_seconds, index)
+                r = record_synthetic(work, frame, pps, args.cpu_seconds, index, codec)
                 row["on" if index else "off"].append(r)
-                log(f"cpu: {frame} B {pps} pps index {'on' if index else 'off'}: stored "
+                log(f"cpu: {frame} B {pps} pps {codec} index {'on' if index else 'off'}: stored "
                     f"{100 * r['stored_fraction']:.2f} %, process CPU {r['process_cpu_s']:.2f} s, "
                     f"roles {r['cpu_seconds']}")
         for k in ("on", "off"):
@@ -839,6 +844,7 @@ query-max-concurrent = 10
                 raise RuntimeError(f"tcpreplay stopped early: {gen.communicate()[0][-800:]}")
         st_mid = status_doc(port)["stats"]["totals"]
         time.sleep(max(0.0, args.serve_seconds - (time.monotonic() - t_gen)))
+        t_stop = time.time()
         os.killpg(gen.pid, signal.SIGINT)
         try:
             gen_out = gen.communicate(timeout=30)[0]
@@ -852,9 +858,10 @@ query-max-concurrent = 10
             log(f"warning: no counts from tcpreplay: {gen_out.strip()[-500:]}")
         time.sleep(1.0)
         rx1 = lab.rx(None, cap_if)
-        # The idle peer: the first round's queries again (the same windows, now on disk), with
-        # nothing captured.
-        idle = concurrent_queries(port, filters, rounds[0]["window"])
+        # The idle peer: the same ten over an equally long window of the same load (the last
+        # seconds before the generator stopped: retention may have deleted the first round's),
+        # with nothing being captured.
+        idle = concurrent_queries(port, filters, (t_stop - 1 - args.query_back, t_stop - 1))
         st1 = status_doc(port)["stats"]["totals"]
         os.kill(serve.pid, signal.SIGTERM)
         _, status, ru = os.wait4(serve.pid, 0)
@@ -982,23 +989,27 @@ def markdown(res) -> str:
               "`record --synthetic F --rate R --duration D` onto the work directory, with the flow index (on) and "
               "with `--no-flow-index` (off), alternating. CPU = the process's user+system seconds (wait4); "
               "threads' CPU = the sum of the final stats record's `cpu_seconds` per role (no start-up); index CPU "
-              "per GB = (process CPU on − off) / GB of capture data, pair by pair.", "",
-              "| frame | rate | stored on / off | process CPU s on / off | CPU on / off | threads' CPU on / off | "
+              "per GB = (process CPU on − off) / GB of capture data, pair by pair. Staging 256 MiB. Two codec "
+              "settings: the default ladder (what a recorder runs; its rung choice follows the CPU left over, so "
+              "on a busy machine it can differ between the two runs: the JSON has bytes per rung) and `--codec "
+              "none` (no compression: the index's cost against the cheapest recorder).", "",
+              "| frame | rate | codec | stored on / off | process CPU s on / off | CPU on / off | threads' CPU on / off | "
               "index CPU s per GB | roles on (s) | roles off (s) | flow index / bytes written |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in res["cpu"]:
             on, off = row["on_summary"], row["off_summary"]
             roles = lambda s: ", ".join(f"{k} {fmt(v, 2)}" for k, v in s["roles"].items())  # noqa: E731
-            m.append(f"| {row['frame']} B | {row['pps'] / 1e3:.0f} kpps × {row['seconds']:.0f} s | "
+            m.append(f"| {row['frame']} B | {row['pps'] / 1e3:.0f} kpps × {row['seconds']:.0f} s | {row['codec']} | "
                      f"{fmt(on['stored_fraction'], 2, 100, ' %')} / {fmt(off['stored_fraction'], 2, 100, ' %')} | "
                      f"{fmt(on['process_cpu_s'], 2)} / {fmt(off['process_cpu_s'], 2)} | {fmt(row['cpu_ratio'], 3)} | "
                      f"{fmt(row['roles_ratio'], 3)} | "
                      f"{fmt(row['index_cpu_s_per_gb'], 3)} | {roles(on)} | {roles(off)} | "
                      f"{fmt(on['flow_bytes_fraction'], 3, 100, ' %')} |")
-            targets.append((f"{row['frame']} B at {row['pps'] / 1e3:.0f} kpps: stored fraction unchanged",
+            lbl = f"{row['frame']} B at {row['pps'] / 1e3:.0f} kpps, {row['codec']}"
+            targets.append((f"{lbl}: stored fraction unchanged",
                             f"on − off {fmt(row['stored_fraction_delta'], 3, 100, ' pp')}",
                             abs(row["stored_fraction_delta"]["median"]) < 1e-4))
-            targets.append((f"{row['frame']} B at {row['pps'] / 1e3:.0f} kpps: ≤ 5 % more recorder CPU (process, wait4)",
+            targets.append((f"{lbl}: ≤ 5 % more recorder CPU (process, wait4)",
                             f"{100 * (row['cpu_ratio']['median'] - 1):+.1f} % (threads' own: "
                             f"{100 * (row['roles_ratio']['median'] - 1):+.1f} %)", row["cpu_ratio"]["median"] <= 1.05))
         m.append("")
@@ -1012,9 +1023,11 @@ def markdown(res) -> str:
               f"({sv['generator_mb_s'] or 0:.0f} MB/s), received {sv['received']:,}. Each query: "
               f"`GET /api/v1/packets?start=&end=&filter=&format=pcap` over the {res['params']['query_back']} s "
               f"before it was sent; rounds of ten at once while the generator ran ({len(rounds)} round(s)), then "
-              f"the first round's ten again, same windows, once the generator had stopped (the idle peer). Under "
-              f"load the newest seconds may still be in staging, so an answer can hold less than the idle one.", "",
-              "| filter | under load (round 1): status / MB / s | all rounds: s | idle, same window: status / MB / s | "
+              f"the same ten once the generator had stopped (the idle peer), over the same length of window "
+              f"ending 1 s before it stopped (retention may have deleted the first round's window). Under load "
+              f"the newest seconds may still be in staging, so an answer can hold less. Queries run at the "
+              f"lowest CPU and I/O priority: on a machine busy with other work, idle ones wait too.", "",
+              "| filter | under load (round 1): status / MB / s | all rounds: s | idle: status / MB / s | "
               "load / idle |", "|---|---|---|---|---|"]
         for i, (a, b2) in enumerate(zip(sv["loaded"]["queries"], sv["idle"]["queries"])):
             cell = lambda r: f"{r['status']} / {r['bytes'] / 1e6:.2f} / {r['seconds']:.2f}" if r["seconds"] else f"{r.get('error')}"  # noqa: E731
@@ -1057,7 +1070,7 @@ def parse_args():
     ap.add_argument("--serve-seconds", type=int, default=30, help="generator time of the serve part")
     ap.add_argument("--query-back", type=float, default=10.0, help="seconds of capture each API query asks for")
     ap.add_argument("--slice-packets", type=int, default=200_000, help="packets in tcpreplay's file")
-    ap.add_argument("--serve-max-bytes", default="16GiB", help="serve's max-bytes: must hold the first round's window until the idle round")
+    ap.add_argument("--serve-max-bytes", default="8GiB", help="serve's max-bytes (retention churns at top load)")
     ap.add_argument("--work", type=Path, default=ROOT / "bench/work")
     ap.add_argument("--keep", action="store_true", help="keep the store")
     args = ap.parse_args()
@@ -1071,7 +1084,7 @@ def parse_args():
         args.serve_seconds = min(args.serve_seconds, 10)
         args.query_back = min(args.query_back, 4.0)
         args.slice_packets = min(args.slice_packets, 50_000)
-        args.serve_max_bytes = "6GiB"
+        args.serve_max_bytes = "3GiB"
     args.loads = [tuple(int(x) for x in l.split(":")) for l in args.loads.split(",") if l]
     args.parts = [p for p in args.parts.split(",") if p]
     bad = set(args.parts) - set(PARTS)
