@@ -755,7 +755,7 @@ def concurrent_queries(port, filters, window):
         try:
             results[i] = dict(zip(("status", "bytes", "seconds"), http_get(port, f"/api/v1/packets?{qs}")),
                               filter=flt)
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 (a broken answer is a result too)
             results[i] = {"status": None, "error": repr(e), "filter": flt, "seconds": None, "bytes": 0}
 
     ts = [threading.Thread(target=one, args=(i, f)) for i, f in enumerate(filters)]
