@@ -697,6 +697,21 @@ pub struct ConvertArgs {
     #[arg(long = "offset", value_name = "STORE=NS", requires = "merge")]
     pub offsets: Vec<String>,
 
+    /// Convert only the stores' packets this libpcap filter selects, read as `tapdeck
+    /// extract` reads them (chunks the flow index rules out are skipped) into
+    /// DATASET/_selected/selection.pcapng, which is then converted (and kept, so that the
+    /// same selection is not read again).
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+
+    /// With stores: only their packets at or after this time (as extract's --start).
+    #[arg(long, value_name = "TIME")]
+    pub start: Option<String>,
+
+    /// With stores: only their packets before this time.
+    #[arg(long, value_name = "TIME")]
+    pub end: Option<String>,
+
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

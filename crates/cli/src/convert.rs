@@ -53,11 +53,14 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
             }) as tapdeck_dataset::convert::Progress
         }),
     };
-    let inputs = if args.merge {
+    let mut inputs = if args.merge {
         vec![merged_inputs(args)?]
     } else {
         args.inputs.clone()
     };
+    if args.filter.is_some() || args.start.is_some() || args.end.is_some() {
+        inputs = vec![selected_input(args, &inputs)?];
+    }
     let report = conv::convert(&inputs, &opts, &mut |w| tracing::warn!("{w}"))
         .map_err(anyhow::Error::msg)?;
     if let Some(b) = bar {
@@ -188,6 +191,85 @@ fn merged_inputs(args: &ConvertArgs) -> anyhow::Result<PathBuf> {
         "merged {} packets of {} stores into {}",
         report.packets_written,
         specs.len(),
+        out.display()
+    );
+    Ok(out)
+}
+
+/// `--filter`/`--start`/`--end`: the stores' selected packets in one file, read through
+/// the flow index exactly as `tapdeck extract` reads them, kept in DATASET/_selected with
+/// a note of what it holds, and made again only when the stores or the selection change.
+fn selected_input(args: &ConvertArgs, stores: &[PathBuf]) -> anyhow::Result<PathBuf> {
+    if let Some(s) = stores.iter().find(|s| !s.join(meta::MANIFEST).is_file()) {
+        bail!(
+            "{}: --filter, --start and --end select from tapdeck stores, and this is not one (for a trace file, `tcpdump -r FILE -w OUT FILTER` first)",
+            s.display()
+        );
+    }
+    let window = crate::extract::window(&args.start, &args.end)?;
+    let expr = args.filter.clone().unwrap_or_default();
+    let dir = args.out.join("_selected");
+    let out = dir.join("selection.pcapng");
+    let note_path = dir.join("selection.json");
+    // What the selection is made of: each store's files with their sizes (a store that
+    // grew or lost files to retention is read again), the filter and the window.
+    let mut files = Vec::new();
+    for root in stores {
+        let store = crate::extract::open_store(root, &[])?;
+        for f in store.files.iter().chain(&store.partials) {
+            let size = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+            files.push(serde_json::json!([f, size]));
+        }
+    }
+    let note = serde_json::json!({
+        "stores": stores.iter().map(|s| std::fs::canonicalize(s).unwrap_or_else(|_| s.clone())).collect::<Vec<_>>(),
+        "files": files,
+        "filter": expr,
+        "start": args.start,
+        "end": args.end,
+    });
+    let had = std::fs::read(&note_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    if had.as_ref() == Some(&note) && out.is_file() {
+        tracing::info!("the selection is unchanged: converting {}", out.display());
+        return Ok(out);
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let opened = stores
+        .iter()
+        .map(|s| crate::extract::open_store(s, &[]))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let offsets = vec![0; opened.len()];
+    let selection = crate::extract::select(&opened, &offsets, window, &expr, true, true)?;
+    let (read, skipped) = (selection.plan.chunks_selected, selection.plan.chunks_pruned);
+    let programs = selection.programs;
+    let mut filter = |lt: u16, p: &tapdeck_pcap::Packet<'_>| {
+        programs.get(&lt).is_none_or(|prog| prog.filter(p.data))
+    };
+    // Written beside, then renamed: an interrupted selection is never taken for a whole one.
+    let tmp = dir.join(".selection.pcapng.tmp");
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?,
+    );
+    let report = selection
+        .plan
+        .write(tapdeck_pcap::Format::Pcapng, &mut filter, &mut file)?;
+    file.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    for d in &report.damage {
+        eprintln!("tapdeck: damaged: {d}");
+    }
+    std::fs::rename(&tmp, &out).with_context(|| format!("cannot write {}", out.display()))?;
+    std::fs::write(&note_path, serde_json::to_vec_pretty(&note)?)
+        .with_context(|| format!("cannot write {}", note_path.display()))?;
+    eprintln!(
+        "tapdeck: selected {} packets ({} left out by the filter) from {read} of {} chunks ({skipped} skipped by the flow index) into {}",
+        report.packets_written,
+        report.packets_filtered,
+        read + skipped,
         out.display()
     );
     Ok(out)

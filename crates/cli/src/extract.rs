@@ -99,40 +99,28 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         .iter()
         .map(|s| open_store(s, &args.data_dirs))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let inputs: Vec<StoreInput<'_>> = opened
-        .iter()
-        .zip(&offsets)
-        .map(|(store, &offset_ns)| StoreInput { store, offset_ns })
-        .collect();
-    // The filter's index-answerable form: chunks whose flow index rules it out are not
-    // read. libpcap still decides every packet; the index only skips chunks.
-    let predicate = if args.no_index {
-        None
-    } else {
-        Predicate::parse(&expr)
-    };
-    let plan = extract::plan_selected(&inputs, window, !args.strict, predicate.as_ref())?;
+    let selection = select(
+        &opened,
+        &offsets,
+        window,
+        &expr,
+        !args.no_index,
+        !args.strict,
+    )?;
     if args.explain {
-        explain(&expr, args.no_index, predicate.as_ref(), &plan);
+        explain(
+            &expr,
+            args.no_index,
+            selection.predicate.as_ref(),
+            &selection.plan,
+        );
     }
     let format = match args.window.format.as_deref() {
         Some("pcap") => Format::Pcap,
         Some(_) => Format::Pcapng,
-        None => plan.store_format.unwrap_or(Format::Pcapng),
+        None => selection.plan.store_format.unwrap_or(Format::Pcapng),
     };
-
-    let mut programs = HashMap::new();
-    if !expr.trim().is_empty() {
-        // Compile once per link type, before any output is written.
-        for lt in plan.linktypes() {
-            let program = pcap::Capture::dead(pcap::Linktype(i32::from(lt)))
-                .and_then(|c| c.compile(&expr, true))
-                .map_err(|e| {
-                    anyhow::anyhow!("filter '{expr}' does not compile for link type {lt}: {e}")
-                })?;
-            programs.insert(lt, program);
-        }
-    }
+    let Selection { plan, programs, .. } = selection;
     let mut filter =
         |lt: u16, p: &Packet<'_>| programs.get(&lt).is_none_or(|prog| prog.filter(p.data));
 
@@ -192,6 +180,55 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     Ok(if report.damage.is_empty() { 0 } else { 3 })
 }
 
+/// What an extract reads: the plan (chunks in the window that the flow index does not
+/// rule out) and libpcap's program per link type, which decides every packet.
+pub struct Selection {
+    pub plan: extract::Plan,
+    pub programs: HashMap<u16, pcap::BpfProgram>,
+    pub predicate: Option<Predicate>,
+}
+
+/// Plans reading `stores` (with their clock offsets) in `window` through `expr`: the
+/// filter's index-answerable form skips chunks (unless `use_index` is false); libpcap
+/// still decides every packet. `lenient`: damaged places are reported, not fatal.
+pub fn select(
+    stores: &[Store],
+    offsets: &[i64],
+    window: TimeWindow,
+    expr: &str,
+    use_index: bool,
+    lenient: bool,
+) -> anyhow::Result<Selection> {
+    let inputs: Vec<StoreInput<'_>> = stores
+        .iter()
+        .zip(offsets)
+        .map(|(store, &offset_ns)| StoreInput { store, offset_ns })
+        .collect();
+    let predicate = if use_index {
+        Predicate::parse(expr)
+    } else {
+        None
+    };
+    let plan = extract::plan_selected(&inputs, window, lenient, predicate.as_ref())?;
+    let mut programs = HashMap::new();
+    if !expr.trim().is_empty() {
+        // Compile once per link type, before any output is written.
+        for lt in plan.linktypes() {
+            let program = pcap::Capture::dead(pcap::Linktype(i32::from(lt)))
+                .and_then(|c| c.compile(expr, true))
+                .map_err(|e| {
+                    anyhow::anyhow!("filter '{expr}' does not compile for link type {lt}: {e}")
+                })?;
+            programs.insert(lt, program);
+        }
+    }
+    Ok(Selection {
+        plan,
+        programs,
+        predicate,
+    })
+}
+
 /// `--explain`: how the chunks to read were chosen.
 fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &extract::Plan) {
     let how = match (expr.trim().is_empty(), no_index, predicate) {
@@ -225,7 +262,7 @@ fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &ext
 
 /// Opens a store for extraction: a directory with neither a manifest nor stored files is
 /// not one.
-fn open_store(dir: &Path, moved: &[PathBuf]) -> anyhow::Result<Store> {
+pub fn open_store(dir: &Path, moved: &[PathBuf]) -> anyhow::Result<Store> {
     let store = Store::open_with(dir, moved)?;
     if store.manifest.is_none() && store.files.is_empty() && store.partials.is_empty() {
         anyhow::bail!(
