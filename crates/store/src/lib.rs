@@ -6,6 +6,7 @@
 
 pub mod extract;
 pub mod finalize;
+pub mod flows;
 pub mod lock;
 pub mod meta;
 pub mod read;
