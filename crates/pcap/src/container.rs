@@ -1253,7 +1253,12 @@ mod tests {
         };
         let before = [vec![0xAB; 500], old.encode_trailer()].concat();
         let at = before.len();
-        (old, new.clone(), [before, new.encode_trailer()].concat(), at)
+        (
+            old,
+            new.clone(),
+            [before, new.encode_trailer()].concat(),
+            at,
+        )
     }
 
     #[test]

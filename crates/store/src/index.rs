@@ -267,13 +267,7 @@ pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
         .try_clone()
         .map_err(|e| FileError::whole(path, e.to_string()))?;
     let defect = |e: tapdeck_pcap::FormatError| FileError::at(path, e.offset, e.kind.to_string());
-    let mut reader = TraceReader::new(input).map_err(|e| {
-        FileError::at(
-            path,
-            e.offset,
-            format!("not a pcap or pcapng file ({})", e.kind),
-        )
-    })?;
+    let mut reader = TraceReader::new(input).map_err(defect)?;
     let mut blocks = Vec::new();
     let mut builder = FlowIndexBuilder::new();
     let mut open: Option<Block> = None;
