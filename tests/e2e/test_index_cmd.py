@@ -31,8 +31,11 @@ from conftest import (
     data_files,
     decompress,
     one_error_line,
+    partial_files,
     run,
+    start_recording,
     tshark_packets,
+    wait_for,
 )
 from test_flow_index import FILTERS, trace
 
@@ -364,3 +367,20 @@ def test_a_partial_file_is_skipped(tapdeck, made, tmp_path):
     files[-1].rename(partial)
     r = index(tapdeck, store)
     assert "verify --repair" in r.out and "skipped 1" in r.out, r.out
+
+
+def test_a_file_a_running_recorder_writes_is_skipped_and_the_rest_indexed(tapdeck, tmp_path, procs):
+    store = tmp_path / "live"
+    start_recording(
+        tapdeck, procs, store, "--synthetic", "mix", "--rate", "20000", "--rotate-size", "1MiB",
+        "--no-flow-index",
+    )
+    wait_for(lambda: len(data_files(store)) >= 2 and partial_files(store), SLOW,
+             "two finished files and one being written")
+    r = index(tapdeck, store)
+    lines = r.out.splitlines()
+    live = [l for l in lines if ".partial: skipped: being written by pid" in l]
+    assert len(live) == 1, r.out
+    assert "index it once the recorder has finished it" in live[0]
+    assert sum(": indexed:" in l for l in lines) >= 2, r.out
+    assert "failed 0" in lines[-1], r.out
