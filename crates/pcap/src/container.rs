@@ -528,6 +528,8 @@ const MAX_REPLACED_TRAILERS: usize = 8;
 /// How far from the end of a file the trailer before an interrupted append is looked for;
 /// an index of a few thousand chunks with their flow indexes is far smaller.
 const TORN_TAIL_SEARCH: u64 = 64 << 20;
+/// Read this much at a time while looking.
+const TORN_TAIL_WINDOW: u64 = 1 << 20;
 
 /// The index frame (offset and skippable header) whose body ends where the seek table
 /// starts: right after the data frames, after replaced trailers, or at 0 in a sidecar.
@@ -591,25 +593,38 @@ fn find_trailer_before_torn_tail(
     file: &(impl ReadAt + ?Sized),
     size: u64,
 ) -> Result<Option<(ChunkIndex, TrailerPlace)>, ContainerError> {
-    let magic = INDEX_MAGIC.to_le_bytes();
     let footer_magic = SEEKABLE_FOOTER_MAGIC.to_le_bytes();
-    let from = size.saturating_sub(TORN_TAIL_SEARCH);
-    let mut buf = vec![0u8; (size - from) as usize];
-    file.read_at_offset(&mut buf, from)?;
-    // Candidate ends of a trailer: right after a seek table footer's magic.
-    let mut end = buf.len();
-    while end >= 4 {
-        if buf[end - 4..end] == footer_magic {
-            let tail = &buf[end..];
-            let n = tail.len().min(4);
-            if !tail.is_empty() && tail[..n] == magic[..n] {
-                let candidate = from + end as u64;
+    let lowest = size.saturating_sub(TORN_TAIL_SEARCH);
+    // The bytes after a candidate must begin as an index frame does.
+    let mut after = [0u8; 4];
+    let mut buf = vec![0u8; TORN_TAIL_WINDOW.min(size) as usize];
+    // Windows from the end backwards, overlapping by 3 bytes so no magic is cut in two.
+    let mut window_end = size;
+    while window_end > lowest {
+        let from = window_end.saturating_sub(TORN_TAIL_WINDOW).max(lowest);
+        let w = &mut buf[..(window_end - from) as usize];
+        file.read_at_offset(w, from)?;
+        // Candidate ends of a trailer: right after a seek table footer's magic.
+        for end in (4..=w.len()).rev() {
+            if w[end - 4..end] != footer_magic {
+                continue;
+            }
+            let candidate = from + end as u64;
+            let n = (size - candidate).min(4) as usize;
+            if n == 0 {
+                continue; // the end of the file: already tried
+            }
+            file.read_at_offset(&mut after[..n], candidate)?;
+            if after[..n] == INDEX_MAGIC.to_le_bytes()[..n] {
                 if let Ok(found) = ChunkIndex::read_trailer_ending_at(file, candidate) {
                     return Ok(Some(found));
                 }
             }
         }
-        end -= 1;
+        if from == lowest {
+            break;
+        }
+        window_end = from + 3;
     }
     Ok(None)
 }
@@ -1293,6 +1308,22 @@ mod tests {
             assert_eq!(place.end, at as u64, "cut at {cut}");
         }
         assert_eq!(ChunkIndex::read_trailer(&file[..]).unwrap(), new);
+    }
+
+    /// An interrupted append longer than one read window (a big index) is looked behind.
+    #[test]
+    fn a_long_append_cut_short_reads_as_the_trailer_before_it() {
+        let (old, _, file, at) = indexed_after_the_fact();
+        let big = ChunkIndex {
+            flows: vec![vec![], vec![9; 3 << 20], vec![], vec![], vec![1]],
+            ..old.clone()
+        };
+        let trailer = big.encode_trailer();
+        for cut in [(1 << 20) - 2, (5 << 19) + 1, trailer.len() - 1] {
+            let torn = [&file[..at], &trailer[..cut]].concat();
+            let (read, place) = ChunkIndex::locate_trailer(&torn[..]).unwrap();
+            assert_eq!((read, place.end), (old.clone(), at as u64), "cut at {cut}");
+        }
     }
 
     #[test]
