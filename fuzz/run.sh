@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
 corpus=../../shared/corpus
-mkdir -p corpus/trace_reader corpus/trace_tail corpus/container corpus/trailer corpus/dissect corpus/wire_views corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake corpus/ip_fragments corpus/flow_index
+mkdir -p corpus/trace_reader corpus/trace_tail corpus/container corpus/trailer corpus/dissect corpus/wire_views corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake corpus/ip_fragments corpus/flow_index corpus/sidecar
 if [[ -d $corpus ]]; then
   find "$corpus" \( -name '*.pcap' -o -name '*.pcapng' \) -size -256k -exec cp -n {} corpus/trace_reader/ \; 2>/dev/null || true
   # trace_tail reads a 4-byte offset first, then the capture.
@@ -59,7 +59,19 @@ eth += bytes([0x9c, 0x40, 0, 80]) + bytes(8) + bytes([0x50]) + bytes(7)
 open("corpus/flow_index/seed-build", "wb").write(bytes([1, 0, len(eth)]) + eth)
 PY
 fi
-for target in trace_reader trace_tail container trailer dissect wire_views tcp_rpc name_cipher rpc_message ipfix_decode collect_intake ip_fragments flow_index; do
+if [[ -x ../target/release/tapdeck && -z "$(ls corpus/sidecar)" ]]; then
+  # Seeds: the sidecars `tapdeck index` writes for a few small traces, with the switch byte
+  # 0 (their own checksum kept).
+  tmp=$(mktemp -d)
+  for f in $(ls corpus/trace_reader/* 2>/dev/null | head -20); do
+    cp "$f" "$tmp/t.pcap"
+    ../target/release/tapdeck index "$tmp/t.pcap" >/dev/null 2>&1 &&
+      { printf '\x00'; cat "$tmp/t.pcap.tdx"; } >"corpus/sidecar/$(basename "$f").tdx"
+    rm -f "$tmp/t.pcap" "$tmp/t.pcap.tdx"
+  done
+  rm -rf "$tmp"
+fi
+for target in trace_reader trace_tail container trailer dissect wire_views tcp_rpc name_cipher rpc_message ipfix_decode collect_intake ip_fragments flow_index sidecar; do
   echo "fuzz: $target for $seconds s" >&2
   cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 | tail -3
 done

@@ -53,6 +53,22 @@ pub enum Command {
     /// Check stored files strictly; optionally finalize files left incomplete by a crash.
     #[command(after_help = EXIT_CODES_HELP)]
     Verify(VerifyArgs),
+    /// Add the flow index to files written without one: stores recorded with
+    /// `--no-flow-index` or before it existed, and plain pcap/pcapng files (a sidecar).
+    ///
+    /// A stored file gets a version 2 chunk index with one flow index per chunk, built
+    /// from its chunks exactly as the recorder builds it; the new trailer is appended after
+    /// the old one, which stays valid until the new one is complete and synced, so a file
+    /// stopped at any moment still reads whole (run `index` again to finish it); no packet
+    /// byte moves, and zstd, lz4, tcpdump and tshark read the file as before. A plain
+    /// capture file is left untouched: its index goes in a sidecar `FILE.tdx` (blocks of
+    /// about 4 MiB: offset, packets, time range, flow index) that records the file's size
+    /// and the hashes of its ends, so a sidecar whose file changed is recognised as stale
+    /// and ignored. `verify` checks both. Files already indexed, files a recorder is still
+    /// writing and files left incomplete by a crash are skipped and said so; a file cut
+    /// short, damaged or not writable is refused with one line, and left as it was.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Index(IndexArgs),
     /// Write the packets of a time range (and a filter) as one standard capture file.
     // Not EXIT_CODES_HELP: extract documents its own statuses (3: output around damage).
     Extract(ExtractArgs),
@@ -518,6 +534,18 @@ pub struct VerifyArgs {
     /// (`extract` reads around the chunk).
     #[arg(long)]
     pub repair: bool,
+
+    /// A data directory of the store that is no longer where its manifest says (moved):
+    /// found by the id in its `.tapdeck-dir` file. Repeat for several.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dirs: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct IndexArgs {
+    /// Store directories, stored files, or plain pcap/pcapng files.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
 
     /// A data directory of the store that is no longer where its manifest says (moved):
     /// found by the id in its `.tapdeck-dir` file. Repeat for several.

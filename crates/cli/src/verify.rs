@@ -110,6 +110,9 @@ fn check(path: &Path, repair: bool, totals: &mut Totals) {
     };
     match result {
         Ok(s) => {
+            for w in &s.warnings {
+                eprintln!("tapdeck: warning: {w}");
+            }
             println!("{}", describe(&s));
             totals.ok += 1;
             totals.packets += s.packets;
@@ -138,9 +141,13 @@ fn describe(s: &FileSummary) -> String {
         let mix: Vec<String> = s.codecs.iter().map(|(c, n)| format!("{c}x{n}")).collect();
         format!(", codecs {}", mix.join(" "))
     };
-    let what = match s.container {
-        Some(_) => format!("{} chunks", s.chunks),
-        None => format!("{} file without index", s.format.extension()),
+    let what = match (s.container, s.sidecar_blocks) {
+        (Some(_), _) => format!("{} chunks", s.chunks),
+        (None, Some(blocks)) => format!(
+            "{} file, its sidecar index of {blocks} blocks matches",
+            s.format.extension()
+        ),
+        (None, None) => format!("{} file without index", s.format.extension()),
     };
     let repaired = if s.repaired { ", repaired" } else { "" };
     format!(

@@ -14,6 +14,10 @@
 //!   false only when no packet of the chunk can match, so a reader skips the chunk. Exact
 //!   matching stays with libpcap.
 //!
+//! - [`sidecar`] is the block index `tapdeck index` writes beside a plain pcap or pcapng
+//!   file (`FILE.tdx`): per block of a few MiB, its place, time range and flow index, and
+//!   what the file was (size, hashes of its ends) so that a stale one is recognised.
+//!
 //! The contract is one-sided: a chunk for which `may_match` is false holds no packet libpcap
 //! would match with the same filter (the property tests check it against libpcap itself);
 //! `true` promises nothing.
@@ -50,6 +54,7 @@ mod builder;
 mod index;
 mod parse;
 mod predicate;
+pub mod sidecar;
 
 pub use builder::{FlowIndexBuilder, MAX_PROBE, MAX_VALUES};
 pub use index::{FlowIndex, IndexError, MAGIC, MAX_MERGED_VALUES, VERSION};

@@ -508,6 +508,127 @@ fn lz4_frame_len(c: Cursor<'_>) -> Result<Option<usize>, FrameError> {
     Ok(Some(pos))
 }
 
+/// Where a file's (last valid) trailer lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrailerPlace {
+    /// Where the data frames end (the sum of their lengths); for a sidecar, as its entries
+    /// say, though the sidecar holds no frame.
+    pub frames_end: u64,
+    /// Where the chunk index frame starts: `frames_end`, or later when trailers an index
+    /// added after the fact replaced lie between (0 in a sidecar).
+    pub index_at: u64,
+    /// Where the seek table ends: the file's size, unless an append was cut short after it.
+    pub end: u64,
+}
+
+/// At most this many replaced trailers (index and seek table each) between a file's frames
+/// and its index: `tapdeck index` adds one to a file without a flow index, and none after.
+const MAX_REPLACED_TRAILERS: usize = 8;
+
+/// How far from the end of a file the trailer before an interrupted append is looked for;
+/// an index of a few thousand chunks with their flow indexes is far smaller.
+const TORN_TAIL_SEARCH: u64 = 64 << 20;
+/// Read this much at a time while looking.
+const TORN_TAIL_WINDOW: u64 = 1 << 20;
+
+/// The index frame (offset and skippable header) whose body ends where the seek table
+/// starts: right after the data frames, after replaced trailers, or at 0 in a sidecar.
+fn find_index_frame(
+    file: &(impl ReadAt + ?Sized),
+    data_end: u64,
+    table_start: u64,
+) -> Result<Option<(u64, [u8; SKIPPABLE_HEADER_LEN as usize])>, ContainerError> {
+    type Head = [u8; SKIPPABLE_HEADER_LEN as usize];
+    // A skippable frame's header at `at`: (magic, where the frame ends, the header).
+    let read_head = |at: u64| -> Result<Option<(u32, u64, Head)>, ContainerError> {
+        if at.saturating_add(SKIPPABLE_HEADER_LEN) > table_start {
+            return Ok(None);
+        }
+        let mut head = [0u8; SKIPPABLE_HEADER_LEN as usize];
+        file.read_at_offset(&mut head, at)?;
+        let c = Cursor::new(&head).based_at(at);
+        let magic = c.u32_at(0, "chunk index magic")?;
+        let len = u64::from(c.u32_at(4, "chunk index length")?);
+        Ok(Some((magic, at + SKIPPABLE_HEADER_LEN + len, head)))
+    };
+    // The index right after the frames (the first one found there is kept for the error
+    // message when no later one fits), or after the trailers it replaced.
+    let mut first = None;
+    let mut at = data_end;
+    for _ in 0..2 * MAX_REPLACED_TRAILERS + 1 {
+        let Some((magic, end, head)) = read_head(at)? else {
+            break;
+        };
+        if magic == INDEX_MAGIC {
+            let found = (at, head);
+            if end == table_start {
+                return Ok(Some(found));
+            }
+            first.get_or_insert(found);
+        } else if magic != SEEK_TABLE_MAGIC {
+            break;
+        }
+        if end >= table_start {
+            break;
+        }
+        at = end;
+    }
+    if first.is_some() {
+        return Ok(first);
+    }
+    // A sidecar holds the trailer alone.
+    match read_head(0)? {
+        Some((INDEX_MAGIC, _, head)) => Ok(Some((0, head))),
+        _ => Ok(None),
+    }
+}
+
+/// The last complete trailer of a file whose end is part of an index frame: an append of
+/// a new trailer (`tapdeck index`) that was cut short. The tail after it must begin like
+/// an index frame; any other bytes after the last trailer leave the file damaged.
+///
+/// Appending, rather than rewriting the trailer in place, is what keeps such a file
+/// readable at every moment: the old trailer is never touched, and no packet byte moves.
+fn find_trailer_before_torn_tail(
+    file: &(impl ReadAt + ?Sized),
+    size: u64,
+) -> Result<Option<(ChunkIndex, TrailerPlace)>, ContainerError> {
+    let footer_magic = SEEKABLE_FOOTER_MAGIC.to_le_bytes();
+    let lowest = size.saturating_sub(TORN_TAIL_SEARCH);
+    // The bytes after a candidate must begin as an index frame does.
+    let mut after = [0u8; 4];
+    let mut buf = vec![0u8; TORN_TAIL_WINDOW.min(size) as usize];
+    // Windows from the end backwards, overlapping by 3 bytes so no magic is cut in two.
+    let mut window_end = size;
+    while window_end > lowest {
+        let from = window_end.saturating_sub(TORN_TAIL_WINDOW).max(lowest);
+        let w = &mut buf[..(window_end - from) as usize];
+        file.read_at_offset(w, from)?;
+        // Candidate ends of a trailer: right after a seek table footer's magic.
+        for end in (4..=w.len()).rev() {
+            if w[end - 4..end] != footer_magic {
+                continue;
+            }
+            let candidate = from + end as u64;
+            let n = (size - candidate).min(4) as usize;
+            if n == 0 {
+                continue; // the end of the file: already tried
+            }
+            file.read_at_offset(&mut after[..n], candidate)?;
+            if after[..n] == INDEX_MAGIC.to_le_bytes()[..n] {
+                if let Ok(found) = ChunkIndex::read_trailer_ending_at(file, candidate) {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        if from == lowest {
+            break;
+        }
+        window_end = from + 3;
+    }
+    Ok(None)
+}
+
 impl ChunkIndex {
     /// The trailer: our index frame, then the seek table (zstd seekable format).
     pub fn encode_trailer(&self) -> Vec<u8> {
@@ -572,7 +693,34 @@ impl ChunkIndex {
     /// and every length is checked against the file before it is used, so a damaged or
     /// hostile trailer is an error naming the offset and field, never a panic.
     pub fn read_trailer(file: &(impl ReadAt + ?Sized)) -> Result<ChunkIndex, ContainerError> {
+        ChunkIndex::locate_trailer(file).map(|(index, _)| index)
+    }
+
+    /// As [`read_trailer`](Self::read_trailer), and where the trailer lies in the file.
+    ///
+    /// A file indexed after the fact (`tapdeck index`) has its newer trailer appended
+    /// after the one it replaces, which stays valid until the new one is complete: the
+    /// trailers before the last are skipped (skippable frames, as for `zstd -dc`). If the
+    /// append was cut short (the process killed), the file ends in part of an index frame:
+    /// then the last complete trailer before it is the file's (see
+    /// [`find_trailer_before_torn_tail`]).
+    pub fn locate_trailer(
+        file: &(impl ReadAt + ?Sized),
+    ) -> Result<(ChunkIndex, TrailerPlace), ContainerError> {
         let size = file.size()?;
+        match ChunkIndex::read_trailer_ending_at(file, size) {
+            Ok(found) => Ok(found),
+            Err(ContainerError::Io(e)) => Err(ContainerError::Io(e)),
+            Err(e) => find_trailer_before_torn_tail(file, size)?.ok_or(e),
+        }
+    }
+
+    /// Reads the trailer that ends at `size` (the file's end, or where an interrupted
+    /// append began).
+    fn read_trailer_ending_at(
+        file: &(impl ReadAt + ?Sized),
+        size: u64,
+    ) -> Result<(ChunkIndex, TrailerPlace), ContainerError> {
         if size < SEEKABLE_FOOTER_LEN {
             return Err(ContainerError::Truncated(0));
         }
@@ -618,19 +766,7 @@ impl ChunkIndex {
         // At most 2^25 frames of at most 2^32 bytes each: the sum fits.
         let data_end: u64 = sizes.iter().map(|&(f, _)| u64::from(f)).sum();
 
-        // A container file has every data frame before its index; a sidecar has none.
-        let mut head = [0u8; SKIPPABLE_HEADER_LEN as usize];
-        let mut index_start = None;
-        for start in [data_end, 0] {
-            if start.saturating_add(SKIPPABLE_HEADER_LEN) <= table_start {
-                file.read_at_offset(&mut head, start)?;
-                if Cursor::new(&head).u32_at(0, "chunk index magic")? == INDEX_MAGIC {
-                    index_start = Some(start);
-                    break;
-                }
-            }
-        }
-        let Some(index_start) = index_start else {
+        let Some((index_start, head)) = find_index_frame(file, data_end, table_start)? else {
             return Err(invalid(
                 data_end.min(table_start),
                 "chunk index frame missing before the seek table",
@@ -677,7 +813,12 @@ impl ChunkIndex {
                 ));
             }
         }
-        Ok(index)
+        let place = TrailerPlace {
+            frames_end: data_end,
+            index_at: index_start,
+            end: size,
+        };
+        Ok((index, place))
     }
 
     /// Decodes the chunk index frame's body (after its 8-byte skippable header).
@@ -1111,6 +1252,93 @@ mod tests {
             scan_frames(tempfile_with(&padded).as_file()).unwrap().1,
             ends[2]
         );
+    }
+
+    /// A file without a flow index, then the same index with one appended after it (what
+    /// `tapdeck index` does): the appended trailer is the file's, and zeekstd still seeks.
+    fn indexed_after_the_fact() -> (ChunkIndex, ChunkIndex, Vec<u8>, usize) {
+        let old = ChunkIndex {
+            meta: r#"{"stream":0}"#.into(),
+            entries: (0..5).map(entry).collect(),
+            flows: Vec::new(),
+        };
+        let new = ChunkIndex {
+            flows: vec![vec![], vec![1, 2, 3], vec![7; 5000], vec![4; 300], vec![]],
+            ..old.clone()
+        };
+        let before = [vec![0xAB; 500], old.encode_trailer()].concat();
+        let at = before.len();
+        (
+            old,
+            new.clone(),
+            [before, new.encode_trailer()].concat(),
+            at,
+        )
+    }
+
+    #[test]
+    fn an_appended_trailer_replaces_the_one_before_it() {
+        let (old, new, file, at) = indexed_after_the_fact();
+        let (read, place) = ChunkIndex::locate_trailer(&file[..]).unwrap();
+        assert_eq!(read, new);
+        let place_want = TrailerPlace {
+            frames_end: 500,
+            index_at: at as u64,
+            end: file.len() as u64,
+        };
+        assert_eq!(place, place_want);
+        assert!(crate::fuzzing::check_read(&new, &file, true).is_none());
+        let (read, place) = ChunkIndex::locate_trailer(&file[..at]).unwrap();
+        assert_eq!((read, place.index_at), (old, 500));
+        let mut cursor = std::io::Cursor::new(file);
+        let table = zeekstd::SeekTable::from_seekable(&mut cursor).unwrap();
+        assert_eq!(table.num_frames(), 5);
+        assert_eq!(table.frame_start_comp(4).unwrap(), 400);
+    }
+
+    /// A kill at any moment of the append leaves the file ending anywhere in the new
+    /// trailer: every such file reads as the old index, up to the old trailer's end.
+    #[test]
+    fn an_append_cut_short_anywhere_reads_as_the_trailer_before_it() {
+        let (old, new, file, at) = indexed_after_the_fact();
+        for cut in at..file.len() {
+            let (read, place) = ChunkIndex::locate_trailer(&file[..cut])
+                .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+            assert_eq!(read, old, "cut at {cut}");
+            assert_eq!(place.end, at as u64, "cut at {cut}");
+        }
+        assert_eq!(ChunkIndex::read_trailer(&file[..]).unwrap(), new);
+    }
+
+    /// An interrupted append longer than one read window (a big index) is looked behind.
+    #[test]
+    fn a_long_append_cut_short_reads_as_the_trailer_before_it() {
+        let (old, _, file, at) = indexed_after_the_fact();
+        let big = ChunkIndex {
+            flows: vec![vec![], vec![9; 3 << 20], vec![], vec![], vec![1]],
+            ..old.clone()
+        };
+        let trailer = big.encode_trailer();
+        for cut in [(1 << 20) - 2, (5 << 19) + 1, trailer.len() - 1] {
+            let torn = [&file[..at], &trailer[..cut]].concat();
+            let (read, place) = ChunkIndex::locate_trailer(&torn[..]).unwrap();
+            assert_eq!((read, place.end), (old.clone(), at as u64), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn other_bytes_after_a_trailer_are_still_damage() {
+        let (_, _, file, at) = indexed_after_the_fact();
+        for junk in [&b"\x00"[..], b"garbage", &[0x5B, 0x2A, 0x4D, 0x19]] {
+            let damaged = [&file[..at], junk].concat();
+            assert!(
+                ChunkIndex::read_trailer(&damaged[..]).is_err(),
+                "{junk:?} after the trailer"
+            );
+        }
+        // A replaced trailer must be whole skippable frames: one cut short is damage.
+        let short = [&file[..at - 1], &file[at..]].concat();
+        assert!(ChunkIndex::read_trailer(&short[..]).is_err());
     }
 
     fn tempfile_with(bytes: &[u8]) -> tempfile::NamedTempFile {

@@ -272,18 +272,18 @@ pub fn check_trailer(input: &[u8]) -> Option<ContainerError> {
 /// Reads the trailer of `file`, made from `index`'s (`intact`: and left undamaged), and
 /// checks the outcome. Panics on any violation; returns the error it got, if any.
 pub fn check_read(index: &ChunkIndex, file: &[u8], intact: bool) -> Option<ContainerError> {
-    match ChunkIndex::read_trailer(file) {
-        Ok(read) => {
+    match ChunkIndex::locate_trailer(file) {
+        Ok((read, place)) => {
             if intact {
                 assert_eq!(&read, index, "an undamaged trailer reads back differently");
             }
-            // Whatever was read must be what the bytes at the end of the file encode.
+            // Whatever was read must be what the bytes at the end of the file encode (or,
+            // after an interrupted append, at the end of the last whole trailer).
+            let end = usize::try_from(place.end).expect("a trailer inside the file");
+            assert!(end <= file.len(), "a trailer ending past the file");
             let mut again = read.encode_trailer();
-            assert!(
-                again.len() <= file.len(),
-                "read an index longer than the file"
-            );
-            let mut tail = file[file.len() - again.len()..].to_vec();
+            assert!(again.len() <= end, "read an index longer than the file");
+            let mut tail = file[end - again.len()..end].to_vec();
             mask_ignored(&read, &mut again);
             mask_ignored(&read, &mut tail);
             assert!(

@@ -102,6 +102,12 @@ pub fn writer_of(partial: &Path) -> Option<Holder> {
     )
 }
 
+/// Takes an exclusive lock on `file` without waiting (released when it is closed):
+/// Ok(false) when someone else holds one.
+pub(crate) fn try_flock_exclusive(file: &File) -> io::Result<bool> {
+    try_flock(file, libc::LOCK_EX)
+}
+
 /// Takes the lock without waiting: Ok(false) when someone else holds it.
 fn try_flock(file: &File, how: libc::c_int) -> io::Result<bool> {
     // SAFETY: flock on a descriptor we own; no memory is passed.

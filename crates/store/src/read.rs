@@ -13,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tapdeck_pcap::container::{
-    self, ChunkEntry, ChunkIndex, Codec, Container, ContainerError, FrameKind,
+    self, ChunkEntry, ChunkIndex, Codec, Container, ContainerError, FrameKind, TrailerPlace,
 };
 use tapdeck_pcap::{
     Format, FormatError, Interface, InterfaceStats, Packet, PacketFlags, TraceReader,
@@ -89,6 +89,8 @@ pub struct StoredFile {
     pub stored_len: u64,
     /// Size of the data file alone.
     pub data_len: u64,
+    /// Where the trailer lies (in the sidecar, for a plain container).
+    pub trailer: TrailerPlace,
     file: File,
 }
 
@@ -103,7 +105,7 @@ impl StoredFile {
         })?;
         let file = File::open(path).map_err(|e| FileError::io(path, e))?;
         let data_len = file.metadata().map_err(|e| FileError::io(path, e))?.len();
-        let (index, stored_len) = if container == Container::Plain {
+        let (index, trailer, stored_len) = if container == Container::Plain {
             let sidecar_path = path.with_file_name(meta::sidecar_name(&name));
             let sidecar = File::open(&sidecar_path).map_err(|e| {
                 FileError::whole(
@@ -115,13 +117,13 @@ impl StoredFile {
                 .metadata()
                 .map_err(|e| FileError::io(&sidecar_path, e))?
                 .len();
-            let index = ChunkIndex::read_trailer(&sidecar)
+            let (index, trailer) = ChunkIndex::locate_trailer(&sidecar)
                 .map_err(|e| FileError::container(&sidecar_path, e))?;
-            (index, data_len + sidecar_len)
+            (index, trailer, data_len + sidecar_len)
         } else {
-            let index =
-                ChunkIndex::read_trailer(&file).map_err(|e| FileError::container(path, e))?;
-            (index, data_len)
+            let (index, trailer) =
+                ChunkIndex::locate_trailer(&file).map_err(|e| FileError::container(path, e))?;
+            (index, trailer, data_len)
         };
         let meta: FileMeta = serde_json::from_str(&index.meta).map_err(|e| {
             FileError::whole(path, format!("chunk index metadata is not valid: {e}"))
@@ -134,6 +136,7 @@ impl StoredFile {
             meta,
             stored_len,
             data_len,
+            trailer,
             file,
         })
     }
@@ -156,6 +159,11 @@ impl StoredFile {
             meta,
             stored_len: data_len,
             data_len,
+            trailer: TrailerPlace {
+                frames_end: data_len,
+                index_at: data_len,
+                end: data_len,
+            },
             file,
         }
     }

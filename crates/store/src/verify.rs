@@ -43,6 +43,10 @@ pub struct FileSummary {
     pub codecs: BTreeMap<String, u64>,
     pub stored_len: u64,
     pub repaired: bool,
+    /// For a plain capture file with a sidecar (`FILE.tdx`) that matches it: its blocks.
+    pub sidecar_blocks: Option<u64>,
+    /// What the user should hear about although the file is fine (a stale sidecar).
+    pub warnings: Vec<String>,
 }
 
 /// Is this the hidden name of a file still being written (or left behind by a crash)?
@@ -69,10 +73,17 @@ pub fn verify_file(path: &Path) -> Result<FileSummary, FileError> {
     let container = Container::from_suffix(&name);
     let has_sidecar = path.with_file_name(meta::sidecar_name(&name)).exists();
     if container != Container::Plain || has_sidecar {
-        verify_stored(path)
-    } else {
-        verify_capture(path)
+        return verify_stored(path);
     }
+    let mut summary = verify_capture(path)?;
+    // A sidecar (`tapdeck index FILE`) must be what the file gives now; a stale one (the
+    // file changed) is ignored by readers, so it is only a warning.
+    match crate::index::check_sidecar(path)? {
+        None => {}
+        Some(Ok(blocks)) => summary.sidecar_blocks = Some(blocks),
+        Some(Err(stale)) => summary.warnings.push(stale),
+    }
+    Ok(summary)
 }
 
 /// Reads a capture file without an index from end to end, strictly.
@@ -105,6 +116,8 @@ pub fn verify_capture(path: &Path) -> Result<FileSummary, FileError> {
         codecs: BTreeMap::new(),
         stored_len,
         repaired: false,
+        sidecar_blocks: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -208,6 +221,8 @@ pub fn verify_stored(path: &Path) -> Result<FileSummary, FileError> {
         codecs: f.codec_mix(),
         stored_len: f.stored_len,
         repaired: m.repaired,
+        sidecar_blocks: None,
+        warnings: Vec::new(),
     })
 }
 
@@ -246,7 +261,7 @@ fn index_offset(f: &StoredFile) -> u64 {
 
 /// A container without a readable trailer is, in practice, cut short: say where its
 /// intact part ends rather than only that the trailer is missing.
-fn explain_missing_trailer(path: &Path) -> Result<(), FileError> {
+pub(crate) fn explain_missing_trailer(path: &Path) -> Result<(), FileError> {
     let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
     let Err(e) = ChunkIndex::read_trailer(&file) else {
         return Ok(());
@@ -339,11 +354,12 @@ fn check_layout(f: &StoredFile) -> Result<(), FileError> {
         frame_at += u64::from(e.frame_len);
         data_at += u64::from(e.data_len);
     }
+    // The trailer follows the frames (after the ones an index added later replaced:
+    // `ChunkIndex::locate_trailer` checked what lies between).
     let frames_end_should_be = if f.container == Container::Plain {
         f.data_len
     } else {
-        f.data_len
-            .saturating_sub(f.index.encode_trailer().len() as u64)
+        f.trailer.frames_end
     };
     if frame_at != frames_end_should_be {
         return Err(FileError::at(

@@ -1,7 +1,8 @@
 //! The flow index of a chunk (`tapdeck_index`): which addresses, ports, protocols and VLANs
 //! its packets hold, so that a filtered extract reads only the chunks that can match.
-//! Built off the capture path: by the compressor that takes the chunk, or by the writer
-//! for a chunk stored raw.
+//! The recorder builds it off the capture path (the compressor that takes the chunk, or
+//! the writer for a chunk stored raw); `tapdeck index` builds it here too for files written
+//! without one, so both give the same bytes for the same chunk.
 
 use std::cell::RefCell;
 

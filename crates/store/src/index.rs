@@ -1,0 +1,630 @@
+//! Adding the flow index to files written without one (`tapdeck index`).
+//!
+//! - A stored file (a store written with `--no-flow-index`, or before the flow index
+//!   existed) gets a version 2 chunk index with one flow index per chunk, built from its
+//!   decoded chunks by [`flows::index_chunk`], the function the recorder builds them with,
+//!   so the result is byte for byte what the recorder would have written. A compressed
+//!   file gets the new trailer *appended* after its old one: no packet byte moves, the old
+//!   trailer stays valid until the new one is complete and synced, and a reader takes the
+//!   last whole trailer (`ChunkIndex::locate_trailer`), so a kill at any moment leaves a
+//!   file every reader reads whole. (Rewriting the trailer in place would leave a window
+//!   with none; copying a file of gigabytes to rename it over the old one is too slow.) A
+//!   plain file's index is its `NAME.idx` sidecar, replaced by a rename.
+//! - A plain pcap or pcapng file, which other tools own, is never changed: it gets a
+//!   sidecar `FILE.tdx` ([`tapdeck_index::sidecar`]), written under a temporary name and
+//!   renamed into place. A sidecar whose file changed since is stale and ignored.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use tapdeck_index::sidecar::{Block, FileIdentity, Sidecar, IDENTITY_SPAN};
+use tapdeck_index::FlowIndexBuilder;
+use tapdeck_pcap::container::{ChunkIndex, Container, FrameKind};
+use tapdeck_pcap::{Format, TraceReader};
+
+use crate::finalize::write_durably;
+use crate::read::{FileError, StoredFile};
+use crate::{flows, lock, meta, verify};
+
+/// A sidecar block closes at the first record boundary past this many bytes: the size of
+/// a recorder's chunk, so a block costs about what a chunk does to read.
+pub const SIDECAR_BLOCK: u64 = 4 << 20;
+
+/// What indexing one file did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The file (or its sidecar) now holds a flow index for `chunks` chunks or blocks,
+    /// `index_bytes` of flow indexes in all.
+    Indexed {
+        chunks: u64,
+        index_bytes: u64,
+        /// What was written: "appended a version 2 chunk index", "wrote FILE.tdx", ….
+        how: String,
+    },
+    /// Nothing was changed, for this reason.
+    Skipped(String),
+}
+
+/// Indexes one file: a stored file (a compressed container, or a plain one with its
+/// `.idx`), or a plain pcap/pcapng file (a sidecar). Errors leave the file as it was.
+pub fn index_file(path: &Path) -> Result<Outcome, FileError> {
+    if verify::is_partial(path) {
+        return Ok(Outcome::Skipped(match lock::writer_of(path) {
+            Some(holder) => {
+                format!("being written by {holder}; index it once the recorder has finished it")
+            }
+            None => {
+                "incomplete file left by a crash; run `tapdeck verify --repair` on it first".into()
+            }
+        }));
+    }
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(FileError::whole(path, e.to_string()));
+    }
+    if is_stored(path) {
+        index_stored(path)
+    } else {
+        index_capture(path)
+    }
+}
+
+/// A stored file: a compressed container, or a plain one with its `.idx` (as `verify`
+/// tells them apart).
+pub fn is_stored(path: &Path) -> bool {
+    let name = file_name(path);
+    Container::from_suffix(&name) != Container::Plain
+        || path.with_file_name(meta::sidecar_name(&name)).exists()
+}
+
+/// Where a plain capture file's sidecar is: `FILE.tdx` beside it.
+pub fn sidecar_path(path: &Path) -> PathBuf {
+    path.with_file_name(format!("{}.tdx", file_name(path)))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// One `tapdeck index` at a time per file: a second one skips it (its trailer or
+/// sidecar would be written twice, racing).
+fn lock_file(file: &File, path: &Path) -> Result<bool, FileError> {
+    lock::try_flock_exclusive(file).map_err(|e| FileError::whole(path, format!("cannot lock: {e}")))
+}
+
+const BEING_INDEXED: &str = "being indexed by another `tapdeck index`";
+
+fn index_stored(path: &Path) -> Result<Outcome, FileError> {
+    let container = Container::from_suffix(&file_name(path));
+    // Opened for writing first: a file that may not be changed is refused before any work.
+    let data = if container == Container::Plain {
+        File::open(path)
+    } else {
+        OpenOptions::new().read(true).write(true).open(path)
+    }
+    .map_err(|e| {
+        FileError::whole(
+            path,
+            format!("cannot open it for writing: {e}; nothing changed"),
+        )
+    })?;
+    if !lock_file(&data, path)? {
+        return Ok(Outcome::Skipped(BEING_INDEXED.into()));
+    }
+    if container != Container::Plain {
+        // A file cut short: the message names where its whole frames end.
+        verify::explain_missing_trailer(path).map_err(|e| refused(e, "nothing changed"))?;
+    }
+    let f = StoredFile::open(path).map_err(|e| refused(e, "nothing changed"))?;
+    if !f.index.flows.is_empty() {
+        return Ok(Outcome::Skipped("already has a flow index".into()));
+    }
+    let header = f.read_header().map_err(|e| refused(e, "nothing changed"))?;
+    let linktypes: Vec<u16> = header.interfaces.iter().map(|i| i.linktype).collect();
+    let mut chunk_flows = Vec::with_capacity(f.index.entries.len());
+    let mut scratch = Vec::new();
+    for e in &f.index.entries {
+        // As the writer does: a flow index for every chunk with packets, none elsewhere.
+        if e.kind == FrameKind::Packets && e.packets > 0 {
+            f.read_frame(e, &mut scratch)
+                .map_err(|e| refused(e, "a damaged chunk; nothing changed"))?;
+            chunk_flows.push(flows::index_chunk(f.format, &scratch, &linktypes));
+        } else {
+            chunk_flows.push(Vec::new());
+        }
+    }
+    let chunks = chunk_flows.iter().filter(|f| !f.is_empty()).count() as u64;
+    if chunks == 0 {
+        return Ok(Outcome::Skipped(
+            "holds no packets: nothing to index".into(),
+        ));
+    }
+    let index_bytes = chunk_flows.iter().map(|f| f.len() as u64).sum();
+    let index = ChunkIndex {
+        flows: chunk_flows,
+        ..f.index.clone()
+    };
+    let trailer = index.encode_trailer();
+    let how = if container == Container::Plain {
+        let name = file_name(path);
+        let sidecar = path.with_file_name(meta::sidecar_name(&name));
+        let tmp = path.with_file_name(meta::partial_name(&meta::sidecar_name(&name)));
+        replace_durably(&tmp, &trailer, &sidecar)?;
+        format!("rewrote {}", meta::sidecar_name(&name))
+    } else {
+        append_trailer(path, &data, f.trailer.end, &trailer)?;
+        "appended a version 2 chunk index".into()
+    };
+    Ok(Outcome::Indexed {
+        chunks,
+        index_bytes,
+        how,
+    })
+}
+
+/// Appends `trailer` at `end` (the end of the file's last whole trailer) and syncs. A
+/// failed write is cut off again: the file is left as it was.
+fn append_trailer(path: &Path, data: &File, end: u64, trailer: &[u8]) -> Result<(), FileError> {
+    let undo = |e: std::io::Error| {
+        let _ = data.set_len(end).and_then(|_| data.sync_data());
+        FileError::whole(
+            path,
+            format!("cannot write its new index: {e}; the file is as it was"),
+        )
+    };
+    let size = data.metadata().map_err(undo)?.len();
+    if size > end {
+        // The part of an index an earlier run appended before it was killed.
+        data.set_len(end).map_err(undo)?;
+    }
+    data.write_all_at(trailer, end).map_err(undo)?;
+    data.sync_data().map_err(undo)
+}
+
+/// Writes `bytes` under `tmp`, syncs, renames over `dest` and syncs the directory.
+fn replace_durably(tmp: &Path, bytes: &[u8], dest: &Path) -> Result<(), FileError> {
+    write_durably(tmp, bytes, dest).map_err(|e| {
+        let _ = std::fs::remove_file(tmp);
+        FileError::whole(dest, format!("cannot write it: {e}; nothing changed"))
+    })?;
+    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// The same defect, with what that means for indexing.
+fn refused(e: FileError, consequence: &str) -> FileError {
+    FileError {
+        what: format!("{}; {consequence}", e.what),
+        ..e
+    }
+}
+
+/// What a plain capture file's sidecar says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SidecarState {
+    Missing,
+    /// The file changed since the sidecar was written (or the sidecar does not decode):
+    /// the one-line reason.
+    Stale(String),
+    Fresh(Sidecar),
+}
+
+/// Reads `FILE.tdx` and compares it with what `file` is now.
+pub fn read_sidecar(path: &Path, file: &File) -> Result<SidecarState, FileError> {
+    let sidecar = sidecar_path(path);
+    let bytes = match std::fs::read(&sidecar) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SidecarState::Missing),
+        Err(e) => return Err(FileError::whole(&sidecar, e.to_string())),
+    };
+    let s = match Sidecar::decode(&bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            return Ok(SidecarState::Stale(format!(
+                "{}: does not decode ({e}); ignored",
+                sidecar.display()
+            )))
+        }
+    };
+    let now = identity_of(path, file)?;
+    if s.identity != now {
+        let what = if s.identity.size != now.size {
+            format!("{} bytes when indexed, {} now", s.identity.size, now.size)
+        } else {
+            "its contents changed".to_string()
+        };
+        return Ok(SidecarState::Stale(format!(
+            "{}: stale ({} changed since it was indexed: {what}); ignored, run `tapdeck index` again",
+            sidecar.display(),
+            path.display()
+        )));
+    }
+    Ok(SidecarState::Fresh(s))
+}
+
+/// The file's size and hashes of its first and last bytes.
+fn identity_of(path: &Path, file: &File) -> Result<FileIdentity, FileError> {
+    let io = |e: std::io::Error| FileError::whole(path, e.to_string());
+    let size = file.metadata().map_err(io)?.len();
+    let span = size.min(IDENTITY_SPAN) as usize;
+    let mut head = vec![0u8; span];
+    let mut tail = vec![0u8; span];
+    file.read_exact_at(&mut head, 0).map_err(io)?;
+    file.read_exact_at(&mut tail, size - span as u64)
+        .map_err(io)?;
+    Ok(FileIdentity::of(size, &head, &tail))
+}
+
+/// Reads a whole capture file strictly and builds its sidecar. A file that is not a
+/// capture file, or is cut short or damaged, is an error naming the offset.
+pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
+    let identity = identity_of(path, file)?;
+    let input = file
+        .try_clone()
+        .map_err(|e| FileError::whole(path, e.to_string()))?;
+    let defect = |e: tapdeck_pcap::FormatError| FileError::at(path, e.offset, e.kind.to_string());
+    let mut reader = TraceReader::new(input).map_err(defect)?;
+    let mut blocks = Vec::new();
+    let mut builder = FlowIndexBuilder::new();
+    let mut open: Option<Block> = None;
+    while let Some(c) = reader.next_packet_with_context().map_err(defect)? {
+        if let Some(b) = open
+            .as_mut()
+            .filter(|b| c.offset - b.offset >= SIDECAR_BLOCK)
+        {
+            b.len = c.offset - b.offset;
+            b.flows = builder.finish().encode();
+            blocks.extend(open.take());
+        }
+        let p = &c.packet;
+        let b = open.get_or_insert_with(|| Block {
+            offset: c.offset,
+            len: 0,
+            packets: 0,
+            first_ts_ns: p.ts_ns,
+            last_ts_ns: p.ts_ns,
+            flows: Vec::new(),
+        });
+        b.packets += 1;
+        b.first_ts_ns = b.first_ts_ns.min(p.ts_ns);
+        b.last_ts_ns = b.last_ts_ns.max(p.ts_ns);
+        let linktype = c
+            .interfaces
+            .get(p.iface as usize)
+            .map_or(u32::MAX, |i| u32::from(i.linktype));
+        builder.add(linktype, p.data);
+    }
+    if let Some(mut b) = open {
+        // The last block runs to the end of the file (statistics blocks after the last
+        // packet included).
+        b.len = identity.size - b.offset;
+        b.flows = builder.finish().encode();
+        blocks.push(b);
+    }
+    Ok(Sidecar {
+        format: match reader.format() {
+            Format::Pcap => 0,
+            Format::Pcapng => 1,
+        },
+        identity,
+        blocks,
+    })
+}
+
+fn index_capture(path: &Path) -> Result<Outcome, FileError> {
+    let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
+    if !lock_file(&file, path)? {
+        return Ok(Outcome::Skipped(BEING_INDEXED.into()));
+    }
+    let replaced = match read_sidecar(path, &file)? {
+        SidecarState::Fresh(_) => {
+            return Ok(Outcome::Skipped(format!(
+                "already indexed ({} is up to date)",
+                sidecar_path(path).display()
+            )))
+        }
+        SidecarState::Stale(_) => " (replacing a stale one)",
+        SidecarState::Missing => "",
+    };
+    let sidecar = build_sidecar(path, &file).map_err(|e| refused(e, "not indexed"))?;
+    if identity_of(path, &file)? != sidecar.identity {
+        return Err(FileError::whole(
+            path,
+            "changed while it was being indexed; not indexed (run again once it is complete)",
+        ));
+    }
+    let dest = sidecar_path(path);
+    let tmp = path.with_file_name(meta::partial_name(&file_name(&dest)));
+    replace_durably(&tmp, &sidecar.encode(), &dest)?;
+    Ok(Outcome::Indexed {
+        chunks: sidecar.blocks.len() as u64,
+        index_bytes: sidecar.blocks.iter().map(|b| b.flows.len() as u64).sum(),
+        how: format!("wrote {}{replaced}", file_name(&dest)),
+    })
+}
+
+/// Rebuilds a plain capture file's sidecar and compares: Ok(None) without a sidecar,
+/// Ok(Some(Err(warning))) for a stale one (ignored), Ok(Some(Ok(blocks))) when it matches.
+pub fn check_sidecar(path: &Path) -> Result<Option<Result<u64, String>>, FileError> {
+    let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
+    let stored = match read_sidecar(path, &file)? {
+        SidecarState::Missing => return Ok(None),
+        SidecarState::Stale(why) => return Ok(Some(Err(why))),
+        SidecarState::Fresh(s) => s,
+    };
+    let rebuilt = build_sidecar(path, &file)?;
+    let sidecar = sidecar_path(path);
+    if rebuilt.format != stored.format || rebuilt.blocks.len() != stored.blocks.len() {
+        return Err(FileError::whole(
+            &sidecar,
+            format!(
+                "lists {} blocks, the file gives {} (damaged: run `tapdeck index` after removing it)",
+                stored.blocks.len(),
+                rebuilt.blocks.len()
+            ),
+        ));
+    }
+    if let Some((i, (s, _))) = stored
+        .blocks
+        .iter()
+        .zip(&rebuilt.blocks)
+        .enumerate()
+        .find(|(_, (s, r))| s != r)
+    {
+        return Err(FileError::whole(
+            &sidecar,
+            format!(
+                "block {i} (at byte offset {} of the file) differs from what the file gives (damaged: remove it and run `tapdeck index` again)",
+                s.offset
+            ),
+        ));
+    }
+    Ok(Some(Ok(stored.blocks.len() as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::testutil::{build, pkt, record_bytes, write_file, FileSpec, Pkt};
+    use tapdeck_pcap::container::Codec;
+
+    const T0: u64 = 1_795_413_430_000_000_000;
+
+    fn spec(format: Format, container: Container) -> FileSpec<'static> {
+        let mut s = FileSpec::new(0, 1, format, container);
+        s.stats = true;
+        s.chunks = (0..4u8)
+            .map(|c| {
+                let codec = [Codec::Raw, Codec::Zstd(3), Codec::Lz4, Codec::Raw][usize::from(c)];
+                let pkts = (0..20u8)
+                    .map(|i| pkt(T0 + u64::from(c) * 1000 + u64::from(i), c * 20 + i))
+                    .collect();
+                (codec, pkts)
+            })
+            .collect();
+        s
+    }
+
+    /// What the recorder writes for each frame of `spec`'s file.
+    fn recorder_flows(spec: &FileSpec) -> Vec<Vec<u8>> {
+        let (_, index) = build(spec);
+        let mut chunks = spec.chunks.iter();
+        index
+            .entries
+            .iter()
+            .map(|e| match e.kind {
+                FrameKind::Packets => {
+                    let (_, pkts) = chunks.next().unwrap();
+                    let data: Vec<u8> = pkts
+                        .iter()
+                        .flat_map(|p| record_bytes(spec.format, p))
+                        .collect();
+                    flows::index_chunk(spec.format, &data, &[1])
+                }
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn kinds() -> Vec<(Format, Container)> {
+        let mut out = Vec::new();
+        for format in [Format::Pcap, Format::Pcapng] {
+            for container in [Container::Zstd, Container::Lz4, Container::Plain] {
+                out.push((format, container));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_indexed_stored_file_holds_what_the_recorder_would_have_written() {
+        for (format, container) in kinds() {
+            let dir = tempfile::tempdir().unwrap();
+            let spec = spec(format, container);
+            let path = write_file(dir.path(), &spec);
+            let before = std::fs::read(&path).unwrap();
+            let Outcome::Indexed { chunks, .. } = index_file(&path).unwrap() else {
+                panic!("{format:?} {container:?}: not indexed");
+            };
+            assert_eq!(chunks, 4);
+            let f = StoredFile::open(&path).unwrap();
+            let (frames, index) = build(&spec);
+            let want = ChunkIndex {
+                flows: recorder_flows(&spec),
+                ..index
+            };
+            assert_eq!(f.index, want, "{format:?} {container:?}");
+            if container != Container::Plain {
+                // The old file, unchanged, then the new trailer.
+                let after = std::fs::read(&path).unwrap();
+                assert_eq!(after, [before, want.encode_trailer()].concat());
+                assert_eq!(f.trailer.frames_end, frames.len() as u64);
+            } else {
+                assert_eq!(std::fs::read(&path).unwrap(), before);
+            }
+            let summary = verify::verify_file(&path).unwrap();
+            assert_eq!(summary.packets, 80);
+            assert_eq!(
+                index_file(&path).unwrap(),
+                Outcome::Skipped("already has a flow index".into())
+            );
+        }
+    }
+
+    /// A kill while the new trailer is being appended leaves the file ending anywhere in
+    /// it: the file still reads and verifies (by its old trailer), and a second run
+    /// completes it to exactly what one uninterrupted run gives.
+    #[test]
+    fn an_append_cut_short_leaves_a_readable_file_and_a_rerun_completes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec(Format::Pcapng, Container::Zstd);
+        let path = write_file(dir.path(), &spec);
+        let before = std::fs::read(&path).unwrap();
+        index_file(&path).unwrap();
+        let done = std::fs::read(&path).unwrap();
+        for cut in (before.len()..done.len()).step_by(7) {
+            std::fs::write(&path, &done[..cut]).unwrap();
+            let f = StoredFile::open(&path).unwrap();
+            assert!(f.index.flows.is_empty(), "cut at {cut}");
+            assert_eq!(verify::verify_file(&path).unwrap().packets, 80);
+            assert!(matches!(
+                index_file(&path).unwrap(),
+                Outcome::Indexed { .. }
+            ));
+            assert_eq!(std::fs::read(&path).unwrap(), done, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_cut_short_stored_file_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_file(dir.path(), &spec(Format::Pcapng, Container::Zstd));
+        let bytes = std::fs::read(&path).unwrap();
+        let cut = &bytes[..bytes.len() / 2];
+        std::fs::write(&path, cut).unwrap();
+        let e = index_file(&path).unwrap_err();
+        assert!(e.offset.is_some(), "{e}");
+        assert!(e.to_string().contains("truncated"), "{e}");
+        assert!(e.to_string().contains("nothing changed"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), cut);
+    }
+
+    #[test]
+    fn partial_and_missing_files_are_not_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_file(dir.path(), &spec(Format::Pcap, Container::Zstd));
+        let partial = dir.path().join(meta::partial_name(&file_name(&path)));
+        std::fs::rename(&path, &partial).unwrap();
+        let Outcome::Skipped(why) = index_file(&partial).unwrap() else {
+            panic!("a partial file was indexed");
+        };
+        assert!(why.contains("verify --repair"), "{why}");
+        assert!(index_file(&path).is_err());
+    }
+
+    /// A plain capture file of `n` packets in `format` (not a store's name).
+    fn capture(dir: &Path, format: Format, n: u32) -> PathBuf {
+        let header = format
+            .file_header(&[crate::read::testutil::eth("eth0")], &Default::default())
+            .unwrap();
+        let mut bytes = header;
+        for i in 0..n {
+            let p = Pkt {
+                len: 300,
+                ..pkt(T0 + u64::from(i) * 10, (i % 200) as u8)
+            };
+            bytes.extend(record_bytes(format, &p));
+        }
+        let path = dir.join(format!("trace.{}", format.extension()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_capture_file_gets_a_sidecar_that_verify_checks_and_a_change_makes_stale() {
+        for format in [Format::Pcap, Format::Pcapng] {
+            let dir = tempfile::tempdir().unwrap();
+            // About 9 MiB: three blocks.
+            let path = capture(dir.path(), format, 30_000);
+            let before = std::fs::read(&path).unwrap();
+            let Outcome::Indexed { chunks, .. } = index_file(&path).unwrap() else {
+                panic!("not indexed");
+            };
+            assert_eq!(chunks, 3, "{format:?}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                before,
+                "the file is untouched"
+            );
+            let Some(Ok(blocks)) = check_sidecar(&path).unwrap() else {
+                panic!("the sidecar does not match");
+            };
+            assert_eq!(blocks, 3);
+            let s = Sidecar::decode(&std::fs::read(sidecar_path(&path)).unwrap()).unwrap();
+            assert_eq!(s.blocks.iter().map(|b| b.packets).sum::<u32>(), 30_000);
+            assert_eq!(
+                s.blocks[0].offset,
+                format
+                    .file_header(&[crate::read::testutil::eth("eth0")], &Default::default())
+                    .unwrap()
+                    .len() as u64
+            );
+            assert_eq!(
+                s.blocks.last().map(|b| b.offset + b.len),
+                Some(before.len() as u64)
+            );
+            let summary = verify::verify_file(&path).unwrap();
+            assert_eq!(
+                (summary.sidecar_blocks, summary.warnings.len()),
+                (Some(3), 0)
+            );
+            assert!(matches!(index_file(&path).unwrap(), Outcome::Skipped(_)));
+
+            // The file changes: the sidecar is stale, a warning, and indexing replaces it.
+            let mut more = before.clone();
+            more.extend(record_bytes(format, &pkt(T0 + 1_000_000, 1)));
+            std::fs::write(&path, &more).unwrap();
+            let summary = verify::verify_file(&path).unwrap();
+            assert_eq!(summary.sidecar_blocks, None);
+            assert!(
+                summary.warnings[0].contains("stale"),
+                "{:?}",
+                summary.warnings
+            );
+            let Outcome::Indexed { how, .. } = index_file(&path).unwrap() else {
+                panic!("a stale sidecar was kept");
+            };
+            assert!(how.contains("stale"), "{how}");
+            assert!(matches!(check_sidecar(&path).unwrap(), Some(Ok(3))));
+
+            // A sidecar that lies (a block's flows of another block) fails verify.
+            let mut s = Sidecar::decode(&std::fs::read(sidecar_path(&path)).unwrap()).unwrap();
+            s.blocks[0].flows = s.blocks[2].flows.clone();
+            std::fs::write(sidecar_path(&path), s.encode()).unwrap();
+            let e = verify::verify_file(&path).unwrap_err();
+            assert!(e.to_string().contains("block 0"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_cut_short_or_foreign_capture_file_gets_no_sidecar() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = capture(dir.path(), Format::Pcapng, 100);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+        let e = index_file(&path).unwrap_err();
+        assert!(
+            e.offset.is_some() && e.to_string().contains("not indexed"),
+            "{e}"
+        );
+        assert!(!sidecar_path(&path).exists());
+        std::fs::write(&path, b"hello, this is not a capture file at all").unwrap();
+        let e = index_file(&path).unwrap_err();
+        assert!(e.to_string().contains("not a pcap or pcapng file"), "{e}");
+        assert!(!sidecar_path(&path).exists());
+    }
+}
