@@ -103,9 +103,11 @@ fn op_rows(
         status: op.status.map(|s| s as i32),
         fh: fh.clone().map(Hex),
     })?;
+    // An NFSv2 WRITE reply carries no read/write results, yet has its row (see v2_written).
+    let v2_write_reply = vers == 2 && op.op_name == "WRITE" && !is_call(row);
     let Some(rw) = op
         .rw
-        .as_ref()
+        .or_else(|| v2_write_reply.then(ReadWrite::default))
         .filter(|_| matches!(op.op_name, "READ" | "WRITE"))
     else {
         return Ok(());
