@@ -1,7 +1,7 @@
 """nfs_latency: server response time per NFS version and operation.
 
 A transaction's latency runs from the first transmission of its call (`first_time_ns`, which
-retransmissions share) to its first reply. NFSv3 is counted per procedure; NFSv4 per COMPOUND
+retransmissions share) to its first reply. NFSv2 and NFSv3 are counted per procedure; NFSv4 per COMPOUND
 (and NULL) and per operation the reply carries, each operation taking its COMPOUND's latency.
 Retransmitted calls and duplicate replies are counted apart and change no latency. A transaction
 belongs to the time range by its call.

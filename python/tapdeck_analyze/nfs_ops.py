@@ -11,11 +11,12 @@ from .nfs_latency import TRANSACTIONS
 from .opening import as_dataset
 from .sqlkit import MINUTE_NS, bucket
 
-# nfsstat3 / nfsstat4 names of the statuses seen most (RFC 1813, RFC 8881).
+# nfsstat3 / nfsstat4 names of the statuses seen most (RFC 1813, RFC 8881); NFSv2's nfsstat
+# (RFC 1094) uses the same numbers, plus 99 WFLUSH.
 STATUS_NAMES = {1: "PERM", 2: "NOENT", 5: "IO", 6: "NXIO", 13: "ACCES", 17: "EXIST",
                 18: "XDEV", 20: "NOTDIR", 21: "ISDIR", 22: "INVAL", 27: "FBIG", 28: "NOSPC",
                 30: "ROFS", 31: "MLINK", 63: "NAMETOOLONG", 66: "NOTEMPTY", 69: "DQUOT",
-                70: "STALE", 10001: "BADHANDLE", 10002: "NOT_SYNC", 10003: "BAD_COOKIE",
+                70: "STALE", 99: "WFLUSH", 10001: "BADHANDLE", 10002: "NOT_SYNC", 10003: "BAD_COOKIE",
                 10004: "NOTSUPP", 10005: "TOOSMALL", 10006: "SERVERFAULT", 10008: "JUKEBOX",
                 10011: "EXPIRED", 10013: "GRACE", 10022: "STALE_CLIENTID",
                 10023: "STALE_STATEID", 10025: "BAD_STATEID", 10052: "BADSESSION",

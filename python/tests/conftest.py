@@ -36,6 +36,23 @@ def small_nfs(b: DatasetBuilder) -> None:
           nfs_version=3, operation="GETATTR", fh="aa", ftype=1, size=12288)  # fmt: skip
 
 
+def v2_beside_v3_v4(b: DatasetBuilder) -> None:
+    """NFSv2 over UDP beside NFSv3 and NFSv4 (see test_nfs.py for the expected answers): v2
+    GETATTR 3 ms, a LOOKUP failing with NFSERR_NOENT 1 ms, two sequential READs of file "v2f"
+    (4 ms, 2 ms), a WRITE 10 ms, a STATFS never answered; a v3 READ and a v4 COMPOUND READ of
+    other files."""
+    v2 = dict(version=2, transport="udp")
+    b.nfs(T0, T0 + 3 * MS, op="GETATTR", **v2)
+    b.nfs(T0 + 10 * MS, T0 + 11 * MS, op="LOOKUP", status=2, **v2)
+    b.nfs(T0 + 20 * MS, T0 + 24 * MS, op="READ", fh="v2f", offset=0, count=8192, **v2)
+    b.nfs(T0 + 30 * MS, T0 + 32 * MS, op="READ", fh="v2f", offset=8192, count=8192, **v2)
+    b.nfs(T0 + 40 * MS, T0 + 50 * MS, op="WRITE", fh="v2f", offset=16384, count=8192, **v2)
+    b.nfs(T0 + 60 * MS, None, op="STATFS", **v2)
+    b.nfs(T0 + 70 * MS, T0 + 75 * MS, op="READ", fh="v3f", offset=0, count=4096)
+    b.nfs(T0 + 80 * MS, T0 + 86 * MS, op="COMPOUND", version=4,
+          v4_ops=["SEQUENCE", "PUTFH", "READ"], fh="v4f", offset=0, count=100, nbytes=50)  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def nfs_path(tmp_path_factory):
     b = DatasetBuilder()

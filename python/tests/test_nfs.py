@@ -5,10 +5,10 @@ import random
 
 import pyarrow as pa
 import pytest
-from conftest import MS, S, multi_client
+from conftest import MS, S, multi_client, v2_beside_v3_v4
 from datasetbuilder import T0, DatasetBuilder
 
-from tapdeck_analyze import files, nfs_latency, nfs_ops, open_dataset, rpc_matching, sizes
+from tapdeck_analyze import files, nfs_latency, nfs_ops, open_dataset, recency, rpc_matching, sizes
 from tapdeck_analyze.analyses import ANALYSES
 from tapdeck_analyze.nfs_ops import errors, outstanding, per_host, per_minute
 from tapdeck_analyze.sizes import flows
@@ -156,3 +156,32 @@ def test_files_and_flows_pick_null_safe_and_break_ties(tmp_path):
     # 1500, 1400 and 1300 bytes have 3 packets each: ranked by size
     r = {row["wire_len"]: row["rank"] for row in ranks.to_pylist()}
     assert r[1300] < r[1400] < r[1500]
+
+
+def test_nfsv2_beside_v3_and_v4(tmp_path):
+    """NFSv2 rows (conftest.v2_beside_v3_v4) are analysed as v3's are, per procedure, and kept
+    apart from v3 and v4 operations of the same name."""
+    b = DatasetBuilder()
+    v2_beside_v3_v4(b)
+    ds = open_dataset(b.write(tmp_path / "ds"))
+    lat = by_op(nfs_latency(ds))
+    assert lat[(2, "GETATTR")]["calls"] == 1
+    assert lat[(2, "GETATTR")]["max_s"] == pytest.approx(0.003)
+    assert lat[(2, "READ")]["calls"] == 2 and lat[(2, "READ")]["mean_s"] == pytest.approx(0.003)
+    assert lat[(2, "WRITE")]["p50_s"] == pytest.approx(0.010)
+    assert lat[(2, "STATFS")]["calls"] == 0
+    assert lat[(3, "READ")]["mean_s"] == pytest.approx(0.005)
+    assert lat[(4, "READ")]["mean_s"] == pytest.approx(0.006)
+    ops = by_op(nfs_ops(ds))
+    assert (ops[(2, "READ")]["calls"], ops[(2, "READ")]["bytes_read"]) == (2, 16384)
+    assert (ops[(2, "WRITE")]["calls"], ops[(2, "WRITE")]["bytes_written"]) == (1, 8192)
+    assert ops[(2, "STATFS")]["calls"] == 1
+    assert (ops[(3, "READ")]["bytes_read"], ops[(4, "READ")]["bytes_read"]) == (4096, 50)
+    err = {(r["nfs_version"], r["operation"], r["status"]): r for r in errors(ds).to_pylist()}
+    assert list(err) == [(2, "LOOKUP", 2)] and err[(2, "LOOKUP", 2)]["status_name"] == "NOENT"
+    f = {r["fh"]: r for r in files(ds).to_pylist()}["v2f"]
+    assert (f["reads"], f["writes"], f["sequential_reads"]) == (2, 1, 1)
+    assert (f["bytes_read"], f["bytes_written"]) == (16384, 8192)
+    (smallest, *_) = recency(ds).to_pylist()
+    # v2's two reads of v2f, v3's and v4's one each; the second v2 read is of new blocks
+    assert (smallest["reads"], smallest["hit_reads"]) == (4, 0)

@@ -14,13 +14,14 @@ The rig tests are marked `nfs` (root; the captures are made once per session by 
 from __future__ import annotations
 
 import random
+import shutil
 import struct
 from collections import Counter
 
 import duckdb
 import pytest
 from anatools import analyze, corpus_file, tshark_srt
-from conftest import Pkt, frame, write_pcap
+from conftest import REPO, Pkt, frame, write_pcap
 from convtools import (
     conv_of,
     convert_ok,
@@ -49,11 +50,12 @@ def latency_rows(ds, version) -> dict[str, dict]:
     return {r["operation"]: r for r in analyze("nfs_latency", ds) if r["nfs_version"] == version}
 
 
-def assert_matches_srt(pcap, ds):
-    """nfs_latency's NFSv3 rows against tshark's rpc,srt table: same procedures and calls;
-    min/max as tshark prints them (truncated to µs); mean within half a µs (tshark rounds)."""
-    srt = tshark_srt(pcap)
-    ours = {op: r for op, r in latency_rows(ds, 3).items() if r["calls"] > 0}
+def assert_matches_srt(pcap, ds, version=3):
+    """nfs_latency's NFSv3 (or v2) rows against tshark's rpc,srt table: same procedures and
+    calls; min/max as tshark prints them (truncated to µs); mean within half a µs (tshark
+    rounds)."""
+    srt = tshark_srt(pcap, version=version)
+    ours = {op: r for op, r in latency_rows(ds, version).items() if r["calls"] > 0}
     assert sorted(ours) == sorted(srt), (sorted(ours), sorted(srt))
     bad = []
     for op, t in srt.items():
@@ -175,6 +177,46 @@ def test_corpus_nfs_cases_agree_with_tshark_srt(name, tapdeck, tmp_path):
     assert sorted(ours) == sorted(srt)
     for op, t in srt.items():
         assert ours[op]["calls"] == t["calls"]
+
+
+def test_nfsv2_analyses_agree_with_tshark(tapdeck, tmp_path):
+    """The NFSv2 capture of tests/captures (real UDP traffic, every v2 procedure but the
+    obsolete ROOT and WRITECACHE): nfs_latency's v2 rows equal tshark's rpc,srt,100003,2;
+    nfs_ops counts the calls tshark decodes per procedure, the bytes READ returned and WRITE
+    sent, and the error statuses; files lists the files read and written; recency counts the
+    reads."""
+    pcap = tmp_path / "nfsv2.pcap"  # a copy: the oracle caches its answer beside the file
+    shutil.copyfile(REPO / "tests" / "captures" / "nfsv2.pcap", pcap)
+    ds = tmp_path / "ds"
+    convert_ok(tapdeck, ds, pcap)
+    srt = assert_matches_srt(pcap, ds, version=2)
+    assert {"GETATTR", "LOOKUP", "READ", "WRITE", "READDIR", "STATFS"} <= set(srt)
+    msgs = [m for m in messages(pcap) if m["program"] == 100003 and m["version"] == 2]
+    calls = Counter(V2_PROCS[m["procedure"]] for m in msgs if m["msg_type"] == 0)
+    ops = {r["operation"]: r for r in analyze("nfs_ops", ds) if r["nfs_version"] == 2}
+    assert {op: r["calls"] for op, r in ops.items()} == dict(calls)
+    replies = [m for m in msgs if m["msg_type"] == 1]
+    read = sum(m["nfs"]["data_len"] or 0 for m in replies if m["procedure"] == 6)
+    written = sum(m["nfs"]["data_len"] or 0 for m in msgs
+                  if m["msg_type"] == 0 and m["procedure"] == 8)
+    assert (ops["READ"]["bytes_read"], ops["WRITE"]["bytes_written"]) == (read, written) != (0, 0)
+    errors = {(r["operation"], r["status"]): r["replies"] for r in analyze("nfs_ops", ds, "--part", "errors")
+              if r["nfs_version"] == 2}
+    want = Counter((V2_PROCS[m["procedure"]], m["nfs"]["status"]) for m in replies
+                   if m["nfs"] and m["nfs"]["status"])
+    assert errors == dict(want) and errors
+    rw_fh = {m["nfs"]["fh"][0] for m in msgs
+             if m["msg_type"] == 0 and m["procedure"] in (6, 8)}
+    files = {r["fh"]: r for r in analyze("files", ds)}
+    assert rw_fh <= set(files)
+    assert all(files[fh]["reads"] + files[fh]["writes"] > 0 for fh in rw_fh)
+    (smallest, *_) = analyze("recency", ds)
+    assert smallest["reads"] == calls["READ"] > 0
+
+
+V2_PROCS = ["NULL", "GETATTR", "SETATTR", "ROOT", "LOOKUP", "READLINK", "READ", "WRITECACHE",
+            "WRITE", "CREATE", "REMOVE", "RENAME", "LINK", "SYMLINK", "MKDIR", "RMDIR",
+            "READDIR", "STATFS"]
 
 
 # ---- rpc_matching ----------------------------------------------------------------------

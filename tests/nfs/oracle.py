@@ -23,7 +23,8 @@ msg["nfs"] for NFSv2/v3:
   status (replies), fh [hex, in order], names [nfs.name], offset, count, eof, stable, committed,
   data_len (bytes of READ/WRITE data), entries [names listed by READDIR(PLUS)],
   attrs [one dict per fattr3: type, mode, nlink, uid, gid, size, used, fileid, atime, mtime, ctime
-  (times as integer ns)].
+  (times as integer ns); per NFSv2 fattr the same keys (used None, times from seconds and
+  microseconds) plus blocksize, blocks, rdev, fsid].
 msg["nfs"] for NFSv4:
   status (the COMPOUND's, replies), tag, minorversion, main_opcode,
   ops [one dict per operation, in order: opcode, name, status (replies), fh [hex], names
@@ -217,17 +218,42 @@ _FATTR3 = {"nfs.fattr3.type": "type", "nfs.mode3": "mode", "nfs.fattr3.nlink": "
            "nfs.fattr3.used": "used", "nfs.fattr3.fileid": "fileid"}
 
 
+# NFSv2's fattr (RFC 1094); its sattr (calls) has no type, so only fattr trees match.
+_FATTR2 = {"nfs.ftype": "type", "nfs.mode": "mode", "nfs.fattr.nlink": "nlink",
+           "nfs.fattr.uid": "uid", "nfs.fattr.gid": "gid", "nfs.fattr.size": "size",
+           "nfs.fattr.blocksize": "blocksize", "nfs.fattr.rdev": "rdev",
+           "nfs.fattr.blocks": "blocks", "nfs.fattr.fsid": "fsid", "nfs.fattr.fileid": "fileid"}
+
+
 def _fattr3_trees(pairs):
-    """Subtrees that directly hold a fattr3 (they have nfs.fattr3.type as a child)."""
+    """Subtrees that directly hold a fattr3 or an NFSv2 fattr (they have nfs.fattr3.type or
+    nfs.ftype as a child)."""
     for _, v in pairs:
         if _is_tree(v):
-            if any(kk == "nfs.fattr3.type" for kk, _ in v):
+            if any(kk in ("nfs.fattr3.type", "nfs.ftype") for kk, _ in v):
                 yield v
             else:
                 yield from _fattr3_trees(v)
 
 
+def _fattr2(tree) -> dict:
+    a = dict.fromkeys(list(_FATTR2.values()) + ["used", "atime", "mtime", "ctime"])
+    times: dict[str, dict] = {}
+    for _, k, v in _leaves(tree):
+        if k in _FATTR2 and a[_FATTR2[k]] is None:
+            a[_FATTR2[k]] = _int(v)
+        for t in ("atime", "mtime", "ctime"):
+            if k in (f"nfs.{t}.sec", f"nfs.{t}.usec"):
+                times.setdefault(t, {})[k.rsplit(".", 1)[1]] = v
+    for t, parts in times.items():
+        sec, usec = _int(parts.get("sec")), _int(parts.get("usec"))
+        a[t] = None if sec is None else sec * 1_000_000_000 + (usec or 0) * 1_000
+    return a
+
+
 def _fattr3(tree) -> dict:
+    if any(k == "nfs.ftype" for k, _ in tree):
+        return _fattr2(tree)
     a = dict.fromkeys(list(_FATTR3.values()) + ["atime", "mtime", "ctime"])
     times: dict[str, dict] = {}
     for _, k, v in _leaves(tree):
@@ -253,9 +279,11 @@ def _nfs3(pairs) -> dict:
             n["names"].append(v)
         elif k in ("nfs.readdirplus.entry.name", "nfs.readdir.entry.name"):
             n["entries"].append(v)
-        elif k in ("nfs.offset3", "nfs.offset") and n["offset"] is None:
+        elif k in ("nfs.offset3", "nfs.offset", "nfs.read.offset", "nfs.write.offset") \
+                and n["offset"] is None:
             n["offset"] = _int(v)
-        elif k in ("nfs.count3", "nfs.count") and n["count"] is None:
+        elif k in ("nfs.count3", "nfs.count", "nfs.read.count", "nfs.readdir.count") \
+                and n["count"] is None:
             n["count"] = _int(v)
         elif k in ("nfs.read.eof", "nfs.readdir.eof"):
             n["eof"] = _int(v)

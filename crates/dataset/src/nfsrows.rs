@@ -3,8 +3,8 @@
 //! offset a READ asked for, the names a LOOKUP sent).
 
 use tapdeck_rpc::{
-    resolve_names, AttrObject, CallInfo, Decoded, NameEntry, NameRole, NfsOp, Outcome, PROG_MOUNT,
-    PROG_NFS,
+    resolve_names, AttrObject, CallInfo, Decoded, NameEntry, NameRole, NfsOp, Outcome, ReadWrite,
+    PROG_MOUNT, PROG_NFS,
 };
 
 use crate::anonymize::Anonymizer;
@@ -26,7 +26,7 @@ pub fn write(
     if info.prog == PROG_MOUNT {
         return mount_row(out, row, d, anon);
     }
-    if info.prog != PROG_NFS || !matches!(info.vers, 3 | 4) || d.outcome != Outcome::Decoded {
+    if info.prog != PROG_NFS || !matches!(info.vers, 2..=4) || d.outcome != Outcome::Decoded {
         return Ok(());
     }
     let vers = info.vers as i8;
@@ -103,9 +103,11 @@ fn op_rows(
         status: op.status.map(|s| s as i32),
         fh: fh.clone().map(Hex),
     })?;
+    // An NFSv2 WRITE reply carries no read/write results, yet has its row (see v2_written).
+    let v2_write_reply = vers == 2 && op.op_name == "WRITE" && !is_call(row);
     let Some(rw) = op
         .rw
-        .as_ref()
+        .or_else(|| v2_write_reply.then(ReadWrite::default))
         .filter(|_| matches!(op.op_name, "READ" | "WRITE"))
     else {
         return Ok(());
@@ -129,10 +131,31 @@ fn op_rows(
             .count
             .or_else(|| asked.and_then(|r| r.count))
             .map(i64::from),
-        bytes: rw.returned.map(i64::from),
+        bytes: rw
+            .returned
+            .or_else(|| v2_written(vers, op, asked))
+            .map(i64::from),
         eof: rw.eof,
         stable: rw.stable.or(rw.committed).map(|v| v as i8),
     })
+}
+
+/// An NFSv2 WRITE reply says only that the write succeeded: RFC 1094's WRITE writes all of
+/// its data or fails, so the bytes written are the bytes the call sent.
+fn v2_written(vers: i8, op: &NfsOp, asked: Option<ReadWrite>) -> Option<u32> {
+    (vers == 2 && op.op_name == "WRITE" && op.status == Some(0))
+        .then(|| asked.and_then(|r| r.count))
+        .flatten()
+}
+
+/// The table's ftype (v3's numbers): NFSv2 sends its own for the types RFC 1094 did not
+/// define (6 socket as v3, 7 NFBAD, 8 fifo).
+fn ftype(vers: i8, t: u32) -> Option<i8> {
+    match (vers, t) {
+        (2, 7) => None,
+        (2, 8) => Some(7),
+        _ => Some(t as i8),
+    }
 }
 
 /// One `nfs_attrs` row per set of attributes the operation carries.
@@ -173,7 +196,7 @@ fn attr_rows(
             nfs_version: vers,
             operation: op.op_name,
             fh: fh.map(Hex),
-            ftype: a.ftype.map(|v| v as i8),
+            ftype: a.ftype.and_then(|v| ftype(vers, v)),
             mode: a.mode.map(|v| v as i32),
             nlink: a.nlink.map(i64::from),
             uid: a.uid.map(i64::from),

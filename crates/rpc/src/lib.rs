@@ -1,4 +1,4 @@
-//! ONC RPC (RFC 5531) and NFSv3 / NFSv4 / MOUNT message decoding over XDR.
+//! ONC RPC (RFC 5531) and NFSv2 / NFSv3 / NFSv4 / MOUNT message decoding over XDR.
 //!
 //! Input is one complete RPC message (a UDP payload, or a TCP record without its record mark);
 //! reassembly is the caller's job. [`parse_message`] reads the RPC header; [`decode_message`] (or
@@ -13,6 +13,7 @@
 
 pub mod mount;
 pub mod names;
+pub mod nfs2;
 pub mod nfs3;
 pub mod nfs4;
 pub mod rpc;
@@ -67,7 +68,7 @@ pub enum Outcome {
     /// Decoded (possibly partly: see [`Decoded::truncated`] and [`Decoded::invalid`]).
     #[default]
     Decoded,
-    /// A program or version without a body decoder (NFSv2, NLM, portmap, ...).
+    /// A program or version without a body decoder (NLM, portmap, ...).
     Unsupported,
     /// RPCSEC_GSS integrity/privacy or a GSS context procedure: the body is not plain XDR args.
     GssWrapped,
@@ -87,7 +88,7 @@ pub struct Decoded {
     pub invalid: Option<&'static str>,
     /// NFSv4 COMPOUND header (tag, minorversion on calls, overall status on replies).
     pub compound: Option<Compound>,
-    /// NFSv3: one entry for the procedure. NFSv4: one per operation of the COMPOUND, in order,
+    /// NFSv2/v3: one entry for the procedure. NFSv4: one per operation of the COMPOUND, in order,
     /// up to where decoding stopped.
     pub ops: Vec<NfsOp>,
     pub mount: Option<MountRecord>,
@@ -112,19 +113,19 @@ pub struct Compound {
     pub num_ops: u32,
 }
 
-/// One NFS operation: an NFSv3 procedure or one NFSv4 COMPOUND operation.
+/// One NFS operation: an NFSv2/v3 procedure or one NFSv4 COMPOUND operation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NfsOp {
-    /// Position in the COMPOUND (always 0 for NFSv3).
+    /// Position in the COMPOUND (always 0 for NFSv2/v3).
     pub index: u16,
-    /// NFSv3 procedure number or NFSv4 opcode.
+    /// NFSv2/v3 procedure number or NFSv4 opcode.
     pub op: u32,
     pub op_name: &'static str,
-    /// nfsstat3 / nfsstat4, replies only.
+    /// nfsstat (v2) / nfsstat3 / nfsstat4, replies only.
     pub status: Option<u32>,
-    /// Calls: the file handle the operation acts on (NFSv3: the first handle argument, the
+    /// Calls: the file handle the operation acts on (NFSv2/v3: the first handle argument, the
     /// directory for name operations; NFSv4: the current filehandle on entry, or PUTFH's argument).
-    /// Replies: the handle the operation yields (NFSv3 LOOKUP/CREATE/... object; NFSv4: the current
+    /// Replies: the handle the operation yields (NFSv2/v3 LOOKUP/CREATE/... object; NFSv4: the current
     /// filehandle after the operation, when a later GETFH in the same reply reveals it).
     pub fh: Option<Vec<u8>>,
     /// NFSv4 stateid argument or result (READ, WRITE, OPEN, CLOSE, LOCK, ...).
@@ -135,13 +136,15 @@ pub struct NfsOp {
 }
 
 /// READ / WRITE / COMMIT details. Calls carry offset/count/stable, replies count/eof/committed.
-/// READDIR/READDIRPLUS (v3 and v4) report their `eof` here too, and NFSv3 READDIR its count.
+/// READDIR/READDIRPLUS (v2, v3 and v4) report their `eof` here too, and NFSv2/v3 READDIR its
+/// count. NFSv2 has no stable, committed or READ eof, and its WRITE reply no count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadWrite {
     pub offset: Option<u64>,
-    /// Bytes requested (READ, COMMIT, NFSv3 READDIR) or offered (WRITE).
+    /// Bytes requested (READ, COMMIT, NFSv2/v3 READDIR) or offered (WRITE; NFSv2: the data's
+    /// length).
     pub count: Option<u32>,
-    /// Bytes actually returned (READ reply) or written (WRITE reply).
+    /// Bytes actually returned (READ reply; NFSv2: the data's length) or written (WRITE reply).
     pub returned: Option<u32>,
     pub eof: Option<bool>,
     /// stable_how (WRITE call): 0 UNSTABLE, 1 DATA_SYNC, 2 FILE_SYNC.
@@ -166,23 +169,31 @@ pub enum AttrObject {
     Entry(u32),
 }
 
-/// File attributes from an NFSv3 fattr3 (post_op_attr, wcc after-attributes) or an NFSv4 fattr4.
-/// Times are nanoseconds since the epoch. NFSv3 fsid goes into `fsid.0` with `fsid.1 = 0`.
+/// File attributes from an NFSv2 fattr, an NFSv3 fattr3 (post_op_attr, wcc after-attributes) or
+/// an NFSv4 fattr4. Times are nanoseconds since the epoch (NFSv2's microseconds times 1000).
+/// NFSv2/v3 fsid goes into `fsid.0` with `fsid.1 = 0`, NFSv2 rdev into `rdev.0` with `rdev.1 = 0`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attrs {
     pub object: AttrObject,
-    /// ftype3 / nfs_ftype4 (1 regular, 2 directory, 3 block, 4 char, 5 symlink, 6 socket, 7 fifo).
+    /// ftype3 / nfs_ftype4 (1 regular, 2 directory, 3 block, 4 char, 5 symlink, 6 socket, 7 fifo);
+    /// NFSv2 ftype as sent (1 to 5 the same; RFC 1094 defines no others, implementations send
+    /// 6 socket, 7 bad, 8 fifo).
     pub ftype: Option<u32>,
     pub mode: Option<u32>,
     pub nlink: Option<u32>,
-    /// NFSv3 uid/gid; NFSv4: the owner/owner_group strings when they are plain numbers.
+    /// NFSv2/v3 uid/gid; NFSv4: the owner/owner_group strings when they are plain numbers.
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     /// NFSv4 owner and owner_group strings, as sent.
     pub owner: Option<Vec<u8>>,
     pub owner_group: Option<Vec<u8>>,
     pub size: Option<u64>,
+    /// Bytes used (NFSv3 used, NFSv4 space_used); NFSv2 says `blocks` instead.
     pub used: Option<u64>,
+    /// NFSv2 only: the block size, and the number of blocks the file takes (RFC 1094 leaves
+    /// their product's meaning to the server, so no `used` is made of them).
+    pub blocksize: Option<u32>,
+    pub blocks: Option<u32>,
     pub rdev: Option<(u32, u32)>,
     pub fsid: Option<(u64, u64)>,
     pub fileid: Option<u64>,
@@ -263,9 +274,11 @@ impl Decoded {
 }
 
 /// Decodes a message body given its program, version and procedure (for replies: the call's).
-/// NFS v3/v4 and MOUNT v1/v2/v3 have decoders; everything else is [`Outcome::Unsupported`].
+/// NFS v2/v3/v4 and MOUNT v1/v2/v3 have decoders; everything else is [`Outcome::Unsupported`].
 pub fn decode(prog: u32, vers: u32, proc_: u32, direction: Direction, body: &[u8]) -> Decoded {
     match (prog, vers, direction) {
+        (PROG_NFS, 2, Direction::Call) => nfs2::decode_call(proc_, body),
+        (PROG_NFS, 2, Direction::Reply) => nfs2::decode_reply(proc_, body),
         (PROG_NFS, 3, Direction::Call) => nfs3::decode_call(proc_, body),
         (PROG_NFS, 3, Direction::Reply) => nfs3::decode_reply(proc_, body),
         (PROG_NFS, 4, Direction::Call) => nfs4::decode_call(proc_, body),
@@ -298,7 +311,7 @@ pub fn decode_message(msg: &RpcMessage<'_>, call: Option<CallInfo>) -> Decoded {
 }
 
 /// The call's names with their object handles filled in from the reply where the reply tells
-/// them: NFSv3 LOOKUP/CREATE/MKDIR/SYMLINK/MKNOD object handles, and NFSv4 LOOKUP/OPEN/CREATE
+/// them: NFSv2 LOOKUP/CREATE/MKDIR and NFSv3 LOOKUP/CREATE/MKDIR/SYMLINK/MKNOD object handles, and NFSv4 LOOKUP/OPEN/CREATE
 /// results revealed by a GETFH later in the COMPOUND. Ops are matched by index. An NFSv4
 /// reply answers its COMPOUND's operations only up to the first that failed; names of the
 /// operations after it (the server never ran them) are left out.
@@ -346,8 +359,12 @@ mod tests {
             );
         }
         assert_eq!(
-            decode(PROG_NFS, 2, 1, Direction::Call, &[]).outcome,
+            decode(PROG_NFS, 5, 1, Direction::Call, &[]).outcome,
             Outcome::Unsupported
+        );
+        assert_eq!(
+            decode(PROG_NFS, 2, 1, Direction::Call, &[]).outcome,
+            Outcome::Decoded
         );
     }
 

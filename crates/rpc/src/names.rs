@@ -16,6 +16,33 @@ pub fn program_name(prog: u32) -> Option<&'static str> {
     })
 }
 
+/// RFC 1094 section 2.2; ROOT and WRITECACHE are obsolete but numbered.
+const NFS2_PROCS: [&str; 18] = [
+    "NULL",
+    "GETATTR",
+    "SETATTR",
+    "ROOT",
+    "LOOKUP",
+    "READLINK",
+    "READ",
+    "WRITECACHE",
+    "WRITE",
+    "CREATE",
+    "REMOVE",
+    "RENAME",
+    "LINK",
+    "SYMLINK",
+    "MKDIR",
+    "RMDIR",
+    "READDIR",
+    "STATFS",
+];
+
+/// NFSv2 procedure name; "unknown" outside 0..=17.
+pub fn nfs2_proc_name(proc_: u32) -> &'static str {
+    NFS2_PROCS.get(proc_ as usize).copied().unwrap_or("unknown")
+}
+
 const NFS3_PROCS: [&str; 22] = [
     "NULL",
     "GETATTR",
@@ -125,6 +152,7 @@ pub fn portmap_proc_name(vers: u32, proc_: u32) -> &'static str {
 pub fn proc_name(prog: u32, vers: u32, proc_: u32) -> &'static str {
     match (prog, vers) {
         (100000, _) => portmap_proc_name(vers, proc_),
+        (100003, 2) => nfs2_proc_name(proc_),
         (100003, 3) => nfs3_proc_name(proc_),
         (100003, 4) => nfs4_proc_name(proc_),
         (100005, _) => mount_proc_name(proc_),
@@ -154,6 +182,11 @@ mod tests {
         assert_eq!(nfs3_proc_name(17), "READDIRPLUS");
         assert_eq!(nfs3_proc_name(21), "COMMIT");
         assert_eq!(nfs3_proc_name(22), "unknown");
+        assert_eq!(proc_name(100003, 2, 0), "NULL");
+        assert_eq!(proc_name(100003, 2, 8), "WRITE");
+        assert_eq!(proc_name(100003, 2, 14), "MKDIR");
+        assert_eq!(proc_name(100003, 2, 17), "STATFS");
+        assert_eq!(proc_name(100003, 2, 18), "unknown");
     }
 
     #[test]

@@ -81,7 +81,13 @@ fn corpus_payloads_never_panic_any_decoder() {
             n += 1;
             let _ = tapdeck_rpc::parse_message(&m.bytes);
             for body in [&m.bytes[..], m.bytes.get(24..).unwrap_or(&[])] {
-                for (prog, vers) in [(100003, 3), (100003, 4), (100005, 1), (100005, 3)] {
+                for (prog, vers) in [
+                    (100003, 2),
+                    (100003, 3),
+                    (100003, 4),
+                    (100005, 1),
+                    (100005, 3),
+                ] {
                     for proc_ in 0..24 {
                         for dir in [tapdeck_rpc::Direction::Call, tapdeck_rpc::Direction::Reply] {
                             let _ = tapdeck_rpc::decode(prog, vers, proc_, dir, body);

@@ -62,6 +62,74 @@ pub const FIELDS: &[&str] = &[
     "mount.dump.directory",
     "mount.export.directory",
     "mount.export.group",
+    "nfs.status2",
+    "nfs.read.offset",
+    "nfs.read.count",
+    "nfs.write.offset",
+    "nfs.data",
+    "nfs.readdir.count",
+    "nfs.readdir.eof",
+    "nfs.readdir.entry.name",
+    "nfs.readdir.entry.fileid",
+    "nfs.readdir.entry.cookie",
+    "nfs.ftype",
+    "nfs.mode",
+    "nfs.fattr.nlink",
+    "nfs.fattr.uid",
+    "nfs.fattr.gid",
+    "nfs.fattr.size",
+    "nfs.fattr.blocksize",
+    "nfs.fattr.rdev",
+    "nfs.fattr.blocks",
+    "nfs.fattr.fsid",
+    "nfs.fattr.fileid",
+    "nfs.atime.sec",
+    "nfs.atime.usec",
+    "nfs.mtime.sec",
+    "nfs.mtime.usec",
+    "nfs.ctime.sec",
+    "nfs.ctime.usec",
+];
+
+/// Fields compared on NFSv2 frames only (NFSv4 uses some of the names, for attributes this crate
+/// does not report). `nfs.data` is compared as its length: the data's byte count.
+const V2_FIELDS: &[&str] = &[
+    "nfs.read.offset",
+    "nfs.read.count",
+    "nfs.write.offset",
+    "nfs.data",
+    "nfs.readdir.count",
+    "nfs.readdir.eof",
+    "nfs.ftype",
+    "nfs.mode",
+    "nfs.fattr.nlink",
+    "nfs.fattr.uid",
+    "nfs.fattr.gid",
+    "nfs.fattr.size",
+    "nfs.fattr.blocksize",
+    "nfs.fattr.rdev",
+    "nfs.fattr.blocks",
+    "nfs.fattr.fsid",
+    "nfs.fattr.fileid",
+    "nfs.atime.sec",
+    "nfs.atime.usec",
+    "nfs.mtime.sec",
+    "nfs.mtime.usec",
+    "nfs.ctime.sec",
+    "nfs.ctime.usec",
+];
+
+/// Of those, the attribute fields: in calls they are SETATTR/CREATE/MKDIR/SYMLINK's sattr,
+/// which this crate walks past without reporting (no table holds attributes being set).
+const V2_ATTR_FIELDS: &[&str] = &[
+    "nfs.mode",
+    "nfs.fattr.uid",
+    "nfs.fattr.gid",
+    "nfs.fattr.size",
+    "nfs.atime.sec",
+    "nfs.atime.usec",
+    "nfs.mtime.sec",
+    "nfs.mtime.usec",
 ];
 
 /// Fields compared as sets: tshark lists every occurrence in wire order (file handles of a
@@ -243,6 +311,42 @@ fn put(m: &mut Fields, k: &str, v: impl ToString) {
     m.entry(k.to_string()).or_default().push(v.to_string());
 }
 
+/// An NFSv2 fattr as tshark shows it: times as seconds and microseconds, fsid in hex.
+fn attrs_fields_v2(m: &mut Fields, a: &Attrs) {
+    let num = |m: &mut Fields, k: &str, v: Option<u64>| {
+        if let Some(v) = v {
+            put(m, k, v);
+        }
+    };
+    num(m, "nfs.ftype", a.ftype.map(u64::from));
+    num(m, "nfs.mode", a.mode.map(u64::from));
+    num(m, "nfs.fattr.nlink", a.nlink.map(u64::from));
+    num(m, "nfs.fattr.uid", a.uid.map(u64::from));
+    num(m, "nfs.fattr.gid", a.gid.map(u64::from));
+    num(m, "nfs.fattr.size", a.size);
+    num(m, "nfs.fattr.blocksize", a.blocksize.map(u64::from));
+    num(m, "nfs.fattr.rdev", a.rdev.map(|r| r.0.into()));
+    num(m, "nfs.fattr.blocks", a.blocks.map(u64::from));
+    if let Some((fsid, _)) = a.fsid {
+        put(m, "nfs.fattr.fsid", format!("0x{fsid:08x}"));
+    }
+    num(m, "nfs.fattr.fileid", a.fileid);
+    for (t, k) in [
+        (a.atime_ns, "atime"),
+        (a.mtime_ns, "mtime"),
+        (a.ctime_ns, "ctime"),
+    ] {
+        if let Some(ns) = t {
+            put(m, &format!("nfs.{k}.sec"), ns.div_euclid(1_000_000_000));
+            put(
+                m,
+                &format!("nfs.{k}.usec"),
+                ns.rem_euclid(1_000_000_000) / 1_000,
+            );
+        }
+    }
+}
+
 fn attrs_fields(m: &mut Fields, a: &Attrs, v4: bool) {
     if v4 {
         if let Some(s) = a.size {
@@ -329,6 +433,8 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
         put(&mut m, "rpc.procedure", info.proc_);
         let d = decode_message(&rpc, Some(info));
         let v4 = info.prog == PROG_NFS && info.vers == 4;
+        let v2 = info.prog == PROG_NFS && info.vers == 2;
+        let call = rpc.direction() == Direction::Call;
         if let Some(c) = &d.compound {
             if !c.tag.is_empty() {
                 put(&mut m, "nfs.tag", String::from_utf8_lossy(&c.tag));
@@ -345,7 +451,12 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
                 put(&mut m, "nfs.opcode", op.op);
             }
             if let Some(s) = op.status {
-                put(&mut m, if v4 { "nfs.nfsstat4" } else { "nfs.status3" }, s);
+                let k = match info.vers {
+                    2 => "nfs.status2",
+                    4 => "nfs.nfsstat4",
+                    _ => "nfs.status3",
+                };
+                put(&mut m, k, s);
             }
             for fh in [&op.fh].into_iter().flatten() {
                 put(&mut m, "nfs.fhandle", hex(fh));
@@ -358,6 +469,11 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
                     (true, false, _) => ("nfs.pathname.component", "", ""),
                     (true, true, _) => ("nfs.name", "", ""),
                     (false, false, _) => ("nfs.name", "", ""),
+                    (false, true, _) if v2 => (
+                        "nfs.readdir.entry.name",
+                        "nfs.readdir.entry.fileid",
+                        "nfs.readdir.entry.cookie",
+                    ),
                     (false, true, 16) => (
                         "nfs.readdir.entry3.name",
                         "nfs.readdir.entry3.fileid",
@@ -378,7 +494,30 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
                     put(&mut m, "nfs.fhandle", hex(fh));
                 }
             }
-            if let Some(rw) = op.rw {
+            if let (Some(rw), true) = (op.rw, v2) {
+                // tshark's v2 fields are per procedure; the data's length is `nfs.data`'s.
+                let (ko, kc) = match (op.op_name, call) {
+                    ("READ", true) => ("nfs.read.offset", "nfs.read.count"),
+                    ("WRITE", true) => ("nfs.write.offset", "nfs.data"),
+                    ("READ", false) => ("", "nfs.data"),
+                    _ => ("", "nfs.readdir.count"),
+                };
+                if let (Some(o), false) = (rw.offset, ko.is_empty()) {
+                    put(&mut m, ko, o);
+                }
+                if let Some(c) = rw.count.or(rw.returned) {
+                    let c = c.to_string();
+                    let c = if kc == "nfs.data" {
+                        format!("len:{c}")
+                    } else {
+                        c
+                    };
+                    put(&mut m, kc, c);
+                }
+                if let Some(e) = rw.eof {
+                    put(&mut m, "nfs.readdir.eof", e as u8);
+                }
+            } else if let Some(rw) = op.rw {
                 let (ko, kc) = if v4 {
                     ("nfs.offset4", "nfs.count4")
                 } else {
@@ -404,7 +543,11 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
                 }
             }
             for a in &op.attrs {
-                attrs_fields(&mut m, a, v4);
+                if v2 {
+                    attrs_fields_v2(&mut m, a);
+                } else {
+                    attrs_fields(&mut m, a, v4);
+                }
             }
         }
         if let Some(mnt) = &d.mount {
@@ -443,6 +586,16 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
 /// tshark prints some fields twice where this crate has one value (rpc.programversion for the
 /// call header and again inside NFS); compare the distinct values in order.
 fn normalize(field: &str, mut v: Vec<String>) -> Vec<String> {
+    if field == "nfs.data" {
+        // tshark: the bytes in hex; ours: "len:N" (see our_fields).
+        return v
+            .into_iter()
+            .map(|h| match h.strip_prefix("len:") {
+                Some(_) => h,
+                None => format!("len:{}", h.replace(':', "").len() / 2),
+            })
+            .collect();
+    }
     if SET_FIELDS.contains(&field) {
         v.sort();
         v.dedup();
@@ -488,9 +641,15 @@ pub fn compare(path: &Path, ports: &[u16], extra: &[&str]) -> Comparison {
             .as_ref()
             .is_some_and(|d| d.outcome == Outcome::Unsupported);
         c.header_only += header_only as usize;
+        let nfs_v2 = t.get("rpc.program").is_some_and(|p| p[0] == "100003")
+            && t.get("rpc.programversion")
+                .is_some_and(|v| v.iter().all(|v| v == "2"));
+        let v2_call = nfs_v2 && t.get("rpc.msgtyp").is_some_and(|v| v[0] == "0");
         for field in FIELDS
             .iter()
             .filter(|f| !header_only || f.starts_with("rpc."))
+            .filter(|f| nfs_v2 || !V2_FIELDS.contains(f))
+            .filter(|f| !v2_call || !V2_ATTR_FIELDS.contains(f))
         {
             let tv = normalize(field, t.get(*field).cloned().unwrap_or_default());
             let ov = normalize(field, o.get(*field).cloned().unwrap_or_default());
