@@ -361,3 +361,15 @@ def test_a_recording_service_keeps_its_timeline_across_a_restart(tapdeck, tmp_pa
     finally:
         kill_all(procs)
         subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
+
+
+def test_a_window_before_the_retention_horizon_is_refused(served):
+    base = served["base"]
+    # The store's oldest packet is at conftest's T0 (2026-11-21); a window ending a day
+    # before asks for packets no store holds any more.
+    code, _, body = get(base + "/api/v1/packets?end=2026-11-20T00:00:00Z", TOKEN)
+    assert code == 400, (code, body[:200])
+    msg = json.loads(body)["error"]
+    assert "retention horizon" in msg and "2026-11-20T00:00:00Z" in msg, msg
+    code, _, body = get(base + "/api/v1/count?end=2026-11-20T00:00:00Z", TOKEN)
+    assert code == 400 and "retention horizon" in json.loads(body)["error"]

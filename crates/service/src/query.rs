@@ -16,6 +16,7 @@ use axum::body::Bytes;
 use tapdeck_index::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_store::extract::{self, ExtractReport, PacketFilter, Plan, StoreInput, TimeWindow};
+use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +112,25 @@ pub fn prepare(stores: &[PathBuf], req: &Request) -> Result<Prepared, QueryError
         .iter()
         .map(|s| Store::open(s).map_err(|e| QueryError::Store(e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
+    // A window that ends before the oldest packet kept asks for what retention deleted:
+    // say so, rather than answer an empty file.
+    let oldest = opened
+        .iter()
+        .flat_map(|s| s.files.iter().chain(&s.partials))
+        .filter_map(|f| {
+            let name = f.file_name()?.to_str()?;
+            meta::time_of_name(meta::final_name_of_partial(name).unwrap_or(name))
+        })
+        .min();
+    if let (Some(end), Some(oldest)) = (window.end_ns, oldest) {
+        if end <= oldest {
+            return Err(bad(format!(
+                "the window ends at {}, before the oldest packet kept ({}, the retention horizon): those packets are gone",
+                meta::rfc3339_utc(end),
+                meta::rfc3339_utc(oldest)
+            )));
+        }
+    }
     let inputs: Vec<StoreInput<'_>> = opened
         .iter()
         .map(|store| StoreInput {
