@@ -9,6 +9,7 @@ packages=(
   tcpdump tshark   # oracles in tests, peers in benchmarks
   wireshark-common # capinfos, editcap, mergecap
   zstd lz4         # the stock tools our files must decompress with
+  gzip bzip2 xz-utils # how archives of old traces are compressed (tests/e2e/test_compressed_inputs.py)
   iproute2         # network namespaces and veth pairs for tests and the demo
   e2fsprogs mount  # loop-mounted small ext4 filesystems (tests/e2e/test_store_chaos.py)
   valgrind         # the unit tests of crates with unsafe code (scripts/valgrind.sh)

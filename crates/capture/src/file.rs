@@ -9,6 +9,7 @@ use std::os::unix::fs::FileExt;
 use tapdeck_pcap::container::{decode_frame, ChunkEntry, ChunkIndex, Container};
 use tapdeck_pcap::{Interface, Packet, PacketFlags, TraceBytes, TraceReader};
 
+use crate::compression::{self, Compression};
 use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
 
 /// Packets handed over per poll: enough to amortise the call, small enough to let the
@@ -36,7 +37,7 @@ struct HeldPacket {
 }
 
 impl FileSource {
-    /// Opens `path` (`-` for standard input), compressed or not: see `open_trace_bytes`.
+    /// Opens `path` (`-` for standard input), compressed or not: see [`open_trace`].
     pub fn open(path: &str) -> Result<FileSource, SourceError> {
         let reader = open_trace(path)?;
         Ok(FileSource {
@@ -56,8 +57,10 @@ impl FileSource {
     }
 }
 
-/// A reader of a trace's packets, whatever its compression or container. A plain file is
-/// mapped and read in place; everything else goes through [`open_trace_bytes`].
+/// A reader of a trace's packets, whatever its compression or container: the one way
+/// every command opens a trace (`record -r`, `convert`, anything reading trace files). A
+/// plain file is mapped and read in place; everything else goes through
+/// [`open_trace_bytes`]. Errors name `path`.
 pub fn open_trace(path: &str) -> Result<TraceReader<Box<dyn Read + Send>>, SourceError> {
     let format_error = |source| SourceError::Format {
         path: path.to_string(),
@@ -68,13 +71,8 @@ pub fn open_trace(path: &str) -> Result<TraceReader<Box<dyn Read + Send>>, Sourc
             File::open(path).map_err(|e| SourceError::Other(format!("cannot open {path}: {e}")))?;
         if ChunkIndex::read_trailer(&file).is_err() {
             if let Some(m) = Mapped::new(&file) {
-                let compressed = matches!(
-                    m.as_ref()
-                        .get(..4)
-                        .map(|b| u32::from_le_bytes(b.try_into().expect("4"))),
-                    Some(ZSTD_MAGIC | LZ4_MAGIC)
-                );
-                if !compressed {
+                let head = &m.as_ref()[..m.len.min(compression::MAGIC_LEN)];
+                if Compression::detect(head).is_none() {
                     return TraceReader::from_bytes(Box::new(m)).map_err(format_error);
                 }
             }
@@ -83,13 +81,11 @@ pub fn open_trace(path: &str) -> Result<TraceReader<Box<dyn Read + Send>>, Sourc
     TraceReader::new(open_trace_bytes(path)?).map_err(format_error)
 }
 
-const ZSTD_MAGIC: u32 = 0xFD2F_B528;
-const LZ4_MAGIC: u32 = 0x184D_2204;
-
 /// The uncompressed capture bytes of a trace: `-` is standard input; a stored tapdeck file
 /// is decoded frame by frame from its index (its frames may mix zstd and LZ4, which no
-/// single stream decoder reads); any other zstd- or LZ4-compressed file is decompressed
-/// as a stream. What comes out is plain pcap or pcapng for a `TraceReader`.
+/// single stream decoder reads); anything else compressed (gzip, bzip2, xz, zstd, LZ4:
+/// see [`compression::decompress`]) is decompressed as a stream. What comes out is plain
+/// pcap or pcapng for a `TraceReader`.
 pub fn open_trace_bytes(path: &str) -> Result<Box<dyn Read + Send>, SourceError> {
     let input: Box<dyn Read + Send> = if path == "-" {
         Box::new(io::stdin())
@@ -107,7 +103,9 @@ pub fn open_trace_bytes(path: &str) -> Result<Box<dyn Read + Send>, SourceError>
             Err(_) => Box::new(file),
         }
     };
-    sniff_compression(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))
+    let (_, bytes) =
+        compression::decompress(input).map_err(|e| SourceError::Other(format!("{path}: {e}")))?;
+    Ok(bytes)
 }
 
 /// A plain file read through a read-only mapping, so packets are read in place: copying
@@ -209,27 +207,6 @@ impl Read for StoredFrames {
         out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
-    }
-}
-
-/// Wraps a zstd- or LZ4-compressed input in a decoder; passes anything else through
-/// unchanged.
-fn sniff_compression(mut input: Box<dyn Read + Send>) -> io::Result<Box<dyn Read + Send>> {
-    let mut magic = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = input.read(&mut magic[got..])?;
-        if n == 0 {
-            break;
-        }
-        got += n;
-    }
-    let head = io::Cursor::new(magic[..got].to_vec());
-    let whole: Box<dyn Read + Send> = Box::new(head.chain(input));
-    match (got == 4).then(|| u32::from_le_bytes(magic)) {
-        Some(ZSTD_MAGIC) => Ok(Box::new(zstd::stream::read::Decoder::new(whole)?)),
-        Some(LZ4_MAGIC) => Ok(Box::new(lz4_flex::frame::FrameDecoder::new(whole))),
-        _ => Ok(whole),
     }
 }
 

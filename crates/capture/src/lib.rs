@@ -5,12 +5,14 @@
 //! files and flushes partial chunks. Sources own no disk I/O beyond their input.
 
 mod afpacket;
+pub mod compression;
 mod file;
 mod synthetic;
 
 pub use afpacket::{
     drop_privileges, lookup_user, AfPacketConfig, AfPacketSource, KernelStats, DEFAULT_SNAPLEN,
 };
+pub use compression::{ArchiveError, Compression};
 pub use file::{open_trace, open_trace_bytes, FileSource};
 pub use synthetic::{SyntheticProfile, SyntheticSource, UnknownProfile};
 pub use tapdeck_pcap::{Interface, Packet};

@@ -126,7 +126,10 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Replay a pcap or pcapng file (`-` for standard input) with its original timestamps.
+    /// Replay a pcap or pcapng file (`-` for standard input) with its original timestamps:
+    /// plain, or compressed with gzip, bzip2, xz, zstd or LZ4 (told by content), or a
+    /// stored tapdeck file. A file cut short: the packets before the cut are stored, then
+    /// an error names the file and where.
     #[arg(
         short = 'r',
         long = "read",
@@ -680,8 +683,9 @@ pub struct InfoArgs {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// Trace files (pcap or pcapng, plain, zstd or LZ4), tapdeck stores, or directories
-    /// holding traces.
+    /// Trace files (pcap or pcapng; plain, or compressed with gzip, bzip2, xz, zstd or LZ4,
+    /// told by content), tapdeck stores, or directories holding traces (found by name:
+    /// .pcap, .pcapng, .cap, each also with .gz, .bz2, .xz, .zst or .lz4).
     #[arg(value_name = "INPUT", required = true)]
     pub inputs: Vec<PathBuf>,
 

@@ -34,16 +34,21 @@ impl SourceFile {
     }
 }
 
-/// Name endings of trace files found when walking a directory.
-const TRACE_SUFFIXES: &[&str] = &[
-    ".pcap",
-    ".pcapng",
-    ".cap",
-    ".pcap.zst",
-    ".pcapng.zst",
-    ".pcap.lz4",
-    ".pcapng.lz4",
-];
+/// Name endings of trace files found when walking a directory, each alone or followed by
+/// one of [`COMPRESSED_SUFFIXES`]. (Only the walk goes by name: a file is read by its
+/// content, so a file named on the command line may be called anything.)
+const TRACE_SUFFIXES: &[&str] = &[".pcap", ".pcapng", ".cap"];
+
+/// Name endings of compressed files (what `gzip`, `bzip2`, `xz`, `zstd` and `lz4` add).
+const COMPRESSED_SUFFIXES: &[&str] = &[".gz", ".bz2", ".xz", ".zst", ".lz4"];
+
+fn is_trace_name(name: &str) -> bool {
+    let name = COMPRESSED_SUFFIXES
+        .iter()
+        .find_map(|c| name.strip_suffix(c))
+        .unwrap_or(name);
+    TRACE_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
 
 /// Bound on directory depth, so a symlink loop cannot walk forever.
 const MAX_DEPTH: usize = 16;
@@ -110,7 +115,7 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<()> {
         let path = e.path();
         if path.is_dir() {
             walk(&path, depth + 1, out)?;
-        } else if TRACE_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+        } else if is_trace_name(&name) {
             out.push(path);
         }
     }
@@ -120,4 +125,35 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<()> {
 /// Opens a trace for reading packets, whatever its compression or container.
 pub fn open(path: &str) -> Result<TraceReader<Box<dyn std::io::Read + Send>>> {
     Ok(open_trace(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_takes_traces_plain_or_compressed_by_name() {
+        for name in [
+            "a.pcap",
+            "a.pcapng",
+            "a.cap",
+            "a.pcap.gz",
+            "a.pcapng.bz2",
+            "a.cap.xz",
+            "a.pcap.zst",
+            "a.pcapng.lz4",
+        ] {
+            assert!(is_trace_name(name), "{name}");
+        }
+        for name in [
+            "a.gz",
+            "a.tar.gz",
+            "a.pcap.idx",
+            "a.pcap.gz.partial",
+            "a.txt.xz",
+            "pcap",
+        ] {
+            assert!(!is_trace_name(name), "{name}");
+        }
+    }
 }
