@@ -80,6 +80,15 @@ echo "== scrape: http://$listen/metrics (OpenMetrics; saved as metrics.txt), and
 curl -s "http://$listen/metrics" >"$out/metrics.txt"
 grep -E '^tapdeck_packets_(seen|stored)_total|^tapdeck_packets_in_flight|^tapdeck_files_written_total|cause="kernel"' "$out/metrics.txt" | sed 's/^/   /'
 "$bin" status --listen "$listen" | sed 's/^/   /' || true
+echo "== query: the service answers while it records (tapdeck query, and the web page at http://$listen/)"
+"$bin" query "$listen" -w "$out/query.pcapng" udp and dst port 9
+echo "   tcpdump reads $(tcpdump -r "$out/query.pcapng" 2>/dev/null | wc -l) packets from query.pcapng"
+curl -s "http://$listen/api/v1/stats" >"$out/timeline.json"
+echo "   /api/v1/stats (the page's per-minute timeline): $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sum(p['stored'] for p in d['points']), 'packets stored in', len(d['points']), 'minute(s)')" "$out/timeline.json")"
+# The page as a browser draws it (the chart is drawn by its script from /api/v1/stats).
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1500 \
+  --virtual-time-budget=5000 --user-data-dir="$out/.chromium" --screenshot="$out/page.png" \
+  "http://$listen/" >/dev/null 2>&1 && echo "   the web page, as headless Chromium drew it: page.png" || true
 echo "== stop: SIGTERM drains the service"
 kill -TERM "$record_pid"; wait "$record_pid"; record_pid=
 kill -INT "$capture_pid"; wait "$capture_pid" 2>/dev/null || true; capture_pid=
@@ -118,6 +127,8 @@ cat <<EOT
 Results:
   $out/store/               the live recording by tapdeck serve (manifest.json, *.pcapng.zst)
   $out/tapdeck.toml         its config; serve.log its log; metrics.txt a scrape of /metrics
+  $out/query.pcapng         an answer of its query API (tapdeck query) while it recorded
+  $out/page.png             its web page (timeline, query form, files); timeline.json its data
   $out/link.pcap            the same traffic as tcpdump wrote it, for comparison
   $out/replay-store/        link.pcap replayed into a store
   $out/synthetic-store/     the synthetic recording
