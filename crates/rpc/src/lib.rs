@@ -101,6 +101,32 @@ pub struct Decoded {
     pub unknown_attr_lists: u32,
 }
 
+/// One NFSv2/v3 procedure's body decoded by `walk` into a single op named by `name`; a
+/// procedure number above `last` is invalid (`out_of_range` says so).
+pub(crate) fn decode_procedure(
+    proc_: u32,
+    body: &[u8],
+    (last, out_of_range): (u32, &'static str),
+    name: fn(u32) -> &'static str,
+    walk: fn(u32, &mut xdr::Xdr<'_>, &mut NfsOp) -> Result<(), Error>,
+) -> Decoded {
+    let mut d = Decoded::default();
+    let mut op = NfsOp {
+        op: proc_,
+        op_name: name(proc_),
+        ..Default::default()
+    };
+    let mut x = xdr::Xdr::new(body);
+    let r = if proc_ > last {
+        Err(Error::Invalid(out_of_range))
+    } else {
+        walk(proc_, &mut x, &mut op)
+    };
+    d.ops.push(op);
+    d.finish(r, &x);
+    d
+}
+
 /// The NFSv4 COMPOUND envelope.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Compound {

@@ -50,21 +50,13 @@ fn decode_with(
     body: &[u8],
     f: fn(u32, &mut Xdr<'_>, &mut NfsOp) -> Result<(), Error>,
 ) -> Decoded {
-    let mut d = Decoded::default();
-    let mut op = NfsOp {
-        op: proc_,
-        op_name: nfs2_proc_name(proc_),
-        ..Default::default()
-    };
-    let mut x = Xdr::new(body);
-    let r = if proc_ > STATFS {
-        Err(Error::Invalid("NFSv2 procedure number out of range"))
-    } else {
-        f(proc_, &mut x, &mut op)
-    };
-    d.ops.push(op);
-    d.finish(r, &x);
-    d
+    crate::decode_procedure(
+        proc_,
+        body,
+        (STATFS, "NFSv2 procedure number out of range"),
+        nfs2_proc_name,
+        f,
+    )
 }
 
 /// fhandle: 32 opaque bytes without a length.

@@ -47,21 +47,13 @@ fn decode_with(
     body: &[u8],
     f: fn(u32, &mut Xdr<'_>, &mut NfsOp) -> Result<(), Error>,
 ) -> Decoded {
-    let mut d = Decoded::default();
-    let mut op = NfsOp {
-        op: proc_,
-        op_name: nfs3_proc_name(proc_),
-        ..Default::default()
-    };
-    let mut x = Xdr::new(body);
-    let r = if proc_ > COMMIT {
-        Err(Error::Invalid("NFSv3 procedure number out of range"))
-    } else {
-        f(proc_, &mut x, &mut op)
-    };
-    d.ops.push(op);
-    d.finish(r, &x);
-    d
+    crate::decode_procedure(
+        proc_,
+        body,
+        (COMMIT, "NFSv3 procedure number out of range"),
+        nfs3_proc_name,
+        f,
+    )
 }
 
 fn fh(x: &mut Xdr<'_>) -> Result<Vec<u8>, Error> {
