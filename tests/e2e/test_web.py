@@ -373,3 +373,55 @@ def test_a_window_before_the_retention_horizon_is_refused(served):
     assert "retention horizon" in msg and "2026-11-20T00:00:00Z" in msg, msg
     code, _, body = get(base + "/api/v1/count?end=2026-11-20T00:00:00Z", TOKEN)
     assert code == 400 and "retention horizon" in json.loads(body)["error"]
+
+
+def test_a_named_token_logs_in_through_the_form_and_the_cookie_is_its(
+    tapdeck, tmp_path, procs
+):
+    """`token-file` (NAME TOKEN lines): the form's token becomes the cookie, the cookie
+    opens the page and the API, the log names who logged in; a wrong token gets the form
+    again (401) and no cookie; logging out forgets it."""
+    import http.client
+
+    original = write_pcap(tmp_path / "o.pcap", gen_packets(500, seed=3))
+    store = tmp_path / "S"
+    assert tapdeck("record", "-r", original, "--store", store, "-q").returncode == 0
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# who may look\nalice alice-token-0123456789\nbob bob-token-0123456789\n")
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as f:
+        p = subprocess.Popen(
+            [tapdeck.bin, "serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokens,
+             "--no-capture", store],
+            stdout=subprocess.DEVNULL, stderr=f,
+        )
+    procs.append(p)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: get(base + "/healthz", "bob-token-0123456789")[0] == 200, 20, "serve")
+
+    def login(token):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/login", body=f"token={token}",
+                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+        r = c.getresponse()
+        r.read()
+        return r.status, r.getheader("Set-Cookie") or ""
+
+    status, cookie = login("nobody-0123456789")
+    assert status == 401 and not cookie, "a wrong token got a cookie"
+    status, cookie = login("alice-token-0123456789")
+    assert status in (302, 303) and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "Secure" not in cookie, "Secure on plain HTTP would make browsers drop it"
+    pair = cookie.split(";")[0]
+    code, _, body = get(base + "/", cookie=pair)
+    assert code == 200 and str(store) in body.decode()
+    code, _, body = get(base + "/api/v1/count?filter=udp", cookie=pair)
+    assert code == 200 and json.loads(body)["packets"] > 0
+    wait_for(lambda: "web login by alice" in log.read_text(), 5, "the login in the log")
+    wait_for(lambda: "count by alice" in log.read_text(), 5, "the count, by name, in the log")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("POST", "/logout")
+    r = c.getresponse()
+    r.read()
+    assert "Max-Age=0" in (r.getheader("Set-Cookie") or "")
