@@ -259,6 +259,14 @@ pub fn record<S: PacketSource + 'static>(
             writer.run(rx)
         }));
     }
+    // Replaying files, no packet can be lost: the reader waits for the compressors. Nice
+    // 19 would then only make a replay crawl on a busy machine (24,000 packets took 18 s
+    // under a load of 9), so compressors yield to capture only when capture is live.
+    let compress_nice = if sources.iter().any(|s| s.live()) {
+        19
+    } else {
+        0
+    };
     for i in 0..cfg.compressors.max(1) {
         let rx = work_rx.clone();
         let txs = writer_txs.clone();
@@ -269,8 +277,8 @@ pub fn record<S: PacketSource + 'static>(
         let format = cfg.flow_index.then_some(cfg.format);
         let cpus = cfg.pinning.compressors.clone();
         threads.push(spawn(format!("compress-{i}"), &stats, move || {
-            // Compression yields to capture: a burst must never starve the capture loop.
-            set_nice(19);
+            // Compression yields to live capture: a burst must never starve the capture loop.
+            set_nice(compress_nice);
             pin(&cpus);
             compress_loop(rx, txs, (pools, controllers), (ladder, format), hub)
         }));
