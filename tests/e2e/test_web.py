@@ -316,6 +316,10 @@ def test_a_recording_service_keeps_its_timeline_across_a_restart(tapdeck, tmp_pa
                 20,
                 "the timeline to count the pings while recording",
             )
+            # The page says what is recording now: the open file's packets are not in the
+            # store's numbers until it is finished.
+            page = in_ns("curl", "-s", "http://127.0.0.1:9798/", text=True).stdout
+            assert "id=recording>Recording since" in page and "being written" in page, page[-1500:]
             p.terminate()
             assert p.wait(timeout=20) == 0
             # After the stop, the file holds exactly the run's final totals.

@@ -367,6 +367,10 @@ async fn page(State(shared): State<Arc<Shared>>) -> Response {
         info: &info,
         files: &files,
         horizon_ns: live.as_ref().map(|l| l.horizon_ns()),
+        recording: live.as_ref().map(|l| {
+            let t = l.snapshot().totals;
+            (t.seen, t.stored, t.dropped.total(), l.started_ns())
+        }),
         dirs: live.as_ref().map(|l| l.dirs()).unwrap_or_default(),
         authenticated: !service.tokens().is_empty(),
     });

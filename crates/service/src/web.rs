@@ -44,6 +44,9 @@ pub struct Page<'a> {
     pub files: &'a Value,
     /// The retention horizon (the oldest packet kept) while recording.
     pub horizon_ns: Option<u64>,
+    /// While recording: packets seen, stored and dropped since the service started, and
+    /// when it started (the open files' packets are not in the store's numbers yet).
+    pub recording: Option<(u64, u64, u64, u64)>,
     pub dirs: Vec<tapdeck_recorder::live::DirState>,
     /// A token is needed (the page then offers to log out).
     pub authenticated: bool,
@@ -97,18 +100,38 @@ pub fn page(p: &Page<'_>) -> String {
     );
 
     out.push_str("<h2>Store</h2>\n");
+    if let Some((seen, stored, dropped, started)) = p.recording {
+        out.push_str(&format!(
+            "<p id=recording>Recording since {}: {} packets seen, {} stored, {} dropped{}</p>\n",
+            rfc3339_utc(started),
+            count(seen),
+            count(stored),
+            count(dropped),
+            if dropped > 0 {
+                " (see the timeline for the causes)"
+            } else {
+                ""
+            }
+        ));
+    }
     if let Some(horizon) = p.horizon_ns {
         out.push_str(&format!(
             "<p>Retention horizon (the oldest packet kept): <b>{}</b></p>\n",
             rfc3339_utc(horizon)
         ));
     }
-    out.push_str("<table><tr><th>store</th><th class=n>files</th><th class=n>packets</th><th class=n>bytes</th><th>oldest packet</th><th>newest packet</th></tr>\n");
+    out.push_str("<table><tr><th>store</th><th class=n>files</th><th class=n>packets (finished files)</th><th class=n>bytes</th><th>oldest packet</th><th>newest packet</th></tr>\n");
     for s in p.info["stores"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td></tr>\n",
             escape(s["store"].as_str().unwrap_or("")),
-            s["files"].as_u64().unwrap_or(0),
+            match s["being_written"].as_u64().unwrap_or(0) {
+                0 => s["files"].as_u64().unwrap_or(0).to_string(),
+                open => format!(
+                    "{} + {open} being written",
+                    s["files"].as_u64().unwrap_or(0)
+                ),
+            },
             count(s["packets"].as_u64().unwrap_or(0)),
             bytes(s["bytes"].as_u64().unwrap_or(0)),
             time(&s["first_ts_ns"]),
@@ -345,6 +368,7 @@ mod tests {
             info: &info,
             files: &files,
             horizon_ns: None,
+            recording: None,
             dirs: vec![],
             authenticated: false,
         });
