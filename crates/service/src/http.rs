@@ -337,13 +337,7 @@ async fn logout() -> Response {
 /// `GET /`: the page (see [`web`]).
 async fn page(State(shared): State<Arc<Shared>>) -> Response {
     let stores = shared.service.stores.read().unwrap().clone();
-    let gathered = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::query::QueryError>((
-            crate::query::info(&stores)?,
-            crate::query::files(&stores)?,
-        ))
-    })
-    .await;
+    let gathered = tokio::task::spawn_blocking(move || crate::query::overview(&stores)).await;
     let (info, files) = match gathered {
         Ok(Ok(both)) => both,
         Ok(Err(e)) => {

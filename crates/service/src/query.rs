@@ -366,44 +366,44 @@ impl Write for Counter {
 
 /// The files of the served stores, for `/api/v1/files`.
 pub fn files(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
-    let mut out = Vec::new();
-    for root in stores {
-        let store = Store::open(root).map_err(|e| QueryError::Store(e.to_string()))?;
-        for path in &store.files {
-            let entry = match tapdeck_store::read::StoredFile::open(path) {
-                Ok(f) => serde_json::json!({
-                    "path": path, "stream": f.meta.stream, "seq": f.meta.seq,
-                    "first_ts_ns": f.meta.first_ts_ns, "last_ts_ns": f.meta.last_ts_ns,
-                    "packets": f.meta.packets, "bytes": f.stored_len,
-                    "flow_index": !f.index.flows.is_empty(),
-                }),
-                Err(e) => serde_json::json!({"path": path, "error": e.to_string()}),
-            };
-            out.push(entry);
-        }
-    }
-    Ok(serde_json::Value::from(out))
+    Ok(overview(stores)?.1)
 }
 
 /// The served stores in a few numbers, for `/api/v1/info`: where each is, what wrote it,
 /// and its files, packets, bytes and time span (the span's start is the retention horizon).
 pub fn info(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
-    let mut out = Vec::new();
+    Ok(overview(stores)?.0)
+}
+
+/// `/api/v1/info`'s document and `/api/v1/files`'s list from one opening of every file
+/// (the web page shows both).
+pub fn overview(stores: &[PathBuf]) -> Result<(serde_json::Value, serde_json::Value), QueryError> {
+    let (mut summaries, mut files) = (Vec::new(), Vec::new());
     for root in stores {
         let store = Store::open(root).map_err(|e| QueryError::Store(e.to_string()))?;
         let (mut packets, mut bytes, mut first, mut last) = (0u64, 0u64, u64::MAX, 0u64);
         for path in &store.files {
-            if let Ok(f) = tapdeck_store::read::StoredFile::open(path) {
-                packets += f.meta.packets;
-                bytes += f.stored_len;
-                if f.meta.packets > 0 {
-                    first = first.min(f.meta.first_ts_ns);
-                    last = last.max(f.meta.last_ts_ns);
+            let entry = match tapdeck_store::read::StoredFile::open(path) {
+                Ok(f) => {
+                    packets += f.meta.packets;
+                    bytes += f.stored_len;
+                    if f.meta.packets > 0 {
+                        first = first.min(f.meta.first_ts_ns);
+                        last = last.max(f.meta.last_ts_ns);
+                    }
+                    serde_json::json!({
+                        "path": path, "stream": f.meta.stream, "seq": f.meta.seq,
+                        "first_ts_ns": f.meta.first_ts_ns, "last_ts_ns": f.meta.last_ts_ns,
+                        "packets": f.meta.packets, "bytes": f.stored_len,
+                        "flow_index": !f.index.flows.is_empty(),
+                    })
                 }
-            }
+                Err(e) => serde_json::json!({"path": path, "error": e.to_string()}),
+            };
+            files.push(entry);
         }
         let m = store.manifest.as_ref();
-        out.push(serde_json::json!({
+        summaries.push(serde_json::json!({
             "store": root,
             "host": m.map(|m| m.host.clone()),
             "format": m.map(|m| m.format.clone()),
@@ -416,8 +416,9 @@ pub fn info(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
             "last_ts_ns": (packets > 0).then_some(last),
         }));
     }
-    Ok(serde_json::json!({
+    let info = serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
-        "stores": out,
-    }))
+        "stores": summaries,
+    });
+    Ok((info, serde_json::Value::from(files)))
 }
