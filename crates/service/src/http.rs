@@ -439,32 +439,25 @@ async fn count(
         let prepared = crate::query::prepare(&stores, &req)?;
         let describe = prepared.describe.clone();
         let (read, skipped) = prepared.chunks();
-        let deadline = limits.deadline();
-        let mut counter = crate::query::Counter::new(deadline);
-        let result = crate::query::run(prepared, &mut counter, deadline);
+        let mut counter = crate::query::Counter::default();
+        let result = crate::query::run(prepared, &mut counter, limits.deadline());
         drop(slot);
         let seconds = started.elapsed().as_secs_f64();
         // Cut short by the time limit, the count is unknown (null), not a wrong number.
-        let packets = match result {
-            Ok(r) => Some(r.packets_written),
-            Err(e) if counter.cut.is_some() || e.contains(crate::query::TIME_LIMIT) => {
-                counter.cut = Some(crate::query::TIME_LIMIT);
-                None
-            }
+        let (packets, cut) = match result {
+            Ok(r) => (Some(r.packets_written), None),
+            Err(e) if e.contains(crate::query::TIME_LIMIT) => (None, Some(crate::query::TIME_LIMIT)),
             Err(e) => return Err(crate::query::QueryError::Store(e)),
         };
         tracing::info!(
             "count by {who} from {peer}: {describe}; {packets:?} packets, {} bytes in {seconds:.2} s{}",
             counter.bytes,
-            counter
-                .cut
-                .map(|w| format!("; cut short: {w}"))
-                .unwrap_or_default()
+            cut.map(|w| format!("; cut short: {w}")).unwrap_or_default()
         );
         Ok(serde_json::json!({
             "packets": packets, "bytes": counter.bytes, "chunks_read": read,
             "chunks_skipped": skipped, "seconds": seconds,
-            "complete": counter.cut.is_none(), "cut": counter.cut,
+            "complete": cut.is_none(), "cut": cut,
         }))
     })
     .await;
