@@ -261,6 +261,18 @@ def tcpdump_text(path, *extra, input=None) -> tuple[int, list[str], str]:
     return r.returncode, r.out.splitlines(), r.stderr
 
 
+def tcpdump_lines(path, flt: str = "") -> list[str]:
+    """`tcpdump_text` of the packets `flt` selects, which tcpdump must read without error."""
+    rc, lines, err = tcpdump_text(path, *([flt] if flt else []))
+    assert rc == 0, f"tcpdump could not read {path}: {err}"
+    return lines
+
+
+def tcpdump_packets(lines: list[str]) -> int:
+    """Packets in `tcpdump_text` output (each starts a line; its details are indented)."""
+    return sum(1 for line in lines if line and not line[0].isspace())
+
+
 def tcpdump_header(stderr: str) -> str:
     """The link type from tcpdump's 'reading from file X, link-type Y, snapshot ...' line."""
     for line in stderr.splitlines():

@@ -18,7 +18,7 @@ import socket
 import subprocess
 
 import pytest
-from conftest import gen_packets, kill_all, wait_for, write_pcap
+from conftest import gen_packets, kill_all, tcpdump_lines, wait_for, write_pcap
 
 NS = "tdquery"
 
@@ -96,18 +96,6 @@ def traffic():
     in_ns("python3", "-c", script)
 
 
-def tcpdump(path, flt=""):
-    r = subprocess.run(
-        ["tcpdump", "-r", str(path), "-nn", "-tt", "-xx", *([flt] if flt else [])],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    return r.stdout.splitlines()
-
-
 def settled() -> bool:
     r = in_ns(
         "curl",
@@ -146,14 +134,14 @@ def test_query_answers_what_tcpdump_selects(service, tapdeck, tmp_path):
         out = tmp_path / f"q{i}.pcapng"
         r = query(service, out, flt)
         assert r.returncode == 0, r.stderr
-        answers[flt] = tcpdump(out)
+        answers[flt] = tcpdump_lines(out)
     # The oracle: the whole store as it is now (it only grows: later packets are not in
     # the queries' files, so compare on what both hold, by time).
     whole = tmp_path / "whole.pcapng"
     r = tapdeck("extract", service["store"], "--no-index", "-w", whole)
     assert r.returncode == 0, r.describe()
     for flt, got in answers.items():
-        want = tcpdump(whole, flt)
+        want = tcpdump_lines(whole, flt)
         assert got == want[: len(got)], (
             f"`{flt}`: the API's answer is not what tcpdump selects"
         )
@@ -286,7 +274,7 @@ def test_no_capture_serves_existing_stores_read_only(tapdeck, tmp_path, procs):
     merged = tmp_path / "merged.pcapng"
     r = tapdeck("extract", *stores, "-f", flt, "--no-index", "-w", merged)
     assert r.returncode == 0, r.describe()
-    assert tcpdump(out) == tcpdump(merged) != []
+    assert tcpdump_lines(out) == tcpdump_lines(merged) != []
     r = subprocess.run(
         ["curl", "-sf", f"http://{addr}/api/v1/info"],
         capture_output=True,

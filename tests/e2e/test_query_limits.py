@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from conftest import gen_packets, kill_all, wait_for, write_pcap
+from conftest import gen_packets, kill_all, tcpdump_lines, wait_for, write_pcap
 
 
 def free_port() -> int:
@@ -140,14 +140,8 @@ def test_an_answer_cut_at_the_byte_limit_fails_the_client(read_only, tapdeck, tm
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    def text(path, *f):
-        return subprocess.run(
-            ["tcpdump", "-r", path, "-nn", "-tt", "-xx", *f],
-            capture_output=True, text=True, check=True,
-        ).stdout
-
-    want = text(s["pcap"], flt)
-    assert want and text(whole) == want, (
+    want = tcpdump_lines(s["pcap"], flt)
+    assert want and tcpdump_lines(whole) == want, (
         "the answer within the limit is not what tcpdump selects from the original"
     )
 

@@ -21,7 +21,14 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import gen_packets, kill_all, wait_for, write_pcap
+from conftest import (
+    gen_packets,
+    kill_all,
+    tcpdump_lines,
+    tcpdump_packets,
+    wait_for,
+    write_pcap,
+)
 
 CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")
@@ -48,22 +55,6 @@ def get(url, token=None, cookie=None):
     except urllib.error.URLError as e:
         # Not listening (yet): no status.
         return None, {}, str(e).encode()
-
-
-def tcpdump(path, flt=""):
-    r = subprocess.run(
-        ["tcpdump", "-r", str(path), "-nn", "-tt", "-xx", *([flt] if flt else [])],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    return r.stdout.splitlines()
-
-
-def packet_count(lines) -> int:
-    return sum(1 for line in lines if not line.startswith("\t"))
 
 
 @pytest.fixture
@@ -230,7 +221,7 @@ def test_the_page_in_a_browser_draws_the_timeline_counts_and_downloads(served, t
 
         # The query form: a count, then the download, both against tcpdump.
         flt = "udp and port 53"
-        want = tcpdump(served["original"], flt)
+        want = tcpdump_lines(served["original"], flt)
         assert want, "the filter selects nothing: a useless check"
         driver.find_element(By.ID, "q-filter").send_keys(flt)
         driver.find_element(By.ID, "count").click()
@@ -240,7 +231,7 @@ def test_the_page_in_a_browser_draws_the_timeline_counts_and_downloads(served, t
             30,
             "the count to come back",
         )
-        assert int(result.get_attribute("data-packets")) == packet_count(want), result.text
+        assert int(result.get_attribute("data-packets")) == tcpdump_packets(want), result.text
         driver.find_element(By.ID, "download").click()
 
         def downloaded():
@@ -254,7 +245,7 @@ def test_the_page_in_a_browser_draws_the_timeline_counts_and_downloads(served, t
 
         wait_for(downloaded, 30, "the browser to finish the download")
         got = downloaded()
-        assert tcpdump(got) == want, (
+        assert tcpdump_lines(got) == want, (
             "the downloaded file is not exactly what tcpdump selects from the original"
         )
     finally:
