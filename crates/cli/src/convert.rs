@@ -213,9 +213,12 @@ fn selected_input(args: &ConvertArgs, stores: &[PathBuf]) -> anyhow::Result<Path
     let note_path = dir.join("selection.json");
     // What the selection is made of: each store's files with their sizes (a store that
     // grew or lost files to retention is read again), the filter and the window.
+    let opened = stores
+        .iter()
+        .map(|s| crate::extract::open_store(s, &[]))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut files = Vec::new();
-    for root in stores {
-        let store = crate::extract::open_store(root, &[])?;
+    for store in &opened {
         for f in store.files.iter().chain(&store.partials) {
             let size = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
             files.push(serde_json::json!([f, size]));
@@ -236,10 +239,6 @@ fn selected_input(args: &ConvertArgs, stores: &[PathBuf]) -> anyhow::Result<Path
         return Ok(out);
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let opened = stores
-        .iter()
-        .map(|s| crate::extract::open_store(s, &[]))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let offsets = vec![0; opened.len()];
     let selection = crate::extract::select(&opened, &offsets, window, &expr, true, true)?;
     let (read, skipped) = (selection.plan.chunks_selected, selection.plan.chunks_pruned);
