@@ -20,6 +20,9 @@ class Analysis:
     how_to_read: str
     parts: dict[str, Callable] = field(default_factory=dict)
     options: tuple[str, ...] = ()
+    # The report's one-line finding: takes `run`'s tables (by result name) and returns a short
+    # sentence in human units, or None when the tables hold nothing worth saying.
+    headline: Callable[[dict], str | None] | None = None
 
 
 ANALYSES = {
