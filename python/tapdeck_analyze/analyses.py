@@ -5,6 +5,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import headlines
+
 # Modules by name: the package re-exports each analysis function under its module's name.
 burstiness, files, nfs_latency, nfs_ops, rates, recency, rpc_matching, sizes = (
     importlib.import_module(f"tapdeck_analyze.{m}")
@@ -95,6 +97,13 @@ ANALYSES = {
         ),
     ]
 }
+
+
+# The existing analyses' headlines live in headlines.py (set here, so that entries added to
+# ANALYSES above stay self-contained: a new analysis passes its own `headline=`).
+for _name, _headline in headlines.HEADLINES.items():
+    if ANALYSES[_name].headline is None:
+        ANALYSES[_name].headline = _headline
 
 
 def run(analysis: Analysis, ds, **options) -> dict:

@@ -8,24 +8,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .times import format_time
-
-
-def is_time_column(name: str) -> bool:
-    """Columns holding instants (as opposed to durations such as `resolution_ns`)."""
-    if not name.endswith("_ns"):
-        return False
-    return name == "time_ns" or any(w in name for w in ("start", "first", "last", "access", "end"))
+from . import units
 
 
 def display_value(name: str, value, tz: dt.tzinfo) -> str:
-    if value is None:
-        return ""
-    if is_time_column(name) and isinstance(value, int):
-        return format_time(value, tz)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    """A value as the terminal table shows it: in human units (units.py), times to the ns."""
+    return units.column_value(name, value, tz, time_digits=9)
 
 
 def text_table(table: pa.Table, tz: dt.tzinfo = dt.timezone.utc, limit: int | None = None) -> str:

@@ -164,13 +164,18 @@ TABLES: dict[str, pa.Schema] = {
             ("if_dropped", i64),
             ("forward_lost", i64),
             ("source", s),
+            ("files_deleted", i64),
+            ("bytes_deleted", i64),
         ]
     ),
 }
 
 # Columns added to a table without raising SCHEMA_VERSION (docs/dataset.md: adding a column does
 # not). Files converted before a column existed lack it; the engines read it there as null.
-ADDED_COLUMNS: dict[str, list[str]] = {"packets": ["direction"]}
+ADDED_COLUMNS: dict[str, list[str]] = {
+    "packets": ["direction"],
+    "capture_stats": ["files_deleted", "bytes_deleted"],
+}
 
 # Tables partitioned by hour=YYYY-MM-DDTHH whose rows carry a capture time.
 TIMED_TABLES = ["packets", "rpc", "nfs_ops", "nfs_rw", "nfs_attrs", "nfs_names", "mount"]

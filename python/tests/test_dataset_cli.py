@@ -140,11 +140,12 @@ def test_report(nfs_path, tmp_path, capsys):
     for analysis in ANALYSES.values():
         for name in table_names(analysis):
             assert (out / f"{name}.parquet").exists() and (out / f"{name}.csv").exists()
+            assert f"<a href='{name}.csv'>CSV</a>" in page, name
         assert (out / f"{analysis.name}.png").exists() and (out / f"{analysis.name}.svg").exists()
         start = page.index(f"<section id='{analysis.name}'")
         section = page[start : page.index("</section>", start)]
-        assert "<svg" in section and "<table>" in section, analysis.name
-    assert "Estimated loss from unmatched RPCs" in page and "src=" not in page
+        assert f"<img src='{analysis.name}.png'" in section and "<table>" in section, analysis.name
+    assert "Capture loss estimated from RPCs" in page and "<svg" not in page
     assert pq.read_table(out / "nfs_latency.parquet").num_rows == 8
 
 

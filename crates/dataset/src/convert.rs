@@ -21,7 +21,7 @@ use crate::source::{self, SourceFile};
 use tapdeck_store::read::StoredFile;
 
 use crate::state::{
-    CaptureStatsState, PassOne, PassTwo, PassTwoInput, RemoteCall, RowGroupRowState, StateDir,
+    PassOne, PassTwo, PassTwoInput, RemoteCall, RowGroupRowState, StateDir,
 };
 use crate::tables::{CaptureStatsRow, PacketRow, RowGroupRow, SourceRow, SCHEMA_VERSION};
 
@@ -578,32 +578,17 @@ fn pass_two(
     }
     row_groups.extend(rpc_groups?);
 
-    // What the file says about its own capture: the last statistics block per interface.
-    let mut capture_stats = Vec::new();
-    let stats = reader.stats().to_vec();
-    for (i, iface) in reader.interfaces().iter().enumerate() {
-        let (n, first, last) = per_iface
-            .get(i)
-            .copied()
-            .filter(|e| e.0 > 0)
-            .map_or((0, None, None), |(n, a, b)| (n, Some(a), Some(b)));
-        let isb = stats
-            .iter()
-            .filter(|s| s.iface == i as u32)
-            .max_by_key(|s| s.ts_ns);
-        capture_stats.push(CaptureStatsState {
-            interface: i as i32,
-            interface_name: iface.name.clone(),
-            link_type: i32::from(iface.linktype),
-            first_time_ns: first,
-            last_time_ns: last,
-            packets: n as i64,
-            received: isb.and_then(|s| s.received).map(|v| v as i64),
-            kernel_dropped: isb.and_then(|s| s.os_dropped).map(|v| v as i64),
-            if_dropped: isb.and_then(|s| s.if_dropped).map(|v| v as i64),
-            from_isb: isb.is_some(),
-        });
-    }
+    // What the file says about its own capture (its statistics blocks, or its chunk index).
+    let capture_stats = crate::capture::capture_stats(
+        &s.path,
+        reader.interfaces(),
+        reader.stats(),
+        &per_iface,
+        crate::capture::Neighbours {
+            previous: chains.prev.get(&s.path).map(String::as_str),
+            last: !chains.next.contains_key(&s.path),
+        },
+    );
     let rows: Vec<CaptureStatsRow> = capture_stats.iter().map(|c| c.row(file_id)).collect();
     write_whole(
         &out.join("capture_stats").join(part_name(file_id)),

@@ -2,6 +2,7 @@
 //! catalog, two-pass transaction ids, and anonymization.
 
 pub mod anonymize;
+pub mod capture;
 pub mod columns;
 pub mod convert;
 mod error;

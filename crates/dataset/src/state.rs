@@ -151,8 +151,19 @@ pub struct CaptureStatsState {
     pub packets: i64,
     pub received: Option<i64>,
     pub kernel_dropped: Option<i64>,
+    #[serde(default)]
+    pub staging_dropped: Option<i64>,
+    #[serde(default)]
+    pub write_dropped: Option<i64>,
     pub if_dropped: Option<i64>,
+    #[serde(default)]
+    pub files_deleted: Option<i64>,
+    #[serde(default)]
+    pub bytes_deleted: Option<i64>,
     pub from_isb: bool,
+    /// The counts come from a tapdeck file's chunk index (see `capture.rs`).
+    #[serde(default)]
+    pub from_store: bool,
 }
 
 impl CaptureStatsState {
@@ -167,11 +178,17 @@ impl CaptureStatsState {
             packets: self.packets,
             received: self.received,
             kernel_dropped: self.kernel_dropped,
-            staging_dropped: None,
-            write_dropped: None,
+            staging_dropped: self.staging_dropped,
+            write_dropped: self.write_dropped,
             if_dropped: self.if_dropped,
             forward_lost: None,
-            source: if self.from_isb { "isb" } else { "none" },
+            files_deleted: self.files_deleted,
+            bytes_deleted: self.bytes_deleted,
+            source: match (self.from_store, self.from_isb) {
+                (true, _) => "tapdeck",
+                (false, true) => "isb",
+                (false, false) => "none",
+            },
         }
     }
 }

@@ -323,6 +323,10 @@ table! {
         if_dropped: Option<i64>,
         forward_lost: Option<i64>,
         source: &'static str,
+        /// Files and bytes the recorder's retention deleted from the store (on one row per
+        /// store, see `capture.rs`).
+        files_deleted: Option<i64>,
+        bytes_deleted: Option<i64>,
     }
 }
 
