@@ -14,12 +14,13 @@ def rates(t: dict) -> str | None:
     mean_bps = sum(r["mean_bps"] * r["samples"] for r in rows) / samples
     mean_pps = sum(r["mean_pps"] * r["samples"] for r in rows) / samples
     peak = max(rows, key=lambda r: r["max_bps"])
-    ratio = f", {peak['max_bps'] / mean_bps:.3g}× the mean" if mean_bps else ""
-    return (
-        f"{units.bits_rate(mean_bps)} ({units.packet_rate(mean_pps)}) on average; "
-        f"the busiest sample reached {units.bits_rate(peak['max_bps'])} "
-        f"({units.packet_rate(peak['max_pps'])}){ratio}."
-    )
+    text = f"{units.bits_rate(mean_bps)} ({units.packet_rate(mean_pps)}) on average"
+    if samples > 1 and mean_bps:
+        text += (
+            f"; the busiest sample reached {units.bits_rate(peak['max_bps'])} "
+            f"({units.packet_rate(peak['max_pps'])}), {peak['max_bps'] / mean_bps:.3g}× the mean"
+        )
+    return text + "."
 
 
 def burstiness(t: dict) -> str | None:

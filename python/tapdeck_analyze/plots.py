@@ -6,6 +6,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+from . import units  # noqa: E402
 
 matplotlib.rcParams["svg.hashsalt"] = "tapdeck"  # stable SVG ids, so reports diff cleanly
 
@@ -27,6 +30,12 @@ def _time_axis(ax, x) -> None:
         import matplotlib.dates as mdates
 
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=x[0].tzinfo))
+
+
+def _human(axis, fmt) -> None:
+    """Tick labels in human units (12 Mbit/s, 3 ms, 4 MB), not 1e8 offsets or powers of ten."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _empty(title: str):
@@ -55,7 +64,8 @@ def _rates(t, tz):
         y = y + y[-1:] if len(rows) > 1 else y
         ax.plot(x, y, style, label=col.split("_")[0], drawstyle="steps-post", markersize=3)
     _time_axis(ax, x)
-    ax.set_ylabel("bits/s")
+    _human(ax.yaxis, units.bits_rate)
+    ax.set_ylabel("rate")
     ax.set_title("rate per window: min, mean and max of the samples")
     ax.legend()
     fig.autofmt_xdate()
@@ -79,10 +89,12 @@ def _burstiness(t, tz):
         zero = next((r["intervals"] for r in rows if r["scale_s"] == scale and r["bps"] == 0), 0)
         ys = [y - zero / total for y in ys]
         if xs:
-            ax.step(xs, ys, where="post", marker=".", label=f"{scale:g} s")
+            ax.step(xs, ys, where="post", marker=".", label=units.seconds(scale))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("bits/s in an interval")
+    _human(ax.xaxis, units.bits_rate)
+    _human(ax.yaxis, units.percent)
+    ax.set_xlabel("rate in an interval")
     ax.set_ylabel("fraction of intervals at or above")
     ax.set_title("burstiness: CCDF of the rate per time scale")
     ax.legend()
@@ -96,7 +108,8 @@ def _sizes(t, tz):
         return {"sizes": _empty("sizes")}
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.step([r["wire_len"] for r in rows], [r["cumulative_fraction"] for r in rows], where="post")
-    a.set_xlabel("wire length (bytes)")
+    _human(a.xaxis, units.size)
+    a.set_xlabel("length on the wire")
     a.set_ylabel("cumulative fraction of packets")
     a.set_title("by size")
     ranked = sorted(rows, key=lambda r: r["rank"])
@@ -118,7 +131,8 @@ def _nfs_latency(t, tz):
         ax.plot(_times([r["interval_start_ns"] for r in pts], tz), [r["mean_s"] for r in pts],
                 "o-", markersize=3, label=f"v{key[0]} {key[1]}")  # fmt: skip
     ax.set_yscale("log")
-    ax.set_ylabel("mean latency (s)")
+    _human(ax.yaxis, units.seconds)
+    ax.set_ylabel("mean latency")
     _time_axis(ax, _times([r["interval_start_ns"] for r in rows], tz))
     ax.set_title("NFS latency over time, busiest operations")
     ax.legend()
@@ -174,7 +188,8 @@ def _files(t, tz):
     ax.barh(labels, [r["bytes_read"] for r in rows][::-1], label="read")
     ax.barh(labels, [r["bytes_written"] for r in rows][::-1],
             left=[r["bytes_read"] for r in rows][::-1], label="written")  # fmt: skip
-    ax.set_xlabel("bytes")
+    _human(ax.xaxis, units.size)
+    ax.set_xlabel("bytes moved")
     ax.set_title("files by bytes moved")
     ax.legend()
     fig.tight_layout()
@@ -186,11 +201,12 @@ def _recency(t, tz):
     if not rows or not rows[0]["reads"]:
         return {"recency": _empty("recency")}
     fig, ax = plt.subplots(figsize=(7, 4))
-    x = [r["cache_bytes"] / 2**20 for r in rows]
+    x = [r["cache_bytes"] for r in rows]
     ax.plot(x, [r["hit_ratio"] for r in rows], "o-", label="requests")
     ax.plot(x, [r["byte_hit_ratio"] for r in rows], "s-", label="bytes")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("LRU cache size (MiB)")
+    _human(ax.xaxis, units.size)
+    ax.set_xlabel("LRU cache size")
     ax.set_ylabel("hit ratio")
     ax.set_ylim(0, 1)
     ax.set_title("read cache hit ratio")

@@ -8,6 +8,8 @@ tables by what matters most)."""
 
 from dataclasses import dataclass, field
 
+from . import units
+
 TOP = 10
 
 # The column that says how busy an interval of a time series was.
@@ -107,11 +109,26 @@ def _recency(rows, columns) -> Shown:
     )
 
 
-def _nfs_latency(rows, columns) -> Shown:
-    if len(rows) <= TOP:
-        return Shown(rows, columns)
-    top = sorted(rows, key=lambda r: -(r["calls"] or 0))[:TOP]
-    return Shown(top, columns, f"The {TOP} operations of {len(rows)} with the most calls.")
+def _ranked(by: str, what: str):
+    """The TOP rows with the most `by` (ties in the table's order)."""
+
+    def reduce(rows, columns) -> Shown:
+        if len(rows) <= TOP:
+            return Shown(rows, columns)
+        top = sorted(rows, key=lambda r: -(r[by] or 0))[:TOP]
+        return Shown(top, columns, f"The {TOP} {what} of {len(rows):,} with the most {by}.")
+
+    return reduce
+
+
+def _burstiness(rows, columns) -> Shown:
+    keep = ["scale_s", "intervals", "empty_intervals", "p50_bps", "p90_bps", "p99_bps",
+            "max_bps", "p50_pps", "p99_pps", "max_pps", "below_resolution"]  # fmt: skip
+    note = ""
+    if rows:
+        resolution = units.seconds(rows[0]["resolution_ns"] / 1e9)
+        note = f"Timestamps resolve {resolution}; p99.9 and p99.99 are in the whole table."
+    return Shown(rows, [c for c in keep if c in columns], note)
 
 
 def _drops(rows, columns) -> Shown:
@@ -133,6 +150,9 @@ _SPECIAL = {
     "burstiness_distribution": _plot_data,
     "recency": _recency,
     "recency_distribution": _recency_distribution,
-    "nfs_latency": _nfs_latency,
+    "burstiness": _burstiness,
+    "nfs_latency": _ranked("calls", "operations"),
+    "nfs_ops_per_client": _ranked("calls", "rows"),
+    "nfs_ops_per_server": _ranked("calls", "rows"),
     "rpc_matching_drops": _drops,
 }

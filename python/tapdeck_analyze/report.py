@@ -33,7 +33,7 @@ def capture_counts(rows: list[dict]) -> dict:
     says. Rows of tapdeck files hold each file's own counts (they add up); a pcapng statistics
     block is cumulative since its capture began, so of those the largest per interface."""
     out = {}
-    for col in [*CAUSES, "files_deleted", "bytes_deleted"]:
+    for col in ["received", *CAUSES, "files_deleted", "bytes_deleted"]:
         own = [r[col] for r in rows if r["source"] != "isb" and r.get(col) is not None]
         last: dict = {}
         for r in rows:
@@ -82,7 +82,9 @@ def _options(ds: Dataset, name: str) -> dict:
         return {}
     if span >= 2 * 60 * 10**9:
         return {"sample": "1s", "window": "1min"}
-    return {"sample": "100ms", "window": "1s"}
+    if span >= 20 * 10**9:
+        return {"sample": "100ms", "window": "1s"}
+    return {"sample": "10ms", "window": "100ms"}
 
 
 def _headline(analysis, tables) -> str | None:
@@ -166,10 +168,15 @@ def _summary_rows(s: dict, tz) -> list[tuple[str, str]]:
                  f"{units.count(s['packets'])}, {units.size(s['bytes'] or 0)} on the wire{rate}"))  # fmt: skip
     causes = " · ".join(f"{label} {_count(s[c])}" for c, label in CAUSES.items())
     known = [s[c] for c in CAUSES if s[c] is not None]
-    share = ""
-    if known and s["packets"] + sum(known):
-        share = f" ({units.percent(sum(known) / (s['packets'] + sum(known)))} of seen)"
-    rows.append(("Dropped by the capture", f"{causes}{share}"))
+    # What the capture saw, where it says (files retention deleted are no longer stored here).
+    seen = s["received"] or s["packets"] + sum(known)
+    total = ""
+    if known and seen:
+        dropped = sum(known)
+        total = f"{units.count(dropped)} of {units.count(seen)} seen ({units.percent(dropped / seen)}): "
+    if not known:
+        causes = "not recorded (the traces carry no capture statistics)"
+    rows.append(("Dropped by the capture", f"{total}{causes}"))
     deleted = "not recorded"
     if s["files_deleted"] is not None:
         deleted = f"{units.count(s['files_deleted'])} files, {units.size(s['bytes_deleted'] or 0)}"
@@ -201,9 +208,7 @@ def _html(s: dict, sections, tz) -> str:
         )
     body = []
     for analysis, tables, images, headline in sections:
-        imgs = "".join(
-            f"<a href='{n}.svg'><img src='{n}.png' alt='{n} plot' loading=lazy></a>" for n in images
-        )
+        imgs = "".join(f"<a href='{n}.svg'><img src='{n}.png' alt='{n} plot'></a>" for n in images)
         lead = f"<p class=headline>{html.escape(headline)}</p>" if headline else ""
         tables_html = "".join(
             f"<h3>{html.escape(name)}</h3>{_table_html(name, t, tz)}" for name, t in tables.items()

@@ -54,7 +54,7 @@ def seconds(s) -> str:
 
 def percent(f) -> str:
     if f == 0 or f == 1:
-        return f"{f:.0%}"
+        return f"{f * 100:.0f} %"
     if abs(f) < 0.001:
         return f"{f * 100:.2g} %"
     return f"{f * 100:.3g} %"

@@ -117,23 +117,17 @@ def test_capture_counts_add_tapdeck_files_and_take_the_last_statistics_block():
         return {**base, **kw}
 
     rows = [
-        row(
-            "tapdeck",
-            "eth0",
-            kernel_dropped=1,
-            staging_dropped=10,
-            write_dropped=0,
-            files_deleted=3,
-            bytes_deleted=3000,
-        ),  # fmt: skip
-        row("tapdeck", "eth0", kernel_dropped=2, staging_dropped=5, write_dropped=4),
+        row("tapdeck", "eth0", received=100, kernel_dropped=1, staging_dropped=10,
+            write_dropped=0, files_deleted=3, bytes_deleted=3000),  # fmt: skip
+        row("tapdeck", "eth0", received=50, kernel_dropped=2, staging_dropped=5, write_dropped=4),
         # two files of one dumpcap capture: cumulative counts
-        row("isb", "eth1", kernel_dropped=7, if_dropped=1),
-        row("isb", "eth1", kernel_dropped=9, if_dropped=1),
-    ]
+        row("isb", "eth1", received=70, kernel_dropped=7, if_dropped=1),
+        row("isb", "eth1", received=90, kernel_dropped=9, if_dropped=1),
+    ]  # fmt: skip
     assert capture_counts(rows) == {
-        "kernel_dropped": 1 + 2 + 9, "staging_dropped": 15, "write_dropped": 4,
-        "if_dropped": 1, "forward_lost": None, "files_deleted": 3, "bytes_deleted": 3000,
+        "received": 100 + 50 + 90, "kernel_dropped": 1 + 2 + 9, "staging_dropped": 15,
+        "write_dropped": 4, "if_dropped": 1, "forward_lost": None, "files_deleted": 3,
+        "bytes_deleted": 3000,
     }  # fmt: skip
 
 
