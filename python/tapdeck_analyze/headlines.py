@@ -18,7 +18,7 @@ def rates(t: dict) -> str | None:
     if samples > 1 and mean_bps:
         text += (
             f"; the busiest sample reached {units.bits_rate(peak['max_bps'])} "
-            f"({units.packet_rate(peak['max_pps'])}), {peak['max_bps'] / mean_bps:.3g}× the mean"
+            f"({units.packet_rate(peak['max_pps'])}), {units.number(peak['max_bps'] / mean_bps)}× the mean"
         )
     return text + "."
 
@@ -36,7 +36,7 @@ def burstiness(t: dict) -> str | None:
         tail = f"1 % exceed {p99}" if r["p99_bps"] else f"the busiest reached {busiest}"
         return f"At {scale}, {percent(empty)} of intervals are empty; {tail}."
     return (
-        f"At {scale}, 1 % of intervals exceed {p99}, {r['p99_bps'] / r['p50_bps']:.3g}× the "
+        f"At {scale}, 1 % of intervals exceed {p99}, {units.number(r['p99_bps'] / r['p50_bps'])}× the "
         f"median ({units.bits_rate(r['p50_bps'])}); the busiest reached {busiest}."
     )
 
@@ -64,7 +64,7 @@ def nfs_latency(t: dict) -> str | None:
         return None
     busiest = max(rows, key=lambda r: r["calls"])
     text = (
-        f"{_op(busiest)} ({units.count(busiest['calls'])} calls): median "
+        f"{_op(busiest)} ({_n(busiest['calls'], 'call')}): median "
         f"{seconds(busiest['p50_s'])}, p99 {seconds(busiest['p99_s'])}"
     )
     slowest = max(rows, key=lambda r: r["p99_s"])
@@ -121,7 +121,7 @@ def files(t: dict) -> str | None:
     total = sum(moved)
     top = rows[0]
     name = top["path"] or top["name"] or f"handle {top['fh'][:12]}…"
-    text = f"{units.count(len(rows))} files read or written"
+    text = f"{_n(len(rows), 'file')} read or written"
     if total:
         text += f"; the busiest, {name}, moved {size(moved[0])} ({percent(moved[0] / total)})"
     reads = sum(r["reads"] for r in rows)

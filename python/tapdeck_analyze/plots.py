@@ -47,8 +47,9 @@ def _empty(title: str):
 
 
 def figures(name: str, tables: dict, tz) -> dict:
-    """The figures of one analysis, by file name."""
-    return globals()[f"_{name}"](tables, tz)
+    """The figures of one analysis, by file name (none for an analysis without a plot here)."""
+    draw = globals().get(f"_{name}")
+    return draw(tables, tz) if draw else {}
 
 
 def _rates(t, tz):

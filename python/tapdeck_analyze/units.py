@@ -14,20 +14,32 @@ def count(n) -> str:
     return f"{n:,}"
 
 
+def number(v: float) -> str:
+    """Three significant digits, never in exponent notation: 0.00239, 4.22, 1,234, 42,200,000;
+    below 0.001 only that it is."""
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) < 0.001:
+        return "< 0.001" if v > 0 else "> -0.001"
+    r = float(f"{v:.3g}")
+    return f"{r:,.0f}" if abs(r) >= 1000 else f"{r:f}".rstrip("0").rstrip(".")
+
+
 def _scaled(value: float, units: list[tuple[float, str]], sep: str = " ") -> str:
     """`value` in the largest unit it reaches, three significant digits."""
     for factor, name in units:
         if abs(value) >= factor:
-            v = value / factor
-            return f"{v:.3g}{sep}{name}" if abs(v) < 1000 else f"{v:,.0f}{sep}{name}"
+            return f"{number(value / factor)}{sep}{name}"
     factor, name = units[-1]
-    return f"{value / factor:.3g}{sep}{name}" if value else f"0{sep}{name}"
+    return f"{number(value / factor)}{sep}{name}"
 
 
 def size(n) -> str:
     """Bytes: 512 B, 1,514 B, 15.2 KB, 12.3 MB, 4.1 GB (decimal, as link rates are)."""
     if abs(n) < 10_000:
-        return f"{int(n):,} B" if float(n).is_integer() else f"{n:.3g} B"
+        return f"{int(n):,} B" if float(n).is_integer() else f"{number(n)} B"
     return _scaled(n, [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")])
 
 
@@ -38,26 +50,28 @@ def bits_rate(bps) -> str:
 def packet_rate(pps) -> str:
     if abs(pps) >= 1000:
         return f"{pps:,.0f} packets/s"
-    return f"{pps:.3g} packets/s"
+    return f"{number(pps)} packets/s"
 
 
 def seconds(s) -> str:
     """A duration: 850 ns, 42 µs, 1.25 ms, 3.4 s, 12 min, 5.1 h."""
     if s == 0:
         return "0 s"
+    if abs(s) >= 2 * 365 * 86400:
+        return f"{number(s / (365.25 * 86400))} years"
+    if abs(s) >= 2 * 86400:
+        return f"{number(s / 86400)} days"
     if abs(s) >= 7200:
-        return f"{s / 3600:.3g} h"
+        return f"{number(s / 3600)} h"
     if abs(s) >= 120:
-        return f"{s / 60:.3g} min"
+        return f"{number(s / 60)} min"
     return _scaled(s, [(1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")])
 
 
 def percent(f) -> str:
     if f == 0 or f == 1:
         return f"{f * 100:.0f} %"
-    if abs(f) < 0.001:
-        return f"{f * 100:.2g} %"
-    return f"{f * 100:.3g} %"
+    return f"{number(f * 100)} %"
 
 
 def hex_id(v: int) -> str:
@@ -102,7 +116,7 @@ def column_value(name: str, value, tz: dt.tzinfo = dt.timezone.utc, time_digits:
             return percent(value)
         if isinstance(value, int):
             return str(value) if any(w in name for w in _LABELS) else count(value)
-        return f"{value:.3g}"
+        return number(value)
     if (name == "fh" or name.endswith("_fh")) and len(value) > 16:
         return value[:16] + "…"  # a file handle is known by its start; the CSV has it whole
     return str(value)

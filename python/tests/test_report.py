@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from tapdeck_analyze import open_dataset, units
-from tapdeck_analyze.analyses import ANALYSES, run
+from tapdeck_analyze.analyses import ANALYSES, Analysis, run
 from tapdeck_analyze.reduce import TOP, shown
 from tapdeck_analyze.report import capture_counts, write_report
 
@@ -50,6 +50,24 @@ def test_headlines_say_the_fixtures_numbers(tables):
     )
 
 
+def test_any_analysis_headline_is_in_the_summary(nfs_path, tmp_path, monkeypatch):
+    """An analysis added to ANALYSES (as the new ones are) shows its headline with no code in
+    the report: in the findings and atop its section, its table reduced to the first rows."""
+
+    def main(ds):
+        return pa.table({"addr": [f"198.18.0.{i}" for i in range(30)], "bytes": list(range(30))})
+
+    fake = Analysis("zz_new", main, "How to read it.", headline=lambda t: "Found 30 hosts.")
+    monkeypatch.setitem(ANALYSES, "zz_new", fake)
+    page = write_report(open_dataset(nfs_path), tmp_path / "r").read_text()
+    summary = page[page.index("<div id=summary>") : page.index("</div>")]
+    assert "<li><a href='#zz_new'>zz_new</a>: Found 30 hosts.</li>" in summary
+    section = page[page.index("<section id='zz_new'") :]
+    assert "<p class=headline>Found 30 hosts.</p>" in section
+    assert section.count("<tr>") == 1 + TOP and "The first 10 of 30 rows." in section
+    assert (tmp_path / "r" / "zz_new.csv").read_text().count("\n") == 31
+
+
 def test_a_failing_headline_does_not_sink_the_report(nfs_path, tmp_path, monkeypatch):
     def broken(t):
         raise KeyError("nope")
@@ -78,6 +96,10 @@ def test_a_failing_headline_does_not_sink_the_report(nfs_path, tmp_path, monkeyp
         ("time_ns", 1795420800_123456789, "2026-11-23T09:00:00.123+01:00"),
         ("below_resolution", True, "yes"),
         ("fh", "ab" * 32, "abababababababab…"),
+        ("mean_pps", 2.39e-6, "< 0.001 packets/s"),
+        ("max_bps", 999.6, "1,000 bit/s"),
+        ("span_s", 4.3e9, "136 years"),
+        ("estimated_loss", 0.00012, "0.012 %"),
     ],
 )
 def test_human_units(name, value, text):

@@ -13,7 +13,7 @@
 use std::path::Path;
 
 use tapdeck_pcap::{Interface, InterfaceStats};
-use tapdeck_store::meta::{FileMeta, InterfaceCounts, DataName, MANIFEST};
+use tapdeck_store::meta::{DataName, FileMeta, InterfaceCounts, MANIFEST};
 use tapdeck_store::read::StoredFile;
 
 use crate::state::CaptureStatsState;
@@ -43,8 +43,9 @@ pub fn capture_stats(
         own_counts(m, previous.as_ref())
     });
     let deleted = match &stored {
-        Some(m) if m.stream == 0 && neighbours.last => store_of(Path::new(path))
-            .map(|store| retention_deletions(&store.join("stats.jsonl"))),
+        Some(m) if m.stream == 0 && neighbours.last => {
+            store_of(Path::new(path)).map(|store| retention_deletions(&store.join("stats.jsonl")))
+        }
         _ => None,
     };
     let mut rows = Vec::new();

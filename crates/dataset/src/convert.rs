@@ -20,9 +20,7 @@ use crate::sink::{part_name, write_whole, TableSink};
 use crate::source::{self, SourceFile};
 use tapdeck_store::read::StoredFile;
 
-use crate::state::{
-    PassOne, PassTwo, PassTwoInput, RemoteCall, RowGroupRowState, StateDir,
-};
+use crate::state::{PassOne, PassTwo, PassTwoInput, RemoteCall, RowGroupRowState, StateDir};
 use crate::tables::{CaptureStatsRow, PacketRow, RowGroupRow, SourceRow, SCHEMA_VERSION};
 
 /// How long a call waits for its reply across file boundaries.
