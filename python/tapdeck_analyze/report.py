@@ -159,7 +159,7 @@ def _summary_rows(s: dict, tz) -> list[tuple[str, str]]:
         rows.append(("Trace", f"{format_time(first, tz, 3)} – {format_time(last, tz, 3)} "
                               f"({units.seconds(span)})"))  # fmt: skip
     if s["range"] != "from the beginning to the end":
-        rows.append(("Range asked", html.escape(s["range"])))
+        rows.append(("Range asked", s["range"]))
     rate = ""
     if span > 0:
         rate = (f"; on average {units.bits_rate(s['bytes'] * 8 / span)}, "
@@ -194,7 +194,9 @@ def _summary_rows(s: dict, tz) -> list[tuple[str, str]]:
 
 
 def _html(s: dict, sections, tz) -> str:
-    summary_rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _summary_rows(s, tz))
+    summary_rows = "".join(
+        f"<tr><th>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in _summary_rows(s, tz)
+    )
     findings = "".join(
         f"<li><a href='#{a.name}'>{a.name}</a>: {html.escape(h or 'nothing to report.')}</li>"
         for a, _, _, h in sections
@@ -224,7 +226,8 @@ def _html(s: dict, sections, tz) -> str:
 body {{ font-family: sans-serif; margin: 1em 2em; max-width: 1200px; }}
 h1 {{ font-size: 1.4em; margin: 0.2em 0; }}
 .dataset {{ color: #555; margin: 0 0 0.6em; font-size: 0.9em; }}
-table {{ border-collapse: collapse; font-size: 0.85em; margin-bottom: 0.3em; }}
+table {{ border-collapse: collapse; font-size: 0.85em; margin-bottom: 0.3em;
+         display: block; overflow-x: auto; max-width: 100%; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; }}
 th {{ background: #f3f3f3; }}
 #summary table th, #summary table td {{ text-align: left; }}

@@ -153,6 +153,25 @@ def test_capture_counts_add_tapdeck_files_and_take_the_last_statistics_block():
     }  # fmt: skip
 
 
+def test_summary_text_is_escaped(nfs_path, tmp_path):
+    # 20 packets in 64 s: "< 0.001 packets/s" would be a broken tag if not escaped
+    page = write_report(open_dataset(nfs_path), tmp_path / "r").read_text()
+    row = re.search(r"<th>Packets stored</th><td>([^<]*)</td>", page)[1]
+    assert row == "20, 5,000 B on the wire; on average 625 bit/s, 0.312 packets/s"
+    # 2 packets in 31 years: "< 0.001 packets/s", escaped
+    from tapdeck_analyze.report import _html
+
+    causes = ["received", "kernel_dropped", "staging_dropped", "write_dropped", "if_dropped",
+              "forward_lost", "files_deleted", "bytes_deleted", "estimated_rpc_loss"]  # fmt: skip
+    tiny = {"first_ns": 0, "last_ns": 10**18, "packets": 2, "bytes": 100, "range": "all",
+            "dataset": "d", "incomplete": None, "rpc_transactions": 0, "unmatched_calls": 0,
+            "unmatched_replies": 0, **dict.fromkeys(causes)}  # fmt: skip
+    page = _html(tiny, [], dt.timezone.utc)
+    assert (
+        "<td>2, 100 B on the wire; on average &lt; 0.001 bit/s, &lt; 0.001 packets/s</td>" in page
+    )
+
+
 def test_page_has_no_raw_numbers(nfs_path, tmp_path):
     page = write_report(open_dataset(nfs_path), tmp_path / "r").read_text()
     cells = re.findall(r"<td>([^<]*)</td>", page)
