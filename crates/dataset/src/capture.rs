@@ -18,6 +18,9 @@ use tapdeck_store::read::StoredFile;
 
 use crate::state::CaptureStatsState;
 
+/// Raised when the rows change meaning: a source converted before is converted again.
+pub const VERSION: u32 = 1;
+
 /// Per interface: packets read, first and last packet time.
 pub type PerInterface = [(u64, i64, i64)];
 

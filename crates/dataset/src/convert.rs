@@ -276,10 +276,11 @@ fn pass_two_work(
             continue;
         }
         let done = state.pass_two(&p.source);
-        if done
-            .as_ref()
-            .is_some_and(|d| d.input == *input && parts_exist(&opts.out, d))
-        {
+        if done.as_ref().is_some_and(|d| {
+            d.input == *input
+                && d.capture_stats_version == crate::capture::VERSION
+                && parts_exist(&opts.out, d)
+        }) {
             report.skipped += 1;
             continue;
         }
@@ -599,6 +600,7 @@ fn pass_two(
         row_groups: row_groups.iter().map(RowGroupRowState::from).collect(),
         capture_stats,
         counts,
+        capture_stats_version: crate::capture::VERSION,
     };
     Ok((two, one))
 }

@@ -95,6 +95,10 @@ pub struct PassTwo {
     pub row_groups: Vec<RowGroupRowState>,
     pub capture_stats: Vec<CaptureStatsState>,
     pub counts: BTreeMap<String, u64>,
+    /// `capture::VERSION` when written: results of an older converter are converted again,
+    /// so an existing dataset gains the capture counts it lacked.
+    #[serde(default)]
+    pub capture_stats_version: u32,
 }
 
 /// `RowGroupRow` in a serde-friendly form.
