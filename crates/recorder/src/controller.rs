@@ -17,10 +17,12 @@
 //!    nearly full), so that its estimate follows the traffic, under load too.
 //! 3. *Compressors behind* (more chunks queued than they can start, the pool projected full
 //!    within a horizon at its trend or half full, or the backlog ladder at its raw rung): raw when the disk
-//!    has headroom (busy less than `DISK_BUSY_MAX` of the time, and the bytes recently sent
-//!    its way below that share of its speed) — at once, not only when the pool is nearly
-//!    full; otherwise the chunk queues for a compressor and the pool absorbs the burst (raw
-//!    would only flood a disk that is already the limit).
+//!    has headroom (measured, busy less than `DISK_BUSY_MAX` of the time, the bytes recently
+//!    sent its way below that share of its speed, and the offered rate — over `TAU_FAST` too —
+//!    fitting it beside what the compressors take) — at once, not only when the pool is
+//!    nearly full; otherwise the chunk queues for a compressor, at the rung that keeps up
+//!    with the burst, and the pool absorbs it (raw would only flood a disk that is already
+//!    the limit).
 //! 4. Otherwise the planned rung, but never stronger than the backlog ladder allows (its
 //!    thresholds, `zstd:1@0.5`, still cap the rung, as before the controller).
 //!
