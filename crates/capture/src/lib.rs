@@ -5,7 +5,7 @@
 //! files and flushes partial chunks. Sources own no disk I/O beyond their input.
 
 mod afpacket;
-pub mod compression;
+pub use tapdeck_pcap::compression;
 mod file;
 mod synthetic;
 
