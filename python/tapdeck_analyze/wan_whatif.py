@@ -116,8 +116,7 @@ span AS (
   FROM packets
 ),
 demand AS (
-  SELECT count(*) AS busy_minutes,
-         sum(CASE WHEN greatest(to_server_bytes, from_server_bytes) * 8 > {bps * 60}
+  SELECT sum(CASE WHEN greatest(to_server_bytes, from_server_bytes) * 8 > {bps * 60}
                   THEN 1 ELSE 0 END) AS over,
          max(greatest(to_server_bytes, from_server_bytes)) AS peak_bytes,
          sum(greatest(to_server_bytes, from_server_bytes)) AS all_bytes
