@@ -5,7 +5,8 @@ An access is a READ or WRITE call (its first transmission). Its age is the call'
 the modification time (`mtime_ns`) of the latest attributes of that file seen at or before the
 call (any operation, any version; ties by file and record): the last change the traffic had
 shown when the client asked. A file's first access is its first read or write in the range.
-An access with no attributes of its file before it has no age (`unknown`). The modification
+An access with no attributes of its file before it has no age (`unknown`); like every
+analysis it sees only the time range, so attributes from before `--start` do not count. The modification
 time is the server's clock, the access time the capture's: a server clock ahead of the
 capture, or a change the trace did not show, can make an age negative (its own bucket).
 """
