@@ -16,7 +16,7 @@ import pyarrow as pa
 from . import units
 from .files import ACCESSES
 from .opening import as_dataset
-from .sqlkit import floor_edge, next_edge, percentiles_disc
+from .sqlkit import floor_edge, latest, next_edge, percentiles_disc
 
 MS, S = 1_000_000, 1_000_000_000
 # Histogram edges (ns): 0, 1 ms, 10 ms, 100 ms, 1 s, 10 s, 1 min, 10 min, 1 h, 1 d, 1 week,
@@ -32,26 +32,31 @@ AGES = f"""
 {ACCESSES},
 events AS (
   SELECT fh, time_ns, 0 AS kind, CAST(NULL AS BIGINT) AS transaction_id,
-         CAST(NULL AS VARCHAR) AS operation, file_id, record, mtime_ns
+         CAST(NULL AS VARCHAR) AS operation
   FROM nfs_attrs WHERE fh IS NOT NULL AND mtime_ns IS NOT NULL
   UNION ALL
-  SELECT fh, time_ns, 1, transaction_id, operation, 0, 0, CAST(NULL AS BIGINT)
-  FROM accesses WHERE fh IS NOT NULL
+  SELECT fh, time_ns, 1, transaction_id, operation FROM accesses WHERE fh IS NOT NULL
 ),
 as_of AS (
-  -- the latest attributes up to each access: attribute rows sort before accesses of the
-  -- same instant, and the struct orders them by time, file, record (and mtime)
+  -- the instant of the latest attributes up to each access (attribute rows sort before
+  -- accesses of the same instant); a scalar running max, much cheaper than one over structs
   SELECT fh, time_ns, kind, transaction_id, operation,
-         max(CASE WHEN kind = 0 THEN struct_pack(t := time_ns, f := file_id, r := record,
-                                                 m := mtime_ns) END)
+         max(CASE WHEN kind = 0 THEN time_ns END)
            OVER (PARTITION BY fh ORDER BY time_ns, kind
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS attr
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS attrs_ns
   FROM events
 ),
+at_instant AS (
+  -- one mtime per handle and instant: rows of one instant ordered by file and record
+  SELECT fh, time_ns, {latest("mtime_ns", "file_id", "record")} AS mtime_ns
+  FROM nfs_attrs WHERE fh IS NOT NULL AND mtime_ns IS NOT NULL
+  GROUP BY fh, time_ns
+),
 aged AS (
-  SELECT operation, time_ns - attr.m AS age_ns,
-         row_number() OVER (PARTITION BY fh ORDER BY time_ns, transaction_id) AS nth
-  FROM as_of WHERE kind = 1
+  SELECT a.operation, a.time_ns - m.mtime_ns AS age_ns,
+         row_number() OVER (PARTITION BY a.fh ORDER BY a.time_ns, a.transaction_id) AS nth
+  FROM as_of AS a LEFT JOIN at_instant AS m ON m.fh = a.fh AND m.time_ns = a.attrs_ns
+  WHERE a.kind = 1
 ),
 ages AS (
   SELECT CASE WHEN operation = 'READ' THEN 'read' ELSE 'write' END AS event, age_ns FROM aged
