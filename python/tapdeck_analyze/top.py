@@ -80,8 +80,8 @@ ORDER BY {kind_order}, t.calls_rank
 
 
 def headline(tables: dict) -> str | None:
-    """'Client 10.0.0.1 makes 45 % of the calls; server 10.0.0.2 moves 60 % of the bytes; one
-    file (data.bin) takes 30 % of the bytes'."""
+    """'Client 10.0.0.1 has 45 % of the calls; server 10.0.0.2 has 60 % of the calls; the
+    busiest file (data.bin) takes 30 % of the bytes' (a kind with one name is left out)."""
     rows = tables["top"].to_pylist()
     parts = []
     for kind in KINDS:

@@ -99,6 +99,20 @@ calls AS (
 )"""
 
 
+# Per client: calls, the traced span (first call to last call or reply) and the stretch.
+_PER_CLIENT = """
+client_spans AS (
+  SELECT client_addr, count(*) AS calls,
+         greatest(max(call_ns), coalesce(max(reply_ns), 0)) - min(call_ns) AS span_ns
+  FROM calls GROUP BY client_addr
+),
+per_client AS (
+  SELECT client_addr, calls, span_ns / 1e9 AS span_s, calls * {rtt_ns} / 1e9 AS added_s,
+         (span_ns + calls * {rtt_ns}) / CAST(nullif(span_ns, 0) AS DOUBLE) AS slowdown
+  FROM client_spans
+)"""
+
+
 def wan_whatif(ds_or_path, bandwidth=DEFAULT_BANDWIDTH, rtt=DEFAULT_RTT) -> pa.Table:
     """One row: bandwidth_bps, added_rtt_s, minutes, minutes_over_capacity,
     over_capacity_fraction, peak_demand_bps and mean_demand_bps (the busier direction per
@@ -140,19 +154,6 @@ SELECT CAST({bps} AS BIGINT) AS bandwidth_bps, {rtt_ns} / 1e9 AS added_rtt_s,
        delay.max_slowdown AS max_client_slowdown
 FROM span CROSS JOIN demand CROSS JOIN delay
 """)
-
-
-_PER_CLIENT = """
-per_client AS (
-  SELECT client_addr, count(*) AS calls, min(call_ns) AS first_ns,
-         greatest(max(call_ns), coalesce(max(reply_ns), 0)) AS last_ns,
-         (greatest(max(call_ns), coalesce(max(reply_ns), 0)) - min(call_ns)) / 1e9 AS span_s,
-         count(*) * {rtt_ns} / 1e9 AS added_s,
-         ((greatest(max(call_ns), coalesce(max(reply_ns), 0)) - min(call_ns))
-           + count(*) * {rtt_ns}) / CAST(nullif(greatest(max(call_ns),
-             coalesce(max(reply_ns), 0)) - min(call_ns), 0) AS DOUBLE) AS slowdown
-  FROM calls GROUP BY client_addr
-)"""
 
 
 def per_minute(ds_or_path, bandwidth=DEFAULT_BANDWIDTH, rtt=DEFAULT_RTT) -> pa.Table:
