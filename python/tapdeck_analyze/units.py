@@ -14,6 +14,8 @@ def size(n: float) -> str:
 def duration(s: float) -> str:
     """0.03 → '30 ms', 7500 → '2.1 h'."""
     a = abs(s)
+    if a == 0:
+        return "0 s"
     for limit, div, unit in ((1e-3, 1e-6, "µs"), (1, 1e-3, "ms"), (60, 1, "s"),
                              (3600, 60, "min"), (86400, 3600, "h")):  # fmt: skip
         if a < limit:

@@ -418,3 +418,15 @@ def test_analyses_on_an_empty_nfs_dataset(tmp_path):
         tables = run(ANALYSES[name], ds)
         assert all(t.num_rows == 0 for t in tables.values()), name
         assert ANALYSES[name].headline(tables) is None
+
+
+def test_units():
+    from tapdeck_analyze import units
+
+    assert [units.size(n) for n in (0, 1023, 1536, 3 << 20, 5 << 40)] == [
+        "0 B", "1023 B", "1.5 KiB", "3 MiB", "5 TiB"]  # fmt: skip
+    assert [units.duration(s) for s in (0, 2e-6, 0.03, 59.5, 150, 7560, 3 * 86400)] == [
+        "0 s", "2 µs", "30 ms", "59.5 s", "2.5 min", "2.1 h", "3 d"]  # fmt: skip
+    assert [units.rate(b) for b in (500, 1.5e8, 2e9)] == ["500 bit/s", "150 Mbit/s", "2 Gbit/s"]
+    assert [units.percent(f) for f in (0, 0.004, 0.734, 0.996, 1)] == [
+        "0 %", "0.4 %", "73 %", "99.6 %", "100 %"]  # fmt: skip
