@@ -225,10 +225,10 @@ def _file_age(t, tz):
     fig, ax = plt.subplots(figsize=(7, 4))
     for event in ("read", "write", "first_access"):
         pts = [r for r in rows if r["event"] == event]
-        if pts:
-            ax.step([r["upper_s"] or r["lower_s"] * 10 for r in pts],
-                    [r["cumulative_fraction"] for r in pts], where="post", marker=".",
-                    label=event.replace("_", " "))  # fmt: skip
+        if pts:  # from 0 at the first bucket's lower edge to each bucket's upper edge
+            x = [pts[0]["lower_s"] or 1e-4] + [r["upper_s"] or r["lower_s"] * 10 for r in pts]
+            y = [0.0] + [r["cumulative_fraction"] for r in pts]
+            ax.plot(x, y, marker=".", label=event.replace("_", " "))
     ax.set_xscale("log")
     ax.set_xlabel("time since the last change (s, bucket upper bound)")
     ax.set_ylabel("cumulative fraction of accesses")
@@ -283,11 +283,15 @@ def _wan_whatif(t, tz):
     capacity = t["wan_whatif"].to_pylist()[0]["bandwidth_bps"]
     fig, ax = plt.subplots(figsize=(9, 4))
     x = _times([r["minute_start_ns"] for r in rows], tz)
-    ax.step(x, [r["demand_bps"] for r in rows], "k.-", where="post",
-            label="demand (busier direction)")  # fmt: skip
-    ax.axhline(capacity, color="r", label="link bandwidth")
+    over = ["tab:red" if r["over_capacity"] else "tab:blue" for r in rows]
+    ax.bar(x, [r["demand_bps"] / 1e6 for r in rows], width=1 / 1440, align="edge", color=over,
+           label="demand per minute (busier direction)")  # fmt: skip
+    ax.axhline(capacity / 1e6, color="k", linestyle="--", label="link bandwidth")
     _time_axis(ax, x)
-    ax.set_ylabel("bits/s per minute")
+    minute = dt.timedelta(minutes=1)
+    ax.set_xlim(x[0] - minute / 4, x[-1] + minute * 5 / 4)  # whole bars, also a single one
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("Mbit/s")
     ax.set_title("WAN what-if: per-minute demand against the link")
     ax.legend()
     fig.autofmt_xdate()
