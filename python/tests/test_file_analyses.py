@@ -430,3 +430,23 @@ def test_units():
     assert [units.rate(b) for b in (500, 1.5e8, 2e9)] == ["500 bit/s", "150 Mbit/s", "2 Gbit/s"]
     assert [units.percent(f) for f in (0, 0.004, 0.734, 0.996, 1)] == [
         "0 %", "0.4 %", "73 %", "99.6 %", "100 %"]  # fmt: skip
+
+
+def test_top_file_names_decrypt_with_the_key(tmp_path):
+    from test_names import encrypt, write_key
+
+    from tapdeck_analyze.names import load_key
+
+    key_path = write_key(tmp_path / "k")
+    b = DatasetBuilder()
+    b.nfs(T0, T0 + MS, op="READ", fh="f", offset=0, count=100)
+    b.add("nfs_names", time_ns=T0 - 1, file_id=0, record=b.record(0), transaction_id=1,
+          direction="reply", nfs_version=3, operation="LOOKUP", dir_fh="root",
+          name=encrypt(b"secret.bin"), fh="f")  # fmt: skip
+    path = b.write(tmp_path / "ds", meta={"key_id": load_key(key_path).key_id})
+
+    def file_names(ds):
+        return [r["file_name"] for r in top(ds).to_pylist() if r["kind"] == "file"]
+
+    assert file_names(open_dataset(path, key=key_path)) == ["secret.bin"]
+    assert file_names(open_dataset(path)) == [encrypt(b"secret.bin")]  # ciphertext without it
