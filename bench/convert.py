@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`tapdeck convert` against `tshark -T fields`, in one run, on the same files (issue 4).
 
-    python3 bench/convert.py [--quick] [--reps N] [--work DIR] [--keep]
+    python3 bench/convert.py [--quick] [--reps N] [--work DIR] [--keep] [--baseline OLD_BIN]
 
 (a) Generic traffic: `tapdeck record --synthetic mix --count N --format pcap --codec none`
     writes one pcap (UDP, 60-1514 bytes); `editcap -c` splits the same packets into 4 files;
@@ -20,6 +20,8 @@ Every run is one child process, measured with os.wait4: wall time, user+system C
 Inputs are read once beforehand so that every tool reads from the page cache. Tools run in turn
 inside each repetition; ratios are taken within a repetition (the machine is shared and
 noisy), figures are median (min..max) over --reps.
+With --baseline, an earlier build converts the big generic and NFS traces too, in each
+repetition, and the table gives this build's CPU seconds over the baseline's.
 Results: bench/results/convert-<UTC time>.{json,md}. The work directory (a few GB; the free
 space is checked) is removed at the end unless --keep.
 """
@@ -112,11 +114,11 @@ def tool_versions() -> dict:
     return v
 
 
-def tapdeck_convert(inputs, dataset: Path, *extra) -> dict:
+def tapdeck_convert(inputs, dataset: Path, *extra, binary: Path = BIN) -> dict:
     """`tapdeck convert --json`; returns the measurement plus the report's counts."""
     shutil.rmtree(dataset, ignore_errors=True)
     report = dataset.parent / (dataset.name + ".json")
-    r = measure([BIN, "convert", *inputs, "--out", dataset, "--json", "-q", "--log", "warn", *extra],
+    r = measure([binary, "convert", *inputs, "--out", dataset, "--json", "-q", "--log", "warn", *extra],
                 stdout=report)
     rep = json.loads(report.read_text())
     report.unlink()
@@ -208,7 +210,16 @@ def prepare(work: Path, quick: bool) -> dict:
     return inp
 
 
-def run_benchmark(work: Path, inp: dict, reps: int) -> dict:
+# The conversions a --baseline binary repeats, for the this/baseline CPU ratio.
+BASELINE_RUNS = {
+    "tapdeck generic --jobs 2": ("generic", ["--jobs", "2"]),
+    "tapdeck generic --jobs 1": ("generic", ["--jobs", "1"]),
+    "tapdeck nfs": ("nfs", []),
+    "tapdeck nfs --no-packets": ("nfs", ["--no-packets"]),
+}
+
+
+def run_benchmark(work: Path, inp: dict, reps: int, baseline: Path | None = None) -> dict:
     ds = work / "ds"
     out = work / "tshark.out"
     runs = {}
@@ -233,6 +244,11 @@ def run_benchmark(work: Path, inp: dict, reps: int) -> dict:
         add("tapdeck nfs slice", tapdeck_convert([inp["nfs_slice"]], ds))
         add("tapdeck nfs slice --no-packets", tapdeck_convert([inp["nfs_slice"]], ds, "--no-packets"))
         add("tshark nfs slice", tshark_fields(inp["nfs_slice"], RPC_FIELDS, out, rpc=True))
+        if baseline:
+            log(f"repetition {rep + 1}/{reps}: the baseline binary")
+            for name, (src, extra) in BASELINE_RUNS.items():
+                add("baseline" + name.removeprefix("tapdeck"),
+                    tapdeck_convert([inp[src]], ds, *extra, binary=baseline))
     shutil.rmtree(ds, ignore_errors=True)
     return runs
 
@@ -251,6 +267,8 @@ def summarise(inp: dict, runs: dict) -> dict:
 
     tools = {}
     for name, rs in runs.items():
+        if name.startswith("baseline"):
+            continue
         src = input_of(name)
         n = packets_of[src]
         t = {"input": src, "packets": n,
@@ -270,6 +288,16 @@ def summarise(inp: dict, runs: dict) -> dict:
         if "unmatched" in rs[0]:
             t["unmatched_rpc"] = [r["unmatched"] for r in rs]
         tools[name] = t
+    # This binary's CPU over the baseline's, within each repetition.
+    against_baseline = {}
+    for name in BASELINE_RUNS:
+        base = runs.get("baseline" + name.removeprefix("tapdeck"))
+        if base:
+            against_baseline[name] = {
+                "cpu_s": spread(r["cpu_s"] for r in runs[name]),
+                "baseline_cpu_s": spread(r["cpu_s"] for r in base),
+                "cpu_ratio": spread(r["cpu_s"] / b["cpu_s"] for r, b in zip(runs[name], base, strict=True)),
+                "rows": runs[name][0]["rows"], "baseline_rows": base[0]["rows"]}
     # Ratios within each repetition: tapdeck's rate over tshark's.
     ratios = {}
     for name, rs in runs.items():
@@ -288,7 +316,7 @@ def summarise(inp: dict, runs: dict) -> dict:
             vals.append(mine / theirs)
         ratios[name] = {"vs": "tshark nfs slice" if nfs else "tshark generic slice",
                         "by": "RPC messages/s" if key else "packets/s", "ratio": spread(vals)}
-    return {"tools": tools, "ratios": ratios}
+    return {"tools": tools, "ratios": ratios, "against_baseline": against_baseline}
 
 
 def markdown(res) -> str:
@@ -319,6 +347,15 @@ def markdown(res) -> str:
           f"({'met' if res['summary']['ratios']['tapdeck generic --jobs 2']['ratio']['median'] >= 20 else 'not met'}).",
           f"Unmatched RPC messages in the NFS conversion: {tools['tapdeck nfs'].get('unmatched_rpc')} "
           f"(the generator answers every call)."]
+    ab = res["summary"].get("against_baseline")
+    if ab:
+        m += ["", f"Against the baseline binary `{res.get('baseline')}` ({res.get('baseline_version')}), "
+              "CPU seconds of the same conversion in the same repetition (the 10 % rule of issue 18: "
+              "a ratio above 1.10 is a miss):", "",
+              "| conversion | CPU s | baseline CPU s | ratio | rows | baseline rows |", "|---|---|---|---|---|---|"]
+        for name, a in ab.items():
+            m.append(f"| {name} | {fmt(a['cpu_s'], 2)} | {fmt(a['baseline_cpu_s'], 2)} | "
+                     f"{fmt(a['cpu_ratio'], 3)} | {a['rows']:,} | {a['baseline_rows']:,} |")
     return "\n".join(m) + "\n"
 
 
@@ -328,6 +365,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small inputs, one repetition (about a minute)")
     ap.add_argument("--work", type=Path, default=Path("/tmp"), help="where the temporary directory goes")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--baseline", type=Path, help="another tapdeck binary (an earlier build) to time "
+                    "on the same conversions in each repetition, for a CPU ratio against it")
     args = ap.parse_args()
     reps = args.reps or (1 if args.quick else 2)
     if not BIN.exists():
@@ -344,7 +383,7 @@ def main():
     t0 = time.monotonic()
     try:
         inp = prepare(work, args.quick)
-        runs = run_benchmark(work, inp, reps)
+        runs = run_benchmark(work, inp, reps, args.baseline)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -357,6 +396,10 @@ def main():
         "tshark_fields": {"packets": PACKET_FIELDS, "nfs": RPC_FIELDS},
         "runs": runs, "summary": summarise(inp, runs), "total_s": time.monotonic() - t0,
     }
+    if args.baseline:
+        res["baseline"] = str(args.baseline)
+        res["baseline_version"] = subprocess.run([args.baseline, "--version"], capture_output=True,
+                                                 text=True).stdout.strip()
     out = ROOT / "bench/results"
     out.mkdir(parents=True, exist_ok=True)
     stem = "convert-" + res["when"].replace(":", "").replace("-", "")

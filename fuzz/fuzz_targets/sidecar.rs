@@ -1,4 +1,4 @@
-//! The sidecar block index of a plain capture file (`FILE.tdx`, `tapdeck_index::sidecar`)
+//! The sidecar block index of a capture file (`FILE.tdx`, `tapdeck_index::sidecar`)
 //! over arbitrary bytes. The first byte is a switch: with bit 0 set, the rest gets a valid
 //! checksum appended first, so the fuzzer gets past it to the header and blocks.
 //! `Sidecar::decode` must not panic, must fail with one line, and what it accepts must
@@ -25,7 +25,8 @@ fuzz_target!(|data: &[u8]| {
                 assert!(b.offset >= next && b.len > 0 && b.first_ts_ns <= b.last_ts_ns);
                 next = b.offset + b.len;
             }
-            assert!(next <= s.identity.size);
+            assert!(next <= s.stream_size);
+            assert!(s.compression != 0 || s.stream_size == s.identity.size);
         }
         Err(e) => assert!(!e.to_string().contains('\n')),
     }

@@ -3,6 +3,8 @@
 from .burstiness import burstiness
 from .dataset import Dataset
 from .errors import DatasetError, IncompleteDatasetError
+from .file_age import file_age
+from .file_sizes import file_sizes
 from .files import files
 from .nfs_latency import nfs_latency
 from .nfs_ops import nfs_ops
@@ -10,7 +12,10 @@ from .opening import open_dataset
 from .rates import rates
 from .recency import recency
 from .rpc_matching import rpc_matching
+from .sequentiality import sequentiality
 from .sizes import sizes
+from .top import top
+from .wan_whatif import wan_whatif
 
 __all__ = [
     "Dataset",
@@ -25,4 +30,9 @@ __all__ = [
     "rpc_matching",
     "files",
     "recency",
+    "file_sizes",
+    "file_age",
+    "sequentiality",
+    "top",
+    "wan_whatif",
 ]

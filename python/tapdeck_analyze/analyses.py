@@ -13,6 +13,10 @@ burstiness, files, nfs_latency, nfs_ops, rates, recency, rpc_matching, sizes = (
     for m in ("burstiness", "files", "nfs_latency", "nfs_ops", "rates", "recency", "rpc_matching",
               "sizes")
 )  # fmt: skip
+file_age, file_sizes, sequentiality, top, wan_whatif = (
+    importlib.import_module(f"tapdeck_analyze.{m}")
+    for m in ("file_age", "file_sizes", "sequentiality", "top", "wan_whatif")
+)
 
 
 @dataclass
@@ -21,7 +25,7 @@ class Analysis:
     main: Callable
     how_to_read: str
     parts: dict[str, Callable] = field(default_factory=dict)
-    options: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()  # keyword options of the main table and of every part
     # The report's one-line finding: takes `run`'s tables (by result name) and returns a short
     # sentence in human units, or None when the tables hold nothing worth saying.
     headline: Callable[[dict], str | None] | None = None
@@ -95,6 +99,55 @@ ANALYSES = {
             "served; where the curve flattens, a bigger cache stops helping.",
             parts={"distribution": recency.recency_distribution},
         ),
+        Analysis(
+            "file_sizes",
+            file_sizes.file_sizes,
+            "How many files fall in each size bucket (their last size seen) and how many of the "
+            "bytes read and written go to files of that size: where the byte curve rises, the "
+            "data lives; a file count and a byte count far apart mean many small files and a "
+            "few big ones that carry the traffic.",
+            headline=file_sizes.headline,
+        ),
+        Analysis(
+            "file_age",
+            file_age.file_age,
+            "Time since the file's last change (its mtime in the attributes) when it is read "
+            "or written, and when the trace first touches it: small ages mean fresh data (a "
+            "cache must follow changes), large ages data that is old and stable.",
+            parts={"distribution": file_age.age_distribution},
+            headline=file_age.headline,
+        ),
+        Analysis(
+            "sequentiality",
+            sequentiality.sequentiality,
+            "Per file and client, the share of reads and writes that start where the previous "
+            "one ended, and how long such runs last: high shares and long runs mean streaming "
+            "access that read-ahead and large transfers serve well.",
+            parts={"runs": sequentiality.run_lengths},
+            headline=sequentiality.headline,
+        ),
+        Analysis(
+            "top",
+            top.top,
+            "The clients, servers and files with the most NFS calls and the most bytes, with "
+            "their share of the total: a few names with most of the share are where tuning or "
+            "a problem matters most.",
+            headline=top.headline,
+        ),
+        Analysis(
+            "wan_whatif",
+            wan_whatif.wan_whatif,
+            "The traffic put on a WAN link of the given bandwidth and added round trip: the "
+            "share of minutes whose demand exceeds the link, and how much longer calls and "
+            "each client's work would take if every call waited one more round trip.",
+            parts={
+                "per_minute": wan_whatif.per_minute,
+                "per_client": wan_whatif.per_client,
+                "per_operation": wan_whatif.per_operation,
+            },
+            options=("bandwidth", "rtt"),
+            headline=wan_whatif.headline,
+        ),
     ]
 }
 
@@ -107,11 +160,11 @@ for _name, _headline in headlines.HEADLINES.items():
 
 
 def run(analysis: Analysis, ds, **options) -> dict:
-    """Every table of `analysis` on `ds` (an analysis' `options` go to its main table), by
-    result name as `table_names` gives them."""
+    """Every table of `analysis` on `ds` (an analysis' `options` go to its main table and its
+    parts), by result name as `table_names` gives them."""
     tables = {analysis.name: analysis.main(ds, **options)}
     for part, fn in analysis.parts.items():
-        tables[f"{analysis.name}_{part}"] = fn(ds)
+        tables[f"{analysis.name}_{part}"] = fn(ds, **options)
     return tables
 
 

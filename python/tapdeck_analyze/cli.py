@@ -9,6 +9,7 @@ from .engine import QueryError
 from .errors import DatasetError, IncompleteDatasetError
 from .opening import open_dataset
 from .times import TimeFormatError, zone
+from .wan_whatif import DEFAULT_BANDWIDTH, DEFAULT_RTT
 
 PROG = "tapdeck-analyze"
 
@@ -49,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG,
         description="Analyses of a tapdeck dataset (packets, RPC and NFS tables in Parquet): "
-        "rates, burstiness, sizes, NFS latency and operations, RPC matching, files, recency.",
+        "rates, burstiness, sizes, NFS latency and operations, RPC matching, files, recency, "
+        "file sizes and ages, sequentiality, top talkers and files, a WAN what-if.",
         epilog=EXIT_STATUS,
     )
     sub = ap.add_subparsers(dest="command", required=True)
@@ -74,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--by", choices=["interface", "direction", "interface,direction"],
                      help="rates: one series per interface, direction (in, out, or unknown) "
                           "or both")  # fmt: skip
+    run.add_argument("--bandwidth", default=DEFAULT_BANDWIDTH, metavar="RATE",
+                     help="wan_whatif: link bandwidth, e.g. 100Mbit/s, 1.5Gbit/s "
+                          f"(default {DEFAULT_BANDWIDTH})")  # fmt: skip
+    run.add_argument("--rtt", default=DEFAULT_RTT, metavar="DURATION",
+                     help=f"wan_whatif: round-trip time the link adds, e.g. 30ms (default {DEFAULT_RTT})")  # fmt: skip
 
     sq = sub.add_parser(
         "sql", help="ad-hoc SQL over the dataset's tables (as views)", epilog=EXIT_STATUS
@@ -136,8 +143,9 @@ def _run(ds, args):
         if args.part not in analysis.parts:
             parts = ", ".join(analysis.parts) or "none"
             raise DatasetError(f"{args.name} has no part '{args.part}' (parts: {parts})")
-        return analysis.parts[args.part](ds)
     options = {o: getattr(args, o) for o in analysis.options}
+    if args.part:
+        return analysis.parts[args.part](ds, **options)
     return analysis.main(ds, **options)
 
 

@@ -3,7 +3,7 @@ tables by result name and returns a short sentence in human units, or None when 
 nothing worth saying."""
 
 from . import units
-from .units import percent, seconds, size
+from .units import duration, percent, size
 
 
 def rates(t: dict) -> str | None:
@@ -14,10 +14,10 @@ def rates(t: dict) -> str | None:
     mean_bps = sum(r["mean_bps"] * r["samples"] for r in rows) / samples
     mean_pps = sum(r["mean_pps"] * r["samples"] for r in rows) / samples
     peak = max(rows, key=lambda r: r["max_bps"])
-    text = f"{units.bits_rate(mean_bps)} ({units.packet_rate(mean_pps)}) on average"
+    text = f"{units.rate(mean_bps)} ({units.packet_rate(mean_pps)}) on average"
     if samples > 1 and mean_bps:
         text += (
-            f"; the busiest sample reached {units.bits_rate(peak['max_bps'])} "
+            f"; the busiest sample reached {units.rate(peak['max_bps'])} "
             f"({units.packet_rate(peak['max_pps'])}), {units.number(peak['max_bps'] / mean_bps)}× the mean"
         )
     return text + "."
@@ -28,16 +28,16 @@ def burstiness(t: dict) -> str | None:
     if not rows:
         return None
     r = rows[0]  # the finest meaningful scale shows the bursts best
-    scale = seconds(r["scale_s"])
-    p99 = units.bits_rate(r["p99_bps"])
-    busiest = units.bits_rate(r["max_bps"])
+    scale = duration(r["scale_s"])
+    p99 = units.rate(r["p99_bps"])
+    busiest = units.rate(r["max_bps"])
     if not r["p50_bps"]:
         empty = r["empty_intervals"] / r["intervals"] if r["intervals"] else 0
         tail = f"1 % exceed {p99}" if r["p99_bps"] else f"the busiest reached {busiest}"
         return f"At {scale}, {percent(empty)} of intervals are empty; {tail}."
     return (
         f"At {scale}, 1 % of intervals exceed {p99}, {units.number(r['p99_bps'] / r['p50_bps'])}× the "
-        f"median ({units.bits_rate(r['p50_bps'])}); the busiest reached {busiest}."
+        f"median ({units.rate(r['p50_bps'])}); the busiest reached {busiest}."
     )
 
 
@@ -65,11 +65,11 @@ def nfs_latency(t: dict) -> str | None:
     busiest = max(rows, key=lambda r: r["calls"])
     text = (
         f"{_op(busiest)} ({_n(busiest['calls'], 'call')}): median "
-        f"{seconds(busiest['p50_s'])}, p99 {seconds(busiest['p99_s'])}"
+        f"{duration(busiest['p50_s'])}, p99 {duration(busiest['p99_s'])}"
     )
     slowest = max(rows, key=lambda r: r["p99_s"])
     if slowest is not busiest:
-        text += f"; slowest p99: {_op(slowest)} {seconds(slowest['p99_s'])}"
+        text += f"; slowest p99: {_op(slowest)} {duration(slowest['p99_s'])}"
     retransmits = sum(r["retransmits"] for r in t["nfs_latency"].to_pylist())
     if retransmits:
         text += f"; {_n(retransmits, 'retransmitted call')}"

@@ -65,7 +65,7 @@ def _rates(t, tz):
         y = y + y[-1:] if len(rows) > 1 else y
         ax.plot(x, y, style, label=col.split("_")[0], drawstyle="steps-post", markersize=3)
     _time_axis(ax, x)
-    _human(ax.yaxis, units.bits_rate)
+    _human(ax.yaxis, units.rate)
     ax.set_ylabel("rate")
     ax.set_title("rate per window: min, mean and max of the samples")
     ax.legend()
@@ -90,10 +90,10 @@ def _burstiness(t, tz):
         zero = next((r["intervals"] for r in rows if r["scale_s"] == scale and r["bps"] == 0), 0)
         ys = [y - zero / total for y in ys]
         if xs:
-            ax.step(xs, ys, where="post", marker=".", label=units.seconds(scale))
+            ax.step(xs, ys, where="post", marker=".", label=units.duration(scale))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _human(ax.xaxis, units.bits_rate)
+    _human(ax.xaxis, units.rate)
     _human(ax.yaxis, units.percent)
     ax.set_xlabel("rate in an interval")
     ax.set_ylabel("fraction of intervals at or above")
@@ -132,7 +132,7 @@ def _nfs_latency(t, tz):
         ax.plot(_times([r["interval_start_ns"] for r in pts], tz), [r["mean_s"] for r in pts],
                 "o-", markersize=3, label=f"v{key[0]} {key[1]}")  # fmt: skip
     ax.set_yscale("log")
-    _human(ax.yaxis, units.seconds)
+    _human(ax.yaxis, units.duration)
     ax.set_ylabel("mean latency")
     _time_axis(ax, _times([r["interval_start_ns"] for r in rows], tz))
     ax.set_title("NFS latency over time, busiest operations")
@@ -214,3 +214,103 @@ def _recency(t, tz):
     ax.legend()
     fig.tight_layout()
     return {"recency": fig}
+
+
+def _file_sizes(t, tz):
+    rows = [r for r in t["file_sizes"].to_pylist() if r["size_lower_bytes"] is not None]
+    if not rows:
+        return {"file_sizes": _empty("file sizes")}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = [max(r["size_upper_bytes"] or 2**63, 1) for r in rows]  # a bucket's curve ends at its top
+    ax.step(x, [r["cumulative_file_fraction"] for r in rows], where="post", label="files")
+    ax.step(x, [r["cumulative_byte_fraction"] for r in rows], where="post",
+            label="bytes read and written")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("file size (bytes, bucket upper bound)")
+    ax.set_ylabel("cumulative fraction")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("file sizes: files and bytes by the size of their file")
+    ax.legend()
+    fig.tight_layout()
+    return {"file_sizes": fig}
+
+
+def _file_age(t, tz):
+    rows = [r for r in t["file_age_distribution"].to_pylist() if r["lower_s"] is not None]
+    if not rows:
+        return {"file_age": _empty("file age")}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for event in ("read", "write", "first_access"):
+        pts = [r for r in rows if r["event"] == event]
+        if pts:  # from 0 at the first bucket's lower edge to each bucket's upper edge
+            x = [pts[0]["lower_s"] or 1e-4] + [r["upper_s"] or r["lower_s"] * 10 for r in pts]
+            y = [0.0] + [r["cumulative_fraction"] for r in pts]
+            ax.plot(x, y, marker=".", label=event.replace("_", " "))
+    ax.set_xscale("log")
+    ax.set_xlabel("time since the last change (s, bucket upper bound)")
+    ax.set_ylabel("cumulative fraction of accesses")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("file age at access")
+    ax.legend()
+    fig.tight_layout()
+    return {"file_age": fig}
+
+
+def _sequentiality(t, tz):
+    rows = t["sequentiality_runs"].to_pylist()
+    if not rows:
+        return {"sequentiality": _empty("sequentiality")}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    lengths = sorted({r["length_lower"] for r in rows})
+    ops = sorted({r["operation"] for r in rows})
+    width = 0.8 / len(ops)
+    for i, op in enumerate(ops):
+        share = {r["length_lower"]: r["access_fraction"] for r in rows if r["operation"] == op}
+        ax.bar([k + i * width for k in range(len(lengths))],
+               [share.get(n, 0) for n in lengths], width, label=op)  # fmt: skip
+    ax.set_xticks([k + width * (len(ops) - 1) / 2 for k in range(len(lengths))],
+                  [f"{n}–{2 * n - 1}" if n > 1 else "1" for n in lengths])  # fmt: skip
+    ax.set_xlabel("run length (consecutive sequential accesses)")
+    ax.set_ylabel("fraction of accesses")
+    ax.set_title("sequential runs per file and client")
+    ax.legend()
+    fig.tight_layout()
+    return {"sequentiality": fig}
+
+
+def _top(t, tz):
+    rows = t["top"].to_pylist()
+    if not rows:
+        return {"top": _empty("top")}
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    for ax, kind in zip(axes, ("client", "server", "file"), strict=True):
+        mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["bytes_rank"])[:10]
+        labels = [r["file_name"] or r["name"][:12] for r in mine][::-1]
+        ax.barh(labels, [(r["bytes_read"] + r["bytes_written"]) / 2**20 for r in mine][::-1])
+        ax.set_xlabel("MiB read and written")
+        ax.set_title(f"top {kind}s by bytes")
+    fig.tight_layout()
+    return {"top": fig}
+
+
+def _wan_whatif(t, tz):
+    rows = t["wan_whatif_per_minute"].to_pylist()
+    if not rows:
+        return {"wan_whatif": _empty("WAN what-if")}
+    capacity = t["wan_whatif"].to_pylist()[0]["bandwidth_bps"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = _times([r["minute_start_ns"] for r in rows], tz)
+    over = ["tab:red" if r["over_capacity"] else "tab:blue" for r in rows]
+    ax.bar(x, [r["demand_bps"] / 1e6 for r in rows], width=1 / 1440, align="edge", color=over,
+           label="demand per minute (busier direction)")  # fmt: skip
+    ax.axhline(capacity / 1e6, color="k", linestyle="--", label="link bandwidth")
+    _time_axis(ax, x)
+    minute = dt.timedelta(minutes=1)
+    ax.set_xlim(x[0] - minute / 4, x[-1] + minute * 5 / 4)  # whole bars, also a single one
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("Mbit/s")
+    ax.set_title("WAN what-if: per-minute demand against the link")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return {"wan_whatif": fig}

@@ -126,7 +126,7 @@ def _burstiness(rows, columns) -> Shown:
             "max_bps", "p50_pps", "p99_pps", "max_pps", "below_resolution"]  # fmt: skip
     note = ""
     if rows:
-        resolution = units.seconds(rows[0]["resolution_ns"] / 1e9)
+        resolution = units.duration(rows[0]["resolution_ns"] / 1e9)
         note = f"Timestamps resolve {resolution}; p99.9 and p99.99 are in the whole table."
     return Shown(rows, [c for c in keep if c in columns], note)
 

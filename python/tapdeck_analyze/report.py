@@ -147,6 +147,11 @@ def _table_html(name: str, table, tz) -> str:
     )
 
 
+def _share(f: float) -> str:
+    """A loss in the summary, to three digits (0.0123 %, 96.9 %)."""
+    return f"{units.number(f * 100)} %"
+
+
 def _count(v) -> str:
     return "not recorded" if v is None else units.count(v)
 
@@ -157,12 +162,12 @@ def _summary_rows(s: dict, tz) -> list[tuple[str, str]]:
     rows = []
     if first is not None:
         rows.append(("Trace", f"{format_time(first, tz, 3)} – {format_time(last, tz, 3)} "
-                              f"({units.seconds(span)})"))  # fmt: skip
+                              f"({units.duration(span)})"))  # fmt: skip
     if s["range"] != "from the beginning to the end":
         rows.append(("Range asked", s["range"]))
     rate = ""
     if span > 0:
-        rate = (f"; on average {units.bits_rate(s['bytes'] * 8 / span)}, "
+        rate = (f"; on average {units.rate(s['bytes'] * 8 / span)}, "
                 f"{units.packet_rate(s['packets'] / span)}")  # fmt: skip
     rows.append(("Packets stored",
                  f"{units.count(s['packets'])}, {units.size(s['bytes'] or 0)} on the wire{rate}"))  # fmt: skip
@@ -173,7 +178,7 @@ def _summary_rows(s: dict, tz) -> list[tuple[str, str]]:
     total = ""
     if known and seen:
         dropped = sum(known)
-        total = f"{units.count(dropped)} of {units.count(seen)} seen ({units.percent(dropped / seen)}): "
+        total = f"{units.count(dropped)} of {units.count(seen)} seen ({_share(dropped / seen)}): "
     if not known:
         causes = "not recorded (the traces carry no capture statistics)"
     rows.append(("Dropped by the capture", f"{total}{causes}"))
@@ -189,7 +194,7 @@ def _summary_rows(s: dict, tz) -> list[tuple[str, str]]:
         f"{units.count(s['unmatched_replies'])} replies without call",
     ))  # fmt: skip
     rows.append(("Capture loss estimated from RPCs",
-                 "no RPCs" if loss is None else units.percent(loss)))  # fmt: skip
+                 "no RPCs" if loss is None else _share(loss)))  # fmt: skip
     return rows
 
 

@@ -87,3 +87,22 @@ def bucket(time: str, width_ns: int, origin: str | int = 0) -> str:
 
 
 MINUTE_NS = 60_000_000_000
+
+
+def floor_edge(value: str, edges: list[int]) -> str:
+    """The greatest of `edges` (ascending integers) at or below `value`; NULL below the first
+    edge or for a NULL value. A CASE of integer comparisons, so that both engines put a value
+    on an edge in the same bucket (a float log would not)."""
+    whens = " ".join(f"WHEN {value} >= {e} THEN {e}" for e in reversed(edges))
+    return f"(CASE {whens} END)"
+
+
+def next_edge(lower: str, edges: list[int]) -> str:
+    """The edge after `lower` (one of `edges`): a bucket's exclusive upper bound; NULL for the
+    last edge."""
+    whens = " ".join(f"WHEN {a} THEN {b}" for a, b in zip(edges, edges[1:], strict=False))
+    return f"(CASE {lower} {whens} END)"
+
+
+# 0, then powers of two: the buckets [0, 1), [1, 2), [2, 4) … of sizes and run lengths.
+POWERS_OF_TWO = [0] + [1 << k for k in range(63)]

@@ -1,13 +1,59 @@
-"""Numbers as a reader reads them: bytes as KB/MB/GB, durations as µs/ms/s, rates as packets/s
-and Mbit/s, fractions as percentages, 64-bit ids as hex, counts with thousands separators.
+"""Numbers as a reader reads them: bytes in KiB/MiB/GiB, durations in µs/ms/s/min/h, rates in
+bit/s with SI prefixes and packets/s, fractions in percent, 64-bit ids as hex, counts with
+thousands separators; never in exponent notation.
 
-`column_value` picks the unit from a result column's name (the analyses name their columns by
-unit: `_ns`, `_s`, `_bps`, `_pps`, `bytes`, `share`, …), so any analysis' table, a new one
-included, is shown in human units without code of its own."""
+`size`, `duration`, `rate` and `percent` word the one-line findings (headlines); `column_value`
+formats a result column by its name (the analyses name their columns by unit: `_ns`, `_s`,
+`_bps`, `_pps`, `bytes`, `share`, …), so any analysis' table, a new one included, is shown in
+human units without code of its own."""
 
 import datetime as dt
 
 from .times import format_time
+
+
+def size(n: float) -> str:
+    """1536 → '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{_num(n)} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def duration(s: float) -> str:
+    """0.03 → '30 ms', 7500 → '2.1 h'."""
+    a = abs(s)
+    if a == 0:
+        return "0 s"
+    for limit, div, unit in ((1e-6, 1e-9, "ns"), (1e-3, 1e-6, "µs"), (1, 1e-3, "ms"),
+                             (60, 1, "s"), (3600, 60, "min"), (86400, 3600, "h")):  # fmt: skip
+        if a < limit:
+            return f"{_num(s / div)} {unit}"
+    return f"{_num(s / 86400)} d"
+
+
+def rate(bps: float) -> str:
+    """1.5e8 → '150 Mbit/s'."""
+    for div, unit in ((1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+        if abs(bps) >= div:
+            return f"{_num(bps / div)} {unit}"
+    return f"{bps:.0f} bit/s" if abs(bps) >= 1 or bps == 0 else f"{number(bps)} bit/s"
+
+
+def packet_rate(pps: float) -> str:
+    """1234.5 → '1,234 packets/s'."""
+    return f"{number(pps)} packets/s"
+
+
+def percent(fraction: float) -> str:
+    """0.734 → '73 %'; keeps decimals where rounding would say 0 % or 100 % wrongly."""
+    p = 100 * fraction
+    if 0 < p < 1:
+        return f"{number(p)} %"
+    if 99 < p < 100:
+        return f"{p:.1f} %"
+    return f"{p:.0f} %"
 
 
 def count(n) -> str:
@@ -19,64 +65,24 @@ def number(v: float) -> str:
     below 0.001 only that it is."""
     if v == 0:
         return "0"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
     if abs(v) < 0.001:
         return "< 0.001" if v > 0 else "> -0.001"
     r = float(f"{v:.3g}")
     return f"{r:,.0f}" if abs(r) >= 1000 else f"{r:f}".rstrip("0").rstrip(".")
 
 
-def _scaled(value: float, units: list[tuple[float, str]], sep: str = " ") -> str:
-    """`value` in the largest unit it reaches, three significant digits."""
-    for factor, name in units:
-        if abs(value) >= factor:
-            return f"{number(value / factor)}{sep}{name}"
-    factor, name = units[-1]
-    return f"{number(value / factor)}{sep}{name}"
-
-
-def size(n) -> str:
-    """Bytes: 512 B, 1,514 B, 15.2 KB, 12.3 MB, 4.1 GB (decimal, as link rates are)."""
-    if abs(n) < 10_000:
-        return f"{int(n):,} B" if float(n).is_integer() else f"{number(n)} B"
-    return _scaled(n, [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")])
-
-
-def bits_rate(bps) -> str:
-    return _scaled(bps, [(1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s"), (1, "bit/s")])
-
-
-def packet_rate(pps) -> str:
-    if abs(pps) >= 1000:
-        return f"{pps:,.0f} packets/s"
-    return f"{number(pps)} packets/s"
-
-
-def seconds(s) -> str:
-    """A duration: 850 ns, 42 µs, 1.25 ms, 3.4 s, 12 min, 5.1 h."""
-    if s == 0:
-        return "0 s"
-    if abs(s) >= 2 * 365 * 86400:
-        return f"{number(s / (365.25 * 86400))} years"
-    if abs(s) >= 2 * 86400:
-        return f"{number(s / 86400)} days"
-    if abs(s) >= 7200:
-        return f"{number(s / 3600)} h"
-    if abs(s) >= 120:
-        return f"{number(s / 60)} min"
-    return _scaled(s, [(1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")])
-
-
-def percent(f) -> str:
-    if f == 0 or f == 1:
-        return f"{f * 100:.0f} %"
-    return f"{number(f * 100)} %"
-
-
 def hex_id(v: int) -> str:
     """A 64-bit id (a hash stored as a signed int64) as 16 hex digits, never negative."""
     return f"{v & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+def _num(x: float) -> str:
+    """Three significant digits at most, no trailing zeros: 1.5, 15, 150, 1500."""
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) < 0.01:
+        return number(x)
+    return f"{x:.3g}" if abs(x) >= 1 else f"{x:.2g}"
 
 
 # 64-bit hashes, shown as hex; and numbers that are names, not amounts (no separators).
@@ -103,17 +109,19 @@ def column_value(name: str, value, tz: dt.tzinfo = dt.timezone.utc, time_digits:
         if name in _ID_COLUMNS or name.endswith("_id") and abs(value) >= 2**31:
             return hex_id(int(value))
         if name.endswith("_ns"):
-            return seconds(value / 1e9)
+            return duration(value / 1e9)
         if name.endswith("_s"):
-            return seconds(value)
+            return duration(value)
         if name.endswith("_bps"):
-            return bits_rate(value)
+            return rate(value)
         if name.endswith("_pps"):
             return packet_rate(value)
-        if "bytes" in name or name in ("wire_len", "cap_len", "size", "offset", "count"):
+        if name in ("wire_len", "cap_len"):  # packet lengths, read to the byte
+            return f"{int(value):,} B"
+        if "bytes" in name or name in ("size", "offset", "count"):
             return size(value)
         if any(w in name for w in ("share", "fraction", "ratio", "loss")):
-            return percent(value)
+            return f"{number(value * 100)} %"  # three digits in a table, where columns compare
         if isinstance(value, int):
             return str(value) if any(w in name for w in _LABELS) else count(value)
         return number(value)

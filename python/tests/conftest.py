@@ -1,3 +1,5 @@
+import random
+
 import pytest
 from datasetbuilder import T0, DatasetBuilder
 
@@ -147,3 +149,121 @@ def multi_client(b: DatasetBuilder) -> None:
     for n in (1500, 1400, 1300):
         for k in range(3):
             b.packet(T0 + 81 * S + k, n, file_id=1)
+
+
+FILE_CLIENTS = ["10.0.0.1", "10.0.0.3", "10.0.0.5"]
+FILE_SERVERS = ["10.0.0.2", "10.0.0.4"]
+ONE_ACCESS_CLIENT = "10.0.0.9"
+
+
+def file_workload(b: DatasetBuilder, seed: int = 5, accesses: int = 240) -> None:
+    """Reads and writes for the file analyses (file_sizes, file_age, sequentiality, top,
+    wan_whatif), seeded: NFSv2 (UDP), v3 and v4 COMPOUNDs from three clients to two servers
+    over about three minutes, streams that continue or jump, retransmitted and unanswered
+    calls, short reads, calls at the same instant; attributes before, at and after accesses
+    (a server clock ahead gives negative ages), rows tied on time and on record, types only
+    sometimes known, a directory, a file never described by attributes ("noattr"), a client
+    with a single access, packets between other hosts, a minute with no traffic and one with
+    large packets to a server."""
+    rng = random.Random(seed)
+    files = ["f0", "f1", "f2", "f3", "f4", "f5", "noattr"]
+    next_offset: dict[tuple, int] = {}
+    t = T0
+    times = []
+    for i in range(accesses):
+        if i % 17 != 5:  # every 17th call shares the previous call's instant
+            t += rng.randint(1, 1500) * MS
+        fh, client = rng.choice(files), rng.choice(FILE_CLIENTS)
+        op = rng.choice(["READ", "READ", "WRITE"])
+        version = rng.choice([2, 3, 4])
+        count = rng.choice([4096, 8192, 32768])
+        stream = (fh, client, op)
+        offset = next_offset.get(stream, 0) if rng.random() < 0.6 else rng.randint(0, 64) * 4096
+        next_offset[stream] = offset + count
+        short = op == "READ" and rng.random() < 0.2
+        kw = dict(fh=fh, offset=offset, count=count, nbytes=count // 2 if short else count,
+                  client=client, server=FILE_SERVERS[i % 2], file_id=i % 2,
+                  retransmits=[t + MS // 3] if i % 19 == 3 else ())  # fmt: skip
+        reply = None if i % 23 == 7 else t + rng.randint(1, 9) * MS
+        if version == 4:
+            b.nfs(t, reply, op="COMPOUND", version=4, v4_ops=["SEQUENCE", "PUTFH", op], **kw)
+        else:
+            b.nfs(t, reply, op=op, version=version,
+                  transport="udp" if version == 2 else "tcp", **kw)  # fmt: skip
+        times.append(t)
+    b.nfs(T0 + 400 * S, T0 + 400 * S + 2 * MS, op="READ", fh="f1", offset=0, count=4096,
+          client=ONE_ACCESS_CLIENT, server=FILE_SERVERS[0])  # fmt: skip
+
+    def attrs(when, fh, ftype, size, mtime, record=None, version=3):
+        b.add("nfs_attrs", time_ns=when, file_id=0, record=record or b.record(0),
+              transaction_id=1, nfs_version=version, operation="GETATTR", fh=fh, ftype=ftype,
+              size=size, mtime_ns=mtime)  # fmt: skip
+
+    for fh in files[:-1]:
+        for _ in range(rng.randint(1, 4)):
+            when = rng.choice([T0 - 5 * S, rng.choice(times), rng.randint(T0, t)])
+            # mostly in the past, sometimes ahead of the capture's clock
+            mtime = when - rng.choice([-3 * S, 0, 2 * MS, 40 * S, 7200 * S, 400 * 86400 * S])
+            ftype = None if fh == "f4" else rng.choice([1, 1, None])
+            size = rng.choice([0, 1, 4095, 4096, 70000, 3 << 20, None])
+            attrs(when, fh, ftype, size, mtime, version=rng.choice([2, 3, 4]))
+    # ties: two rows of one instant in two records, then two in one record
+    attrs(times[10], "f2", 1, 5000, times[10] - S)
+    attrs(times[10], "f2", 1, 6000, times[10] - 2 * S)
+    rec = b.record(0)
+    attrs(times[20], "f3", 1, 9000, times[20] - 3 * S, record=rec)
+    attrs(times[20], "f3", 1, 8000, times[20] - 4 * S, record=rec)
+    attrs(T0 + 1, "d0", 2, 4096, T0 - 60 * S)  # a directory: not a file size
+    attrs(T0 + 2, "f5", 1, 100, T0 - 60 * S)  # f5's later rows may lack the type
+    # a server clock 2 s ahead: a negative age; then three writes of one instant (in
+    # transaction order, each continuing the one before)
+    attrs(T0 + 300 * S, "f5", 1, 100, T0 + 302 * S)
+    b.nfs(T0 + 300 * S + MS, T0 + 300 * S + 2 * MS, op="READ", fh="f5", offset=0, count=100,
+          client=FILE_CLIENTS[1], server=FILE_SERVERS[0])  # fmt: skip
+    for k in range(3):
+        b.nfs(T0 + 301 * S, T0 + 301 * S + MS, op="WRITE", fh="f0", offset=(1 << 30) + 4096 * k,
+              count=4096, client=FILE_CLIENTS[2], server=FILE_SERVERS[1])  # fmt: skip
+    for fh, name in (("f0", "zero.bin"), ("f1", "one.bin"), ("f2", "two.bin")):
+        b.add("nfs_names", time_ns=T0 + 3, file_id=0, record=b.record(0), transaction_id=1,
+              direction="reply", nfs_version=3, operation="LOOKUP", dir_fh="root", name=name,
+              fh=fh)  # fmt: skip
+    # traffic between other hosts (not on the WAN) and a heavy minute to a server
+    for k in range(5):
+        b.packet(T0 + 270 * S + k, 1500, "10.0.0.7", "10.0.0.8", src_port=5000, dst_port=80)
+    for k in range(4):
+        b.packet(T0 + 61 * S + k, 60000, FILE_CLIENTS[0], FILE_SERVERS[1])
+
+
+def parquet_rows(path, table: str) -> list[dict]:
+    """Every row of one table of a written dataset, read with pyarrow alone (no SQL engine):
+    what the tests' independent computations start from."""
+    import pyarrow.parquet as pq
+
+    return [r for f in sorted((path / table).rglob("*.parquet"))
+            for r in pq.read_table(f).to_pylist()]  # fmt: skip
+
+
+def assert_rows(got, want: list[dict]):
+    """An analysis' table (Arrow) has exactly the rows `want`, in order, with the same
+    columns; floats within 1e-12 relative."""
+    rows = got.to_pylist()
+    assert len(rows) == len(want), (rows, want)
+    for g, w in zip(rows, want, strict=True):
+        assert g.keys() == w.keys()
+        for k in w:
+            if isinstance(w[k], float):
+                assert g[k] == pytest.approx(w[k], rel=1e-12), (k, g, w)
+            else:
+                assert g[k] == w[k], (k, g, w)
+
+
+@pytest.fixture(scope="session")
+def files_path(tmp_path_factory):
+    b = DatasetBuilder()
+    file_workload(b)
+    return b.write(tmp_path_factory.mktemp("files") / "ds", rows_per_group=16)
+
+
+@pytest.fixture(scope="session")
+def files_ds(files_path):
+    return open_dataset(files_path)

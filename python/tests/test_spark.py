@@ -1,7 +1,8 @@
 """DuckDB and Spark give the same tables, with the same Arrow schemas (column names, types and
 nullability), for every analysis: the same SQL, transpiled by sqlglot. Runs on the hand-made
 fixture, on `multi_client` (several clients and servers, one xid on several connections,
-NULL attributes, ties) and on `v2_beside_v3_v4` (NFSv2 rows among v3 and v4), and with TAPDECK_SPARK_DATASET=DIR on that dataset too (e.g. a real
+NULL attributes, ties), on `v2_beside_v3_v4` (NFSv2 rows among v3 and v4) and on `file_workload` (the
+file analyses' mtimes, streams, tied instants and a WAN what-if), and with TAPDECK_SPARK_DATASET=DIR on that dataset too (e.g. a real
 `tapdeck convert` output; ../tests/e2e/test_analyze_engines.py does it on the NFS rig's).
 
 Needs pyspark >= 4.0 and Java 17; skipped without pyspark, or with TAPDECK_SPARK=0. Spark
@@ -10,7 +11,7 @@ takes about 20 s to start here, the whole file about a minute."""
 import os
 
 import pytest
-from conftest import multi_client, small_nfs, v2_beside_v3_v4
+from conftest import file_workload, multi_client, small_nfs, v2_beside_v3_v4
 from datasetbuilder import DatasetBuilder
 
 from tapdeck_analyze import open_dataset
@@ -20,7 +21,12 @@ pytestmark = pytest.mark.skipif(
     os.environ.get("TAPDECK_SPARK") == "0", reason="TAPDECK_SPARK=0: Spark comparison skipped"
 )
 
-FIXTURES = {"small_nfs": small_nfs, "multi_client": multi_client, "v2": v2_beside_v3_v4}
+FIXTURES = {
+    "small_nfs": small_nfs,
+    "multi_client": multi_client,
+    "v2": v2_beside_v3_v4,
+    "files": file_workload,
+}
 DATASETS = list(FIXTURES) + (["env"] if os.environ.get("TAPDECK_SPARK_DATASET") else [])
 
 

@@ -41,10 +41,12 @@ RECORD_ONLY = {
     "read",
     "synthetic",
     "rate",
+    "rate-schedule",
     "count",
     "duration",
     "discard",
     "bench-disk-limit",
+    "bench-fixed-codec",
 }
 # Record flags that must stay out of the service's config: the unit already runs as tapdeck,
 # which cannot switch users.

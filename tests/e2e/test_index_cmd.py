@@ -310,6 +310,40 @@ def test_a_plain_capture_file_gets_a_sidecar_that_verify_checks(tapdeck, made, t
     assert v.returncode == 0 and "stale" not in v.stderr, v.describe()
 
 
+@pytest.mark.parametrize("tool", ["gzip", "bzip2", "xz", "zstd"])
+def test_a_compressed_capture_file_gets_a_sidecar_over_its_stream(tapdeck, made, tmp_path, tool):
+    """Archives of old traces (issue 18): the stock tool's archive is indexed as the plain
+    file is, over the decompressed stream; the archive stays as it was, verify checks the
+    sidecar, and a cut archive is refused in one line and gets no sidecar."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"needs {tool} (scripts/setup.sh installs it)")
+    plain = tmp_path / "trace.pcap"
+    shutil.copyfile(made["original"], plain)
+    index(tapdeck, plain)
+    blocks = re.search(r"sidecar index of (\d+) blocks", tapdeck.verify(plain).out).group(1)
+    suffix = {"gzip": ".gz", "bzip2": ".bz2", "xz": ".xz", "zstd": ".zst"}[tool]
+    run([tool, "-k", "-q", plain], check=True)
+    packed = tmp_path / f"trace.pcap{suffix}"
+    digest = sha(packed)
+    r = index(tapdeck, packed)
+    assert Path(f"{packed}.tdx").is_file() and "indexed 1 file(s)" in r.out, r.out
+    assert sha(packed) == digest, "the archive was changed"
+    v = tapdeck.verify(packed)
+    assert v.returncode == 0, v.describe()
+    # The same blocks as the plain file's: the block count verify reports, and the packets.
+    assert f"sidecar index of {blocks} blocks matches" in v.out, v.out
+    assert re.search(r"ok: (\d+) packets", v.out).group(1) == re.search(
+        r"ok: (\d+) packets", tapdeck.verify(plain).out
+    ).group(1)
+
+    cut = tmp_path / f"cut.pcap{suffix}"
+    cut.write_bytes(packed.read_bytes()[: packed.stat().st_size * 2 // 3])
+    r = index(tapdeck, cut, code=1)
+    line = one_error_line(r.stderr)
+    assert "decompressed" in line and "not indexed" in line, line
+    assert not Path(f"{cut}.tdx").exists()
+
+
 def test_errors_are_one_line_and_change_nothing(tapdeck, made, tmp_path):
     r = index(tapdeck, tmp_path / "missing.pcap", code=1)
     assert "No such file" in one_error_line(r.stderr)

@@ -9,8 +9,8 @@ use std::os::unix::fs::FileExt;
 use tapdeck_pcap::container::{decode_frame, ChunkEntry, ChunkIndex, Container};
 use tapdeck_pcap::{Interface, Packet, PacketFlags, TraceBytes, TraceReader};
 
-use crate::compression::{self, Compression};
 use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
+use tapdeck_pcap::compression::{self, Compression};
 
 /// Packets handed over per poll: enough to amortise the call, small enough to let the
 /// recorder rotate and report promptly.

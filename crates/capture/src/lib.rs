@@ -5,7 +5,7 @@
 //! files and flushes partial chunks. Sources own no disk I/O beyond their input.
 
 mod afpacket;
-pub mod compression;
+pub use tapdeck_pcap::compression;
 mod file;
 mod synthetic;
 
@@ -14,7 +14,9 @@ pub use afpacket::{
 };
 pub use compression::{ArchiveError, Compression};
 pub use file::{open_trace, open_trace_bytes, FileSource};
-pub use synthetic::{SyntheticProfile, SyntheticSource, UnknownProfile};
+pub use synthetic::{
+    parse_schedule, BadSchedule, Phase, SyntheticProfile, SyntheticSource, UnknownProfile,
+};
 pub use tapdeck_pcap::{Interface, Packet};
 
 /// Receives the packets a source delivers; implemented by the recorder's capture loop.

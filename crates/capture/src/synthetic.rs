@@ -74,6 +74,45 @@ impl SyntheticProfile {
     }
 }
 
+/// One phase of a rate schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Phase {
+    pub pps: f64,
+    pub seconds: f64,
+}
+
+/// A rate schedule such as `10000:5,1200000:10,10000:5` (packets per second:seconds).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad rate schedule '{0}': use PPS:SECONDS[,PPS:SECONDS...], e.g. 10000:5,1200000:10,10000:5"
+)]
+pub struct BadSchedule(pub String);
+
+/// Parses `PPS:SECONDS[,PPS:SECONDS...]`; rates ≥ 0, times > 0 and finite.
+pub fn parse_schedule(spec: &str) -> Result<Vec<Phase>, BadSchedule> {
+    let bad = || BadSchedule(spec.into());
+    spec.split(',')
+        .map(|part| {
+            let (pps, secs) = part.trim().split_once(':').ok_or_else(bad)?;
+            let pps: f64 = pps.trim().parse().map_err(|_| bad())?;
+            let seconds: f64 = secs.trim().parse().map_err(|_| bad())?;
+            if !(pps >= 0.0 && pps.is_finite() && seconds > 0.0 && seconds.is_finite()) {
+                return Err(bad());
+            }
+            Ok(Phase { pps, seconds })
+        })
+        .collect()
+}
+
+/// Where a batch's timestamps come from.
+#[derive(Clone, Copy)]
+enum Times {
+    /// Unpaced: the clock at the batch, a nanosecond apart.
+    Now(u64),
+    /// Paced: the schedule's due times from this start.
+    Scheduled(u64),
+}
+
 pub struct SyntheticSource {
     profile: SyntheticProfile,
     interfaces: [Interface; 1],
@@ -83,8 +122,9 @@ pub struct SyntheticSource {
     sent: u64,
     limit: Option<u64>,
     pool_pos: usize,
-    /// Packets per second to offer, or as fast as possible.
-    rate: Option<f64>,
+    /// Packets per second to offer, phase by phase (seconds; the last may be endless), or
+    /// as fast as possible.
+    schedule: Option<Vec<Phase>>,
     started: Option<(Instant, u64)>,
 }
 
@@ -119,7 +159,7 @@ impl SyntheticSource {
             sent: 0,
             limit,
             pool_pos: 0,
-            rate: None,
+            schedule: None,
             started: None,
         }
     }
@@ -127,8 +167,39 @@ impl SyntheticSource {
     /// Offers packets at `pps` per second (on a fixed schedule, so a slow consumer shows
     /// up as drops rather than as a slower offer), instead of as fast as possible.
     pub fn with_rate(mut self, pps: Option<f64>) -> SyntheticSource {
-        self.rate = pps.filter(|r| *r > 0.0);
+        self.schedule = pps.filter(|r| *r > 0.0).map(|pps| {
+            vec![Phase {
+                pps,
+                seconds: f64::INFINITY,
+            }]
+        });
         self
+    }
+
+    /// Offers packets phase by phase (e.g. idle, a burst, idle again) and ends after the
+    /// last phase; a phase of 0 packets per second offers nothing for its time.
+    pub fn with_schedule(mut self, phases: Vec<Phase>) -> SyntheticSource {
+        let total: f64 = phases.iter().map(|p| p.pps * p.seconds).sum();
+        if total.is_finite() {
+            let packets = total.floor() as u64;
+            self.limit = Some(self.limit.map_or(packets, |l| l.min(packets)));
+        }
+        self.schedule = Some(phases);
+        self
+    }
+
+    /// When packet `n` is due, in seconds from the start; `None` past the schedule's end.
+    fn due(&self, schedule: &[Phase], n: u64) -> Option<f64> {
+        let (mut start, mut before) = (0.0, 0.0);
+        for phase in schedule {
+            let here = phase.pps * phase.seconds;
+            if (n as f64) < before + here {
+                return Some(start + (n as f64 - before) / phase.pps);
+            }
+            before += here;
+            start += phase.seconds;
+        }
+        None
     }
 
     /// Writes packet number `seq` of `len` bytes into the frame buffer.
@@ -192,28 +263,39 @@ impl PacketSource for SyntheticSource {
             return Ok(Poll::End);
         }
         let batch = remaining.min(BATCH as u64);
-        let (ts, step) = match self.rate {
-            None => (now_ns(), 1.0),
-            Some(rate) => {
+        // One clock read per batch; packets within it follow the schedule (or are a
+        // nanosecond apart), so time never runs backwards and costs nothing per packet.
+        let schedule = self.schedule.take();
+        let times = match &schedule {
+            None => Times::Now(now_ns()),
+            Some(phases) => {
                 let (t0, ns0) = *self
                     .started
                     .get_or_insert_with(|| (Instant::now(), now_ns()));
-                let due = Duration::from_secs_f64(self.sent as f64 / rate);
+                let Some(due) = self.due(phases, self.sent) else {
+                    self.schedule = schedule;
+                    return Ok(Poll::End);
+                };
+                let due = Duration::from_secs_f64(due);
                 let elapsed = t0.elapsed();
                 if due > elapsed {
                     std::thread::sleep((due - elapsed).min(Duration::from_millis(50)));
+                    self.schedule = schedule;
                     return Ok(Poll::Idle);
                 }
-                (ns0 + due.as_nanos() as u64, 1e9 / rate)
+                Times::Scheduled(ns0)
             }
         };
-        // One clock read per batch; packets within it follow the schedule (or are a
-        // nanosecond apart), so time never runs backwards and costs nothing per packet.
         for i in 0..batch {
             let seq = self.sent + i;
             let len = usize::from(self.sizes[(seq as usize) % self.sizes.len()]);
             self.build(seq, len);
-            let ts = ts + (i as f64 * step) as u64;
+            let ts = match (times, &schedule) {
+                (Times::Scheduled(ns0), Some(phases)) => {
+                    ns0 + (self.due(phases, seq).unwrap_or(0.0) * 1e9) as u64
+                }
+                (Times::Now(ts), _) | (Times::Scheduled(ts), None) => ts + i,
+            };
             let packet = Packet {
                 ts_ns: ts,
                 iface: 0,
@@ -224,6 +306,7 @@ impl PacketSource for SyntheticSource {
             sink.packet(&packet);
         }
         self.sent += batch;
+        self.schedule = schedule;
         Ok(Poll::Delivered)
     }
 
@@ -303,6 +386,42 @@ mod tests {
         assert!(
             (199_000_000..=200_000_000).contains(&span),
             "timestamps span {span} ns"
+        );
+    }
+
+    #[test]
+    fn a_schedule_offers_each_phase_at_its_rate_and_ends() {
+        // Idle 0.1 s, a burst of 0.1 s at 100 kpps, 0.1 s at 10 kpps: 10,000 + 1,000 packets.
+        let phases = parse_schedule("0:0.1, 100000:0.1, 10000:0.1").unwrap();
+        let mut src = SyntheticSource::new(SyntheticProfile::Small, None, 3).with_schedule(phases);
+        let mut sink = Collect(Vec::new());
+        let start = Instant::now();
+        while src.poll(&mut sink).unwrap() != Poll::End {}
+        assert!(
+            start.elapsed().as_secs_f64() >= 0.2,
+            "the source ran ahead of its schedule"
+        );
+        let t: Vec<u64> = sink.0.iter().map(|p| p.0 - sink.0[0].0).collect();
+        assert_eq!(t.len(), 11_000);
+        // Each phase's packets are spaced at its rate, and the idle phase offered nothing
+        // (the first packet is the burst's, the 10 kpps phase starts 0.1 s after it).
+        assert_eq!(t[1] - t[0], 10_000);
+        assert_eq!(t[10_000], 100_000_000);
+        assert_eq!(t[10_001] - t[10_000], 100_000);
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn bad_schedules_are_refused() {
+        for bad in ["", "100", "100:0", "-1:5", "x:1", "100:inf", "100:1,"] {
+            assert!(parse_schedule(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert_eq!(
+            parse_schedule("10:2").unwrap(),
+            vec![Phase {
+                pps: 10.0,
+                seconds: 2.0
+            }]
         );
     }
 

@@ -215,6 +215,16 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PPS", requires = "synthetic")]
     pub rate: Option<f64>,
 
+    /// With --synthetic: offer packets phase by phase, PPS:SECONDS[,PPS:SECONDS...] (e.g.
+    /// `10000:5,1200000:10,10000:5` for a 10 s burst between quiet spells), then stop.
+    #[arg(
+        long,
+        value_name = "SCHEDULE",
+        requires = "synthetic",
+        conflicts_with = "rate"
+    )]
+    pub rate_schedule: Option<String>,
+
     /// Store directory: holds the manifest and, unless --dir is given, the data files.
     #[arg(long, value_name = "DIR", required = true)]
     pub store: Option<PathBuf>,
@@ -285,6 +295,11 @@ pub struct RecordArgs {
     /// slower disk would; a token bucket in the writer, not a real limit on the device.
     #[arg(long, value_name = "SIZE")]
     pub bench_disk_limit: Option<String>,
+
+    /// Benchmarks only: every chunk takes the first rung of --codec, whatever the load (no
+    /// controller, no raw fallback), to compare the ladder with a fixed choice.
+    #[arg(long)]
+    pub bench_fixed_codec: bool,
 
     /// No live progress line.
     #[arg(short, long)]

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use tapdeck_capture::{AfPacketSource, FileSource, PacketSource, SyntheticSource, UnknownProfile};
+use tapdeck_capture::{
+    parse_schedule, AfPacketSource, FileSource, PacketSource, SyntheticSource, UnknownProfile,
+};
 use tapdeck_recorder::error::OptionsError;
 use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
@@ -131,6 +133,7 @@ pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
         block_timeout_ms: args.block_timeout_ms,
         user: args.user.clone(),
         rate: args.rate,
+        rate_schedule: args.rate_schedule.clone(),
         store: args.store.clone().unwrap_or_default(),
         dirs: args.dirs.clone(),
         max_bytes: args.max_bytes.clone(),
@@ -146,6 +149,7 @@ pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
         stats: args.stats.clone(),
         discard: args.discard,
         bench_disk_limit: args.bench_disk_limit.clone(),
+        bench_fixed_codec: args.bench_fixed_codec,
         quiet: args.quiet,
         format: o.format.clone(),
         codec: o.codec.clone(),
@@ -213,14 +217,14 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
             let profile = profile
                 .parse()
                 .map_err(|e: UnknownProfile| anyhow::anyhow!("--synthetic: {e}"))?;
+            let mut source = SyntheticSource::new(profile, opts.count, 1).with_rate(opts.rate);
+            if let Some(spec) = &opts.rate_schedule {
+                let phases =
+                    parse_schedule(spec).map_err(|e| anyhow::anyhow!("--rate-schedule: {e}"))?;
+                source = source.with_schedule(phases);
+            }
             let stats = stats_sink(&opts, &cfg)?;
-            run_with(
-                cfg,
-                vec![SyntheticSource::new(profile, opts.count, 1).with_rate(opts.rate)],
-                control,
-                stats,
-                &opts,
-            )?
+            run_with(cfg, vec![source], control, stats, &opts)?
         }
         _ => {
             return Err(usage(

@@ -7,16 +7,24 @@
 //! file's size and a hash of its first and last bytes): a sidecar whose file has changed is
 //! stale, and readers ignore it.
 //!
+//! A compressed capture file (gzip, bzip2, xz, zstd, LZ4: how archives of old traces are
+//! kept) gets a sidecar too, version 2: its blocks lie in the decompressed stream, whose
+//! length the header adds. Such a file cannot be read from a block's offset without
+//! decompressing what comes before, but its flow index still tells a reader which files
+//! hold no packet it wants, without decompressing them at all.
+//!
 //! ```text
-//! "TDXS", u8 version (1), u8 format (0 pcap, 1 pcapng), u16 reserved (0)
+//! "TDXS", u8 version (1, or 2 for a compressed file), u8 format (0 pcap, 1 pcapng),
+//! u8 compression (0 none; version 2: 1 gzip, 2 bzip2, 3 xz, 4 zstd, 5 lz4), u8 reserved (0)
 //! u64 file size, u64 xxh3 of its first IDENTITY_SPAN bytes, u64 xxh3 of its last ones
+//! version 2 only: u64 length of the decompressed stream
 //! u32 block count, then per block:
 //!   u64 offset, u64 length, u32 packets, u64 earliest ts (ns), u64 latest ts (ns),
 //!   u32 flow index length, the flow index (TDFI)
 //! u32 xxh32 of everything before it
 //! ```
 //!
-//! Everything is little-endian. Blocks lie end to end inside the file, in order. Decoding
+//! Everything is little-endian. Blocks lie in order inside the file (or the stream). Decoding
 //! treats its input as hostile: every length is checked before use, and only the canonical
 //! encoding is accepted (what [`Sidecar::encode`] writes), so a decoded sidecar encodes back
 //! to the same bytes.
@@ -25,8 +33,12 @@ use crate::{FlowIndex, IndexError};
 
 /// The sidecar's magic number.
 pub const SIDECAR_MAGIC: [u8; 4] = *b"TDXS";
-/// The version this build writes and reads.
+/// The version this build writes for a plain file; it reads it and [`SIDECAR_VERSION_COMPRESSED`].
 pub const SIDECAR_VERSION: u8 = 1;
+/// The version of a compressed file's sidecar.
+pub const SIDECAR_VERSION_COMPRESSED: u8 = 2;
+/// The highest compression code (see the module documentation).
+pub const MAX_COMPRESSION: u8 = 5;
 /// How many bytes at each end of the data file the identity hashes cover.
 pub const IDENTITY_SPAN: u64 = 64 * 1024;
 const HEADER_LEN: usize = 4 + 1 + 1 + 2 + 8 + 8 + 8 + 4;
@@ -72,7 +84,12 @@ pub struct Block {
 pub struct Sidecar {
     /// 0 for classic pcap, 1 for pcapng.
     pub format: u8,
+    /// 0 for a plain file; else the compression's code (see the module documentation).
+    pub compression: u8,
     pub identity: FileIdentity,
+    /// The length of the capture bytes the blocks lie in: the file's size, or for a
+    /// compressed file the decompressed stream's.
+    pub stream_size: u64,
     pub blocks: Vec<Block>,
 }
 
@@ -121,11 +138,6 @@ impl<'a> Cursor<'a> {
         Ok(self.take(1, field)?[0])
     }
 
-    fn u16(&mut self, field: &'static str) -> Result<u16, SidecarError> {
-        let b = self.take(2, field)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
     fn u32(&mut self, field: &'static str) -> Result<u32, SidecarError> {
         let b = self.take(4, field)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -154,12 +166,20 @@ impl Sidecar {
             HEADER_LEN + self.blocks.len() * BLOCK_FIXED_LEN + flows + CHECKSUM_LEN,
         );
         out.extend(SIDECAR_MAGIC);
-        out.push(SIDECAR_VERSION);
+        out.push(if self.compression == 0 {
+            SIDECAR_VERSION
+        } else {
+            SIDECAR_VERSION_COMPRESSED
+        });
         out.push(self.format);
-        out.extend(0u16.to_le_bytes());
+        out.push(self.compression);
+        out.push(0);
         out.extend(self.identity.size.to_le_bytes());
         out.extend(self.identity.head_hash.to_le_bytes());
         out.extend(self.identity.tail_hash.to_le_bytes());
+        if self.compression != 0 {
+            out.extend(self.stream_size.to_le_bytes());
+        }
         out.extend((self.blocks.len() as u32).to_le_bytes());
         for b in &self.blocks {
             out.extend(b.offset.to_le_bytes());
@@ -183,23 +203,36 @@ impl Sidecar {
             return Err(invalid(0, "not a tapdeck sidecar (no TDXS magic)"));
         }
         let version = c.u8("version")?;
-        if version != SIDECAR_VERSION {
+        if version != SIDECAR_VERSION && version != SIDECAR_VERSION_COMPRESSED {
             return Err(invalid(
                 4,
-                format!("sidecar version {version}, this tapdeck reads {SIDECAR_VERSION}"),
+                format!("sidecar version {version}, this tapdeck reads {SIDECAR_VERSION} and {SIDECAR_VERSION_COMPRESSED}"),
             ));
         }
         let format = c.u8("format")?;
         if format > 1 {
             return Err(invalid(5, format!("unknown capture format {format}")));
         }
-        if c.u16("reserved field")? != 0 {
-            return Err(invalid(6, "reserved field is not 0"));
+        let compression = c.u8("compression")?;
+        // Version 1 is a plain file's, version 2 a compressed one's: nothing else encodes.
+        if (version == SIDECAR_VERSION) != (compression == 0) || compression > MAX_COMPRESSION {
+            return Err(invalid(
+                6,
+                format!("compression {compression} in a version {version} sidecar"),
+            ));
+        }
+        if c.u8("reserved field")? != 0 {
+            return Err(invalid(7, "reserved field is not 0"));
         }
         let identity = FileIdentity {
             size: c.u64("file size")?,
             head_hash: c.u64("head hash")?,
             tail_hash: c.u64("tail hash")?,
+        };
+        let stream_size = if compression == 0 {
+            identity.size
+        } else {
+            c.u64("stream length")?
         };
         let count_at = c.at;
         let count = c.u32("block count")? as usize;
@@ -233,12 +266,12 @@ impl Sidecar {
                 },
             };
             let end = block.offset.checked_add(block.len);
-            if block.offset < next || end.is_none_or(|e| e > identity.size) || block.len == 0 {
+            if block.offset < next || end.is_none_or(|e| e > stream_size) || block.len == 0 {
                 return Err(invalid(
                     at,
                     format!(
-                        "block {i} at {} of {} bytes is not after the one before it inside the {}-byte file",
-                        block.offset, block.len, identity.size
+                        "block {i} at {} of {} bytes is not after the one before it inside the {stream_size}-byte {}",
+                        block.offset, block.len, if compression == 0 { "file" } else { "stream" }
                     ),
                 ));
             }
@@ -265,7 +298,9 @@ impl Sidecar {
         }
         Ok(Sidecar {
             format,
+            compression,
             identity,
+            stream_size,
             blocks,
         })
     }
@@ -282,7 +317,9 @@ mod tests {
         let flows = b.finish().encode();
         Sidecar {
             format: 1,
+            compression: 0,
             identity: FileIdentity::of(10_000, b"head", b"tail"),
+            stream_size: 10_000,
             blocks: vec![
                 Block {
                     offset: 28,
@@ -314,6 +351,34 @@ mod tests {
             ..s
         };
         assert_eq!(Sidecar::decode(&empty.encode()).unwrap(), empty);
+    }
+
+    #[test]
+    fn a_compressed_files_sidecar_round_trips_and_survives_no_damage() {
+        // A 3,000-byte xz file whose stream is the sample's 10,000 bytes.
+        let s = Sidecar {
+            compression: 3,
+            identity: FileIdentity::of(3_000, b"head", b"tail"),
+            stream_size: 10_000,
+            ..sample()
+        };
+        let bytes = s.encode();
+        assert_eq!(bytes[4], SIDECAR_VERSION_COMPRESSED);
+        assert_eq!(Sidecar::decode(&bytes).unwrap(), s);
+        for cut in 0..bytes.len() {
+            assert!(Sidecar::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut d = bytes.clone();
+                d[i] ^= 1 << bit;
+                assert!(Sidecar::decode(&d).is_err(), "byte {i} bit {bit}");
+            }
+        }
+        // Blocks must lie in the stream, which may be longer than the file, not beyond it.
+        let mut beyond = s.clone();
+        beyond.blocks[1].len += 1;
+        assert!(Sidecar::decode(&beyond.encode()).is_err());
     }
 
     #[test]

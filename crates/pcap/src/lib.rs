@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bytes;
+pub mod compression;
 pub mod container;
 mod error;
 #[doc(hidden)]

@@ -17,10 +17,12 @@
 //!    nearly full), so that its estimate follows the traffic, under load too.
 //! 3. *Compressors behind* (more chunks queued than they can start, the pool projected full
 //!    within a horizon at its trend or half full, or the backlog ladder at its raw rung): raw when the disk
-//!    has headroom (busy less than `DISK_BUSY_MAX` of the time, and the bytes recently sent
-//!    its way below that share of its speed) — at once, not only when the pool is nearly
-//!    full; otherwise the chunk queues for a compressor and the pool absorbs the burst (raw
-//!    would only flood a disk that is already the limit).
+//!    has headroom (measured, busy less than `DISK_BUSY_MAX` of the time, the bytes recently
+//!    sent its way below that share of its speed, and the offered rate — over `TAU_FAST` too —
+//!    fitting it beside what the compressors take) — at once, not only when the pool is
+//!    nearly full; otherwise the chunk queues for a compressor, at the rung that keeps up
+//!    with the burst, and the pool absorbs it (raw would only flood a disk that is already
+//!    the limit).
 //! 4. Otherwise the planned rung, but never stronger than the backlog ladder allows (its
 //!    thresholds, `zstd:1@0.5`, still cap the rung, as before the controller).
 //!
@@ -38,6 +40,9 @@ use crate::ladder::CodecLadder;
 
 /// Time constant of the decaying averages, seconds.
 const TAU: f64 = 0.5;
+/// The offered rate as raw copies must judge it: a burst must stop them within a few tens
+/// of milliseconds, not the half second the plan smooths over.
+const TAU_FAST: f64 = 0.02;
 /// The plan must keep up with the offered rate plus this fraction.
 const MARGIN: f64 = 0.1;
 /// Chunks queued per compressor beyond which the compressors are behind.
@@ -72,6 +77,8 @@ pub enum Reason {
     SourceWaits,
     /// A codec failed on the chunk; stored raw.
     Fallback,
+    /// Benchmarks only: the one rung every chunk takes (`--bench-fixed-codec`).
+    Fixed,
 }
 
 impl Reason {
@@ -84,6 +91,7 @@ impl Reason {
             Reason::Probe => "probe",
             Reason::SourceWaits => "source_waits",
             Reason::Fallback => "fallback",
+            Reason::Fixed => "fixed",
         }
     }
 }
@@ -98,21 +106,36 @@ pub struct Decision {
 /// count from the controller's start; while that is younger than a few `TAU` the sum is
 /// divided by the shorter window it covers, so a young rate is not underestimated (a raw
 /// flood at the start went to a slow disk while the bytes sent to it still looked few).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct DecayingRate {
     sum: f64,
     last: f64,
+    tau: f64,
+}
+
+impl Default for DecayingRate {
+    fn default() -> Self {
+        DecayingRate::with_tau(TAU)
+    }
 }
 
 impl DecayingRate {
+    fn with_tau(tau: f64) -> Self {
+        DecayingRate {
+            sum: 0.0,
+            last: 0.0,
+            tau,
+        }
+    }
+
     fn add(&mut self, now: f64, amount: f64) {
-        self.sum = self.sum * (-(now - self.last).max(0.0) / TAU).exp() + amount;
+        self.sum = self.sum * (-(now - self.last).max(0.0) / self.tau).exp() + amount;
         self.last = self.last.max(now);
     }
 
     fn at(&self, now: f64) -> f64 {
-        let window = TAU * (1.0 - (-now.max(1e-3) / TAU).exp());
-        self.sum * (-(now - self.last).max(0.0) / TAU).exp() / window
+        let window = self.tau * (1.0 - (-now.max(1e-3) / self.tau).exp());
+        self.sum * (-(now - self.last).max(0.0) / self.tau).exp() / window
     }
 }
 
@@ -196,6 +219,7 @@ pub struct LadderController {
     cpu_share: Estimate,
     pool_segments: usize,
     offered: DecayingRate,
+    offered_fast: DecayingRate,
     disk_speed: Estimate,
     disk_busy: DecayingRate,
     /// Bytes per second the decisions sent towards the disk (raw, or compressed as
@@ -204,6 +228,8 @@ pub struct LadderController {
     fill: f64,
     fill_at: Option<f64>,
     trend: f64,
+    /// Benchmarks only: every chunk takes this codec, whatever the load.
+    fixed: Option<Codec>,
 }
 
 impl LadderController {
@@ -226,13 +252,22 @@ impl LadderController {
             cpu_share: Estimate::default(),
             pool_segments: pool_segments.max(1),
             offered: DecayingRate::default(),
+            offered_fast: DecayingRate::with_tau(TAU_FAST),
             disk_speed: Estimate::default(),
             disk_busy: DecayingRate::default(),
             committed: DecayingRate::default(),
             fill: 0.0,
             fill_at: None,
             trend: 0.0,
+            fixed: None,
         }
+    }
+
+    /// With `on`, every chunk takes the ladder's first rung and nothing else: no plan, no
+    /// raw copies, no backlog caps. What the benchmark compares the controller with.
+    pub fn fixed(mut self, on: bool) -> Self {
+        self.fixed = on.then(|| self.ladder.strongest());
+        self
     }
 
     /// A compressor finished a chunk: `bytes_in` became `bytes_out` in `cpu` seconds of its
@@ -285,12 +320,19 @@ impl LadderController {
     /// The codec for a chunk of `bytes` submitted at `now`, with the pool `fill` full and
     /// `queued` chunks (this one not included) waiting for or in a compressor.
     pub fn decide(&mut self, now: f64, bytes: usize, fill: f64, queued: usize) -> Decision {
-        let d = self.choose(now, bytes, fill, queued);
+        let d = match self.fixed {
+            Some(codec) => Decision {
+                codec,
+                reason: Reason::Fixed,
+            },
+            None => self.choose(now, bytes, fill, queued),
+        };
         self.commit(now, bytes, d)
     }
 
     fn choose(&mut self, now: f64, bytes: usize, fill: f64, queued: usize) -> Decision {
         self.offered.add(now, bytes as f64);
+        self.offered_fast.add(now, bytes as f64);
         self.observe_fill(now, fill);
         let backlog = queued as f64 / self.pool_segments as f64;
         let capped = self.ladder.choose(backlog);
@@ -330,8 +372,17 @@ impl LadderController {
                     reason: Reason::DiskHeadroom,
                 };
             }
+            // The pool absorbs the burst at the rung that keeps up with it now, not with
+            // the quiet spell before it.
+            let burst_plan = self
+                .plan_for(self.offered_now(now))
+                .map_or(plan_codec, |i| self.rungs[i].codec);
+            let codec = match (self.rung_index(burst_plan), self.rung_index(plan_codec)) {
+                (Some(b), Some(p)) if b > p => burst_plan,
+                _ => plan_codec,
+            };
             return Decision {
-                codec: self.cheaper(plan_codec, capped, true),
+                codec: self.cheaper(codec, capped, true),
                 reason: Reason::Burst,
             };
         }
@@ -351,6 +402,9 @@ impl LadderController {
     /// full, sends the chunk raw, but only while the disk has headroom: a raw copy to a disk
     /// that is the limit would only slow the drain.
     pub fn at_compressor(&self, now: f64, planned: Decision, backlog: f64, fill: f64) -> Decision {
+        if self.fixed.is_some() {
+            return planned;
+        }
         let capped = self.ladder.choose(backlog);
         if capped == Codec::Raw || fill >= BEHIND_FILL {
             if self.disk_has_headroom(now) {
@@ -374,8 +428,12 @@ impl LadderController {
 
     /// The cheaper (later) of the plan's rung and the backlog ladder's; with `compress`,
     /// never raw.
+    fn rung_index(&self, codec: Codec) -> Option<usize> {
+        self.rungs.iter().position(|r| r.codec == codec)
+    }
+
     fn cheaper(&self, plan: Codec, capped: Codec, compress: bool) -> Codec {
-        let index = |c: Codec| self.rungs.iter().position(|r| r.codec == c);
+        let index = |c: Codec| self.rung_index(c);
         match (index(plan), index(capped)) {
             (Some(p), Some(c)) => self.rungs[p.max(c)].codec,
             (Some(p), None) if compress => self.rungs[p].codec,
@@ -391,9 +449,38 @@ impl LadderController {
     /// The disk was busy less than `DISK_BUSY_MAX` of the time lately, and the bytes already
     /// sent its way (chunks decided, not yet written) keep it below that too: its busy time
     /// is only known once queued chunks are written.
+    ///
+    /// Recent history alone is not enough: after a quiet spell the disk looks idle while a
+    /// burst arrives faster than it can write, and raw copies then spend its time twice
+    /// over. So raw also needs the offered rate to fit the disk beside what the compressors
+    /// can take (`raw_fits`), and a measured disk: before its first write, it is unknown.
     fn disk_has_headroom(&self, now: f64) -> bool {
-        let speed = self.disk_speed.0.unwrap_or(f64::INFINITY);
-        self.disk_busy(now) < DISK_BUSY_MAX && self.committed.at(now) < DISK_BUSY_MAX * speed
+        let Some(speed) = self.disk_speed.0 else {
+            return false;
+        };
+        self.disk_busy(now) < DISK_BUSY_MAX
+            && self.committed.at(now) < DISK_BUSY_MAX * speed
+            && self.raw_fits(now, speed)
+    }
+
+    /// Whether raw copies fit a disk of `speed` at the offered rate: with the compressors
+    /// taking what they can at some rung (their capacity `cap`, ratio `q`), the rest,
+    /// `offered − cap`, goes raw, and the disk then gets `(offered − x)·q + x` for `x` raw
+    /// bytes a second. Raw fits if the `x` needed is at most the `x` the disk has room for.
+    /// If not, every raw byte displaces compressed ones that would have stored more packets.
+    fn raw_fits(&self, now: f64, speed: f64) -> bool {
+        let offered = self.offered_now(now);
+        let n = self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0);
+        self.rungs.iter().any(|r| {
+            let (cap, q) = (n * r.speed(), r.ratio());
+            let needed = (offered - cap).max(0.0);
+            if q >= 1.0 {
+                // Incompressible: raw costs the disk no more than compressing.
+                return offered <= speed;
+            }
+            let room = (speed - offered * q) / (1.0 - q);
+            room > 0.0 && needed <= room
+        })
     }
 
     /// Counts what a decision sends to the disk.
@@ -409,7 +496,18 @@ impl LadderController {
 
     /// The index of the planned compressing rung, or `None` for raw. See the module comment.
     fn plan(&self, now: f64) -> Option<usize> {
-        let need = self.offered.at(now) * (1.0 + MARGIN);
+        self.plan_for(self.offered.at(now))
+    }
+
+    /// The offered rate a burst is judged by: the plan's, or the last few tens of
+    /// milliseconds' when higher (see `TAU_FAST`).
+    fn offered_now(&self, now: f64) -> f64 {
+        self.offered.at(now).max(self.offered_fast.at(now))
+    }
+
+    /// `plan` at an `offered` rate.
+    fn plan_for(&self, offered: f64) -> Option<usize> {
+        let need = offered * (1.0 + MARGIN);
         let disk = self.disk_speed.0.unwrap_or(f64::INFINITY);
         let n = self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0);
         // (index, sustainable input rate, disk bytes per second at `need`)
@@ -538,8 +636,14 @@ mod tests {
         Fixed(Codec),
     }
 
-    /// A simulated machine: per codec, one compressor's speed (bytes/s) and ratio.
-    fn machine(codec: Codec) -> (f64, f64) {
+    /// A simulated machine, its compressors `scale` times as fast as `machine_base`'s.
+    fn machine_scaled(codec: Codec, scale: f64) -> (f64, f64) {
+        let (speed, ratio) = machine_base(codec);
+        (speed * scale, ratio)
+    }
+
+    /// Per codec, one compressor's speed (bytes/s) and ratio.
+    fn machine_base(codec: Codec) -> (f64, f64) {
         match codec {
             Codec::Zstd(3) => (100.0 * MB, 0.45),
             Codec::Zstd(1) => (250.0 * MB, 0.5),
@@ -565,6 +669,8 @@ mod tests {
         end_fill: f64,
         /// Bytes in per codec.
         by_codec: std::collections::BTreeMap<String, f64>,
+        /// Bytes in per codec and reason, for the controller.
+        by_reason: std::collections::BTreeMap<String, f64>,
     }
 
     impl Outcome {
@@ -594,6 +700,19 @@ mod tests {
         load: impl Fn(f64) -> (f64, f64),
         share: impl Fn(f64) -> f64,
     ) -> Outcome {
+        simulate_on(1.0, policy, segments, seconds, load, share)
+    }
+
+    /// As `simulate_starved`, on a machine whose compressors are `scale` times as fast.
+    fn simulate_on(
+        scale: f64,
+        policy: Policy,
+        segments: usize,
+        seconds: f64,
+        load: impl Fn(f64) -> (f64, f64),
+        share: impl Fn(f64) -> f64,
+    ) -> Outcome {
+        let machine = |c| machine_scaled(c, scale);
         let ladder = CodecLadder::parse("zstd:3,zstd:1,lz4,raw").unwrap();
         let mut ctl = LadderController::new(ladder.clone(), 1, segments);
         let dt = 0.001;
@@ -616,7 +735,12 @@ mod tests {
                 // The chunk being submitted holds a segment too.
                 let fill = (items.len() + 1) as f64 / segments as f64;
                 let codec = match policy {
-                    Policy::Controller => ctl.decide(t, CHUNK as usize, fill, queued).codec,
+                    Policy::Controller => {
+                        let d = ctl.decide(t, CHUNK as usize, fill, queued);
+                        let key = format!("{} {} @{t:.1}", d.codec, d.reason.name());
+                        *out.by_reason.entry(key).or_default() += CHUNK;
+                        d.codec
+                    }
                     Policy::Backlog => ladder.choose(queued as f64 / segments as f64),
                     Policy::Fixed(c) => c,
                 };
@@ -746,6 +870,29 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_on_a_slow_disk_after_a_quiet_spell_is_not_sent_raw() {
+        // bench/ladder.py's burst: a 400 MB/s disk, 3 s at 20 MB/s, 2 s at 800 MB/s, quiet
+        // again; a 256 MiB pool and compressors fast enough to take the whole burst (lz4
+        // 1.2 GB/s), so the disk, not the CPU, is the limit. Raw copies while the disk still
+        // looks idle from the quiet spell only spend its time twice over.
+        let load = |t: f64| {
+            let offered = if (3.0..5.0).contains(&t) { 800.0 } else { 20.0 };
+            (offered * MB, 400.0 * MB)
+        };
+        let run = |p| simulate_on(3.5, p, 64, 10.0, load, |_| 1.0);
+        let ctl = run(Policy::Controller);
+        let fixed = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
+            .map(|c| (c, run(Policy::Fixed(c))));
+        let best = fixed.iter().map(|f| f.1.stored).fold(0.0, f64::max);
+        assert!(
+            ctl.stored >= 0.995 * best,
+            "controller {:.4} of offered, best fixed {:.4}: {ctl:?} vs {fixed:?}",
+            ctl.stored / ctl.offered,
+            best / ctl.offered
+        );
+    }
+
+    #[test]
     fn a_changing_regime_changes_the_choice() {
         // 5 s of a fast disk with more traffic than the compressors take, then a slow
         // disk with less traffic.
@@ -832,6 +979,18 @@ mod tests {
         // Below 90 % (and a pool less than half full) the backlog ladder caps the rung.
         let d = ctl.at_compressor(1.5, planned, 0.45, 0.45);
         assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Backlog));
+    }
+
+    #[test]
+    fn a_fixed_controller_takes_its_rung_whatever_the_load() {
+        let ladder = CodecLadder::parse("lz4").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 100).fixed(true);
+        ctl.written(0.5, 1 << 20, 0.001); // an idle disk: the ladder would go raw when behind
+        for (fill, queued) in [(0.0, 0), (0.6, 50), (0.99, 99)] {
+            let d = ctl.decide(1.0, 1 << 20, fill, queued);
+            assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Fixed));
+            assert_eq!(ctl.at_compressor(1.0, d, fill, fill), d);
+        }
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub struct RecordOptions {
     pub block_timeout_ms: u32,
     pub user: Option<String>,
     pub rate: Option<f64>,
+    pub rate_schedule: Option<String>,
     // Where they go and how long they stay.
     pub store: PathBuf,
     #[serde(rename = "dir")]
@@ -76,6 +77,7 @@ pub struct RecordOptions {
     pub stats: Option<String>,
     pub discard: bool,
     pub bench_disk_limit: Option<String>,
+    pub bench_fixed_codec: bool,
     pub quiet: bool,
 }
 
@@ -94,6 +96,7 @@ impl Default for RecordOptions {
             block_timeout_ms: 10,
             user: None,
             rate: None,
+            rate_schedule: None,
             store: PathBuf::new(),
             dirs: Vec::new(),
             max_bytes: None,
@@ -118,6 +121,7 @@ impl Default for RecordOptions {
             stats: None,
             discard: false,
             bench_disk_limit: None,
+            bench_fixed_codec: false,
             quiet: false,
         }
     }
@@ -303,6 +307,7 @@ impl RecordOptions {
             .flow_index(!self.no_flow_index)
             .discard(self.discard)
             .disk_limit(size("--bench-disk-limit", &self.bench_disk_limit)?)
+            .fixed_codec(self.bench_fixed_codec)
             .flush_interval(parse_seconds("--flush-interval", self.flush_interval)?)
             .stats_interval(parse_seconds("--stats-interval", self.stats_interval)?)
             .duration(
@@ -344,6 +349,11 @@ impl RecordOptions {
         }
         if self.rate.is_some() && self.synthetic.is_none() {
             return Err(OptionsError::SyntheticOnly { flag: "--rate" });
+        }
+        if self.rate_schedule.is_some() && self.synthetic.is_none() {
+            return Err(OptionsError::SyntheticOnly {
+                flag: "--rate-schedule",
+            });
         }
         Ok(())
     }
@@ -399,6 +409,7 @@ impl RecorderConfig {
                 flow_index: true,
                 discard: false,
                 disk_limit: None,
+                fixed_codec: false,
                 flush_interval: Duration::from_secs(2),
                 stats_interval: Duration::from_secs(5),
                 duration: None,
@@ -438,6 +449,9 @@ impl RecorderConfigBuilder {
         flow_index: bool,
         discard: bool,
         disk_limit: Option<u64>,
+        /// Benchmarks only: every chunk takes the ladder's first rung (see
+        /// `LadderController::fixed`).
+        fixed_codec: bool,
         flush_interval: Duration,
         stats_interval: Duration,
         duration: Option<Duration>,

@@ -77,6 +77,8 @@ pub struct RecorderConfig {
     pub discard: bool,
     /// Benchmarks only: see `WriterConfig::disk_limit`.
     pub disk_limit: Option<u64>,
+    /// Benchmarks only: the first rung for every chunk, no controller.
+    pub fixed_codec: bool,
     pub flush_interval: Duration,
     pub stats_interval: Duration,
     pub duration: Option<Duration>,
@@ -181,11 +183,10 @@ pub fn record<S: PacketSource + 'static>(
     let controllers: Vec<Arc<SharedController>> = pools
         .iter()
         .map(|p| {
-            Arc::new(SharedController::new(LadderController::new(
-                cfg.ladder.clone(),
-                cfg.compressors.max(1),
-                p.segments(),
-            )))
+            Arc::new(SharedController::new(
+                LadderController::new(cfg.ladder.clone(), cfg.compressors.max(1), p.segments())
+                    .fixed(cfg.fixed_codec),
+            ))
         })
         .collect();
     let container = cfg.ladder.container();

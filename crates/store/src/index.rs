@@ -12,14 +12,20 @@
 //!   plain file's index is its `NAME.idx` sidecar, replaced by a rename.
 //! - A plain pcap or pcapng file, which other tools own, is never changed: it gets a
 //!   sidecar `FILE.tdx` ([`tapdeck_index::sidecar`]), written under a temporary name and
-//!   renamed into place. A sidecar whose file changed since is stale and ignored.
+//!   renamed into place. A sidecar whose file changed since is stale and ignored. A
+//!   compressed capture file (`trace.pcap.gz`, `.bz2`, `.xz`, or a `.zst`/`.lz4` that
+//!   a stock tool wrote) gets one too, over its decompressed stream.
 
 use std::fs::{File, OpenOptions};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tapdeck_index::sidecar::{Block, FileIdentity, Sidecar, IDENTITY_SPAN};
 use tapdeck_index::FlowIndexBuilder;
+use tapdeck_pcap::compression::{self, Compression};
 use tapdeck_pcap::container::{ChunkIndex, Container, FrameKind};
 use tapdeck_pcap::{Format, TraceReader};
 
@@ -69,12 +75,17 @@ pub fn index_file(path: &Path) -> Result<Outcome, FileError> {
     }
 }
 
-/// A stored file: a compressed container, or a plain one with its `.idx` (as `verify`
-/// tells them apart).
+/// A stored file: a compressed container named as a store names its files or ending in a
+/// chunk index, or a plain one with its `.idx`. A `.zst` or `.lz4` that a stock tool wrote
+/// (`zstd trace.pcap`) is a compressed capture file instead, as `verify` and `index` treat
+/// it; one named as a store's file is always stored, so a damaged one is reported as such.
 pub fn is_stored(path: &Path) -> bool {
     let name = file_name(path);
-    Container::from_suffix(&name) != Container::Plain
-        || path.with_file_name(meta::sidecar_name(&name)).exists()
+    if Container::from_suffix(&name) == Container::Plain {
+        return path.with_file_name(meta::sidecar_name(&name)).exists();
+    }
+    meta::DataName::parse(&name).is_some()
+        || File::open(path).is_ok_and(|f| ChunkIndex::read_trailer(&f).is_ok())
 }
 
 /// Where a plain capture file's sidecar is: `FILE.tdx` beside it.
@@ -260,13 +271,13 @@ fn identity_of(path: &Path, file: &File) -> Result<FileIdentity, FileError> {
 }
 
 /// Reads a whole capture file strictly and builds its sidecar. A file that is not a
-/// capture file, or is cut short or damaged, is an error naming the offset.
+/// capture file, or is cut short or damaged, is an error naming the offset. A compressed
+/// file (told by its first bytes) is read through its decompressor, and its blocks lie in
+/// the decompressed stream.
 pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
     let identity = identity_of(path, file)?;
-    let input = file
-        .try_clone()
-        .map_err(|e| FileError::whole(path, e.to_string()))?;
-    let defect = |e: tapdeck_pcap::FormatError| FileError::at(path, e.offset, e.kind.to_string());
+    let (compression, input, stream_len) = capture_bytes(path, file)?;
+    let defect = |e| stream_defect(path, compression, e);
     let mut reader = TraceReader::new(input).map_err(defect)?;
     let mut blocks = Vec::new();
     let mut builder = FlowIndexBuilder::new();
@@ -298,10 +309,12 @@ pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
             .map_or(u32::MAX, |i| u32::from(i.linktype));
         builder.add(linktype, p.data);
     }
+    // The reader has taken the whole stream: its end is the stream's length.
+    let stream_size = stream_len.load(Ordering::Relaxed);
     if let Some(mut b) = open {
         // The last block runs to the end of the file (statistics blocks after the last
         // packet included).
-        b.len = identity.size - b.offset;
+        b.len = stream_size - b.offset;
         b.flows = builder.finish().encode();
         blocks.push(b);
     }
@@ -310,9 +323,64 @@ pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
             Format::Pcap => 0,
             Format::Pcapng => 1,
         },
+        compression: compression.map_or(0, |c| c.code()),
         identity,
+        stream_size,
         blocks,
     })
+}
+
+/// The capture bytes of a plain or compressed capture file, what compression they came in,
+/// and a count of the bytes read from them so far.
+pub(crate) fn capture_bytes(
+    path: &Path,
+    file: &File,
+) -> Result<(Option<Compression>, CountedRead, Arc<AtomicU64>), FileError> {
+    let io = |e: std::io::Error| FileError::whole(path, e.to_string());
+    let input = file.try_clone().map_err(io)?;
+    let (compression, bytes) = compression::decompress(Box::new(input)).map_err(io)?;
+    let count = Arc::new(AtomicU64::new(0));
+    Ok((
+        compression,
+        CountedRead {
+            inner: bytes,
+            count: Arc::clone(&count),
+        },
+        count,
+    ))
+}
+
+/// A defect in a capture file's bytes: at its offset in the file, or for a compressed file
+/// in the decompressed stream (an archive cut short or corrupt says so itself).
+pub(crate) fn stream_defect(
+    path: &Path,
+    compression: Option<Compression>,
+    e: tapdeck_pcap::FormatError,
+) -> FileError {
+    match compression {
+        None => FileError::at(path, e.offset, e.kind.to_string()),
+        Some(c) => FileError::whole(
+            path,
+            format!(
+                "at byte {} of the decompressed {c} stream: {}",
+                e.offset, e.kind
+            ),
+        ),
+    }
+}
+
+/// A reader that counts what it delivers.
+pub(crate) struct CountedRead {
+    inner: Box<dyn Read + Send>,
+    count: Arc<AtomicU64>,
+}
+
+impl Read for CountedRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 fn index_capture(path: &Path) -> Result<Outcome, FileError> {
@@ -542,6 +610,53 @@ mod tests {
         let path = dir.join(format!("trace.{}", format.extension()));
         std::fs::write(&path, bytes).unwrap();
         path
+    }
+
+    #[test]
+    fn a_compressed_capture_file_gets_the_plain_files_blocks_over_its_stream() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        // About 6 MiB: two blocks.
+        let plain = capture(dir.path(), Format::Pcapng, 20_000);
+        let bytes = std::fs::read(&plain).unwrap();
+        index_file(&plain).unwrap();
+        let want = Sidecar::decode(&std::fs::read(sidecar_path(&plain)).unwrap()).unwrap();
+        assert_eq!(want.blocks.len(), 2);
+        // gzip in two members (as `cat a.gz b.gz` makes), and zstd as the stock tool writes
+        // it (a `.zst` without a chunk index: a capture file, not a stored one).
+        let mut gz = Vec::new();
+        for half in bytes.chunks(bytes.len() / 2 + 1) {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(half).unwrap();
+            gz.extend(e.finish().unwrap());
+        }
+        let zst = zstd::encode_all(&bytes[..], 1).unwrap();
+        for (name, packed, code) in [("t.pcapng.gz", gz, 1), ("t.pcapng.zst", zst, 4)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &packed).unwrap();
+            assert!(!is_stored(&path), "{name}");
+            let Outcome::Indexed { chunks, how, .. } = index_file(&path).unwrap() else {
+                panic!("{name} not indexed");
+            };
+            assert_eq!(chunks, 2, "{how}");
+            let got = Sidecar::decode(&std::fs::read(sidecar_path(&path)).unwrap()).unwrap();
+            assert_eq!(got.blocks, want.blocks, "{name}: the plain file's blocks");
+            assert_eq!(
+                (got.compression, got.stream_size),
+                (code, bytes.len() as u64)
+            );
+            assert_eq!(got.identity.size, packed.len() as u64);
+            let summary = verify::verify_file(&path).unwrap();
+            assert_eq!((summary.packets, summary.sidecar_blocks), (20_000, Some(2)));
+
+            // Cut short: refused in one line naming the stream and the archive's end, and
+            // the sidecar of the whole file is stale, not trusted.
+            std::fs::write(&path, &packed[..packed.len() * 2 / 3]).unwrap();
+            let e = index_file(&path).unwrap_err().to_string();
+            assert!(e.contains("decompressed") && !e.contains('\n'), "{e}");
+            assert!(verify::verify_file(&path).is_err());
+            assert!(matches!(check_sidecar(&path), Ok(Some(Err(_))) | Err(_)));
+        }
     }
 
     #[test]

@@ -66,13 +66,7 @@ pub fn verify_file(path: &Path) -> Result<FileSummary, FileError> {
             "incomplete file (its writer did not finish it); run `tapdeck verify --repair` to keep its complete chunks",
         ));
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let container = Container::from_suffix(&name);
-    let has_sidecar = path.with_file_name(meta::sidecar_name(&name)).exists();
-    if container != Container::Plain || has_sidecar {
+    if crate::index::is_stored(path) {
         return verify_stored(path);
     }
     let mut summary = verify_capture(path)?;
@@ -93,11 +87,12 @@ pub fn verify_capture(path: &Path) -> Result<FileSummary, FileError> {
         .metadata()
         .map_err(|e| FileError::whole(path, e.to_string()))?
         .len();
-    let mut reader =
-        TraceReader::new(file).map_err(|e| FileError::at(path, e.offset, e.kind.to_string()))?;
+    // A compressed capture file is checked through its decompressor.
+    let (compression, bytes, _) = crate::index::capture_bytes(path, &file)?;
+    let defect = |e| crate::index::stream_defect(path, compression, e);
+    let mut reader = TraceReader::new(bytes).map_err(defect)?;
     let mut validator = Validator::new();
     let (mut first, mut last) = (None, None);
-    let defect = |e: tapdeck_pcap::FormatError| FileError::at(path, e.offset, e.kind.to_string());
     while let Some(c) = reader.next_packet_with_context().map_err(defect)? {
         validator
             .check(c.interfaces, &c.packet, c.offset)

@@ -52,6 +52,17 @@ impl Compression {
         }
     }
 
+    /// The code a sidecar records (`tapdeck_index::sidecar`): 1 to 5; 0 means none.
+    pub fn code(self) -> u8 {
+        match self {
+            Compression::Gzip => 1,
+            Compression::Bzip2 => 2,
+            Compression::Xz => 3,
+            Compression::Zstd => 4,
+            Compression::Lz4 => 5,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Compression::Gzip => "gzip",
@@ -341,7 +352,7 @@ mod tests {
     fn garbage_is_refused_by_the_trace_reader_in_one_clear_error() {
         let (c, r) = decompress(Box::new(&b"\x00\x01\x02\x03garbage"[..])).unwrap();
         assert_eq!(c, None);
-        let e = tapdeck_pcap::TraceReader::new(r).err().unwrap();
+        let e = crate::TraceReader::new(r).err().unwrap();
         assert_eq!(
             e.to_string(),
             "at byte offset 0: not a pcap or pcapng file (magic 0x03020100)"
