@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use common::tshark;
 
 fn capture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/captures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/captures")
+        .join(name)
 }
 
 #[test]
@@ -30,7 +32,11 @@ fn nlm_and_nsm_capture_matches_tshark() {
         c.frames, c.values
     );
     assert_eq!(c.frames, msgs.len());
-    assert!(c.missed.is_empty(), "tshark decoded frames we did not: {:?}", c.missed);
+    assert!(
+        c.missed.is_empty(),
+        "tshark decoded frames we did not: {:?}",
+        c.missed
+    );
     assert!(c.mismatches.is_empty(), "{}", c.mismatches.join("\n"));
     assert_eq!(c.header_only, 16, "portmap only: 8 calls, 8 replies");
 
@@ -107,7 +113,12 @@ fn nfsacl_capture_matches_tshark() {
     assert_eq!(names, ["NULL", "NULL", "GETACL", "GETACL"]);
     let reply = &acl[3];
     assert_eq!(
-        (reply.status, reply.mask, reply.acl_count, reply.default_acl_count),
+        (
+            reply.status,
+            reply.mask,
+            reply.acl_count,
+            reply.default_acl_count
+        ),
         (Some(0), Some(0xc), Some(0), Some(0))
     );
     assert_eq!(reply.attrs.len(), 1, "the directory's post_op_attr");

@@ -425,9 +425,13 @@ fn nlm_fields(m: &mut Fields, r: &NlmRecord) {
     }
     b(m, "nlm.block", r.block);
     b(m, "nlm.exclusive", r.exclusive);
-    let share = r.share_mode.is_some();
     if let Some(n) = &r.caller_name {
-        let k = if share { "nlm.share.name" } else { "nlm.lock.caller_name" };
+        // tshark files a share's caller with the locks' and FREE_ALL's host as a share name.
+        let k = if r.proc_name == "FREE_ALL" {
+            "nlm.share.name"
+        } else {
+            "nlm.lock.caller_name"
+        };
         put(m, k, String::from_utf8_lossy(n));
     }
     if let Some(fh) = &r.fh {
@@ -439,7 +443,9 @@ fn nlm_fields(m: &mut Fields, r: &NlmRecord) {
     r.svid.into_iter().for_each(|v| put(m, "nlm.lock.svid", v));
     r.offset.into_iter().for_each(|v| put(m, ko, v));
     r.length.into_iter().for_each(|v| put(m, kl, v));
-    r.share_mode.into_iter().for_each(|v| put(m, "nlm.share.mode", v));
+    r.share_mode
+        .into_iter()
+        .for_each(|v| put(m, "nlm.share.mode", v));
     r.share_access
         .into_iter()
         .for_each(|v| put(m, "nlm.share.access", v));
@@ -453,7 +459,9 @@ fn nlm_fields(m: &mut Fields, r: &NlmRecord) {
         };
         put(m, k, s);
     }
-    r.sequence.into_iter().for_each(|v| put(m, "nlm.sequence", v));
+    r.sequence
+        .into_iter()
+        .for_each(|v| put(m, "nlm.sequence", v));
     if let Some(h) = &r.holder {
         b(m, "nlm.exclusive", h.exclusive);
         h.svid.into_iter().for_each(|v| put(m, "nlm.lock.svid", v));
@@ -468,20 +476,32 @@ fn nlm_fields(m: &mut Fields, r: &NlmRecord) {
 /// An NSM message as tshark shows it (it skips a failed result's state).
 fn nsm_fields(m: &mut Fields, r: &NsmRecord) {
     if let Some(n) = &r.mon_name {
-        let k = if r.proc_name == "STAT" { "stat.name" } else { "stat.mon_id.name" };
+        let k = if r.proc_name == "STAT" {
+            "stat.name"
+        } else {
+            "stat.mon_id.name"
+        };
         put(m, k, String::from_utf8_lossy(n));
     }
     if let Some(n) = &r.my_name {
         put(m, "stat.my_id.hostname", String::from_utf8_lossy(n));
     }
-    r.my_prog.into_iter().for_each(|v| put(m, "stat.my_id.prog", v));
-    r.my_vers.into_iter().for_each(|v| put(m, "stat.my_id.vers", v));
-    r.my_proc.into_iter().for_each(|v| put(m, "stat.my_id.proc", v));
+    r.my_prog
+        .into_iter()
+        .for_each(|v| put(m, "stat.my_id.prog", v));
+    r.my_vers
+        .into_iter()
+        .for_each(|v| put(m, "stat.my_id.vers", v));
+    r.my_proc
+        .into_iter()
+        .for_each(|v| put(m, "stat.my_id.proc", v));
     match (r.result, r.state) {
         (Some(res), state) => {
             put(m, "stat.stat_res.res", res);
             if res == 0 {
-                state.into_iter().for_each(|v| put(m, "stat.stat_res.state", v));
+                state
+                    .into_iter()
+                    .for_each(|v| put(m, "stat.stat_res.state", v));
             }
         }
         (None, Some(state)) => put(m, "stat.state", state),
@@ -681,12 +701,18 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
             if let Some(v) = r.status {
                 put(&mut m, "nfs.status", v);
             }
-            r.acl_count.into_iter().for_each(|v| put(&mut m, "nfsacl.aclcnt", v));
+            r.acl_count
+                .into_iter()
+                .for_each(|v| put(&mut m, "nfsacl.aclcnt", v));
             r.default_acl_count
                 .into_iter()
                 .for_each(|v| put(&mut m, "nfsacl.dfaclcnt", v));
             for a in &r.attrs {
-                attrs_fields(&mut m, a, false);
+                if r.vers == 2 {
+                    attrs_fields_v2(&mut m, a);
+                } else {
+                    attrs_fields(&mut m, a, false);
+                }
             }
         }
         if let Some(mnt) = &d.mount {
