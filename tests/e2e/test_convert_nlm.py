@@ -36,15 +36,18 @@ def tshark_fields(pcap, fields: list[str]) -> dict[int, dict[str, list[str]]]:
 
 
 def tshark_names() -> dict[tuple[str, int], str]:
-    """tshark's value strings: (field, number) -> name (its spelling of procedures and
-    statuses, straight from the dissectors)."""
+    """tshark's value strings of the RPC programs' fields: (field, number) -> name (its
+    spelling of procedures and statuses, straight from the dissectors)."""
     out = subprocess.run(["tshark", "-G", "values"], capture_output=True, text=True,
                          check=True).stdout
+    protocols = ("nlm", "stat", "nfsacl", "nfs", "mount", "portmap")
     names = {}
     for line in out.splitlines():
         cols = line.split("\t")
-        if cols[0] == "V" and len(cols) == 4:
-            names[(cols[1], int(cols[2]))] = cols[3]
+        if cols[0] != "V" or len(cols) != 4 or cols[1].split(".")[0] not in protocols:
+            continue
+        n = cols[2]
+        names[(cols[1], int(n, 16) if n.startswith("0x") else int(n))] = cols[3]
     return names
 
 
@@ -119,7 +122,7 @@ def test_rpc_rows_equal_tshark(which, nlm_ds, acl_ds):
         assert "not decoded" not in str(rep.get("counts", {}))
 
 
-NLM_FIELDS = ["rpc.xid", "rpc.msgtyp", "rpc.reqframe", "nlm.procedure_v4", "nlm.cookie",
+NLM_FIELDS = ["rpc.xid", "rpc.msgtyp", "rpc.reqframe", "rpc.repframe", "nlm.procedure_v4", "nlm.cookie",
               "nlm.lock.caller_name", "nfs.fhandle", "nlm.lock.owner", "nlm.lock.svid",
               "nlm.exclusive", "nlm.lock.l_offset64", "nlm.lock.l_len64", "nlm.block",
               "nlm.reclaim", "nlm.state", "nlm.stat", "nlm.test_stat.stat"]
@@ -143,7 +146,9 @@ def test_nlm_ops_equal_tshark(nlm_ds):
             continue
         reply = f["rpc.msgtyp"][0] == "1"
         proc = int(f["nlm.procedure_v4"][0])
-        call = fs[int(f["rpc.reqframe"][0])] if reply else f
+        # tshark 4.0 files a reply's "reply to a request in frame" as rpc.repframe.
+        link = f.get("rpc.reqframe") or f.get("rpc.repframe")
+        call = fs[int(link[0])] if reply else f
         status = one(f, "nlm.stat", int)
         if status is None:
             status = one(f, "nlm.test_stat.stat", int)
