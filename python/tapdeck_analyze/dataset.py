@@ -2,7 +2,7 @@
 common filters, and the SQL views an engine serves (`opening.py` opens one).
 
 Every analysis reads the views `packets`, `rpc`, `nfs_ops`, `nfs_rw`, `nfs_attrs`, `nfs_names`,
-`mount`, `capture_stats`, `sources` and `row_groups`. The views already hold the time range and
+`mount`, `nlm_ops`, `capture_stats`, `sources` and `row_groups`. The views already hold the time range and
 the filters, so an analysis never repeats them. The range filters on `time_ns` (and on the hive
 partition `hour`), which the engines push down into the Parquet scan: only the files and row
 groups whose statistics overlap the range are read.
@@ -117,6 +117,7 @@ class Dataset:
             extra = [f"operation = {_quote(f.op)}"] if f.op and name == "nfs_rw" else []
             views[name] = _select(f"ranged_{name}", in_rpc + extra)
         views["mount"] = _select("ranged_mount", hosts)
+        views["nlm_ops"] = _select("ranged_nlm_ops", hosts)
         host = []
         for addr in (f.client, f.server):
             if addr:

@@ -148,6 +148,38 @@ TABLES: dict[str, pa.Schema] = {
             ("fh", s),
         ]
     ),
+    "nlm_ops": pa.schema(
+        _ids
+        + [
+            ("transaction_id", i64),
+            ("direction", s),
+            ("client_addr", s),
+            ("server_addr", s),
+            ("nlm_version", i8),
+            ("procedure", i32),
+            ("operation", s),
+            ("cookie", s),
+            ("caller_name", s),
+            ("fh", s),
+            ("oh", s),
+            ("svid", i64),
+            ("exclusive", b),
+            ("offset", i64),
+            ("length", i64),
+            ("block", b),
+            ("reclaim", b),
+            ("state", i64),
+            ("share_mode", i32),
+            ("share_access", i32),
+            ("status", i32),
+            ("status_name", s),
+            ("holder_exclusive", b),
+            ("holder_svid", i64),
+            ("holder_oh", s),
+            ("holder_offset", i64),
+            ("holder_length", i64),
+        ]
+    ),
     "capture_stats": pa.schema(
         [
             ("file_id", i32),
@@ -178,7 +210,7 @@ ADDED_COLUMNS: dict[str, list[str]] = {
 }
 
 # Tables partitioned by hour=YYYY-MM-DDTHH whose rows carry a capture time.
-TIMED_TABLES = ["packets", "rpc", "nfs_ops", "nfs_rw", "nfs_attrs", "nfs_names", "mount"]
+TIMED_TABLES = ["packets", "rpc", "nfs_ops", "nfs_rw", "nfs_attrs", "nfs_names", "mount", "nlm_ops"]
 
 CATALOG: dict[str, pa.Schema] = {
     "sources": pa.schema(

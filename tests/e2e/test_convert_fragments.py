@@ -12,6 +12,7 @@ pairing; message lengths and data lengths against what the client logged it sent
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -22,7 +23,14 @@ from pathlib import Path
 
 import pytest
 from conftest import QUICK, need, run
-from convtools import convert_ok, direction, oracle, table
+from convtools import (
+    convert_ok,
+    direction,
+    oracle,
+    read_pcap_records,
+    table,
+    write_records,
+)
 
 HERE = Path(__file__).resolve().parent
 A4, B4, A6, B6 = "198.18.62.1", "198.18.62.2", "fd18:62::1", "fd18:62::2"
@@ -175,6 +183,42 @@ def test_without_reassembly_tshark_sees_data_in_other_frames(capture):
     off = frames("-o", "ip.defragment:FALSE", "-o", "ipv6.defragment:FALSE")
     on = frames()
     assert on and off and not on & off
+
+
+def test_datagrams_cut_by_a_file_boundary_convert_as_uncut(converted, tapdeck, tmp_path):
+    """The kernel-fragmented trace cut into three files, each cut right after the first
+    fragment of a datagram (one IPv4, one IPv6), so that its fragments lie in two files:
+    converting the three files together (one capture: times follow on, and each file warms up
+    over the end of the previous one) gives the uncut trace's rows, file_id and record aside,
+    and the same reassembly counts."""
+    pcap, _sent, ds_whole, rep_whole = converted
+    first = ("(ip.flags.mf == 1 and ip.frag_offset == 0) or "
+             "(ipv6.fraghdr.more == 1 and ipv6.fraghdr.offset == 0)")
+    r = run(["tshark", "-r", pcap, "-n", "-Y", first, "-T", "fields", "-e", "frame.number",
+             "-e", "ip.version"])  # fmt: skip
+    assert r.returncode == 0, r.describe()
+    firsts = [(int(f), v) for f, v in (line.split("\t") for line in r.out.splitlines())]
+    v4 = [f for f, v in firsts if v == "4"]
+    v6 = [f for f, v in firsts if v != "4"]
+    assert v4 and v6, "the capture holds fragmented datagrams of both families"
+    cuts = sorted([v4[len(v4) // 2], v6[len(v6) // 2]])  # frame numbers, from 1
+    header, recs, _ = read_pcap_records(pcap)
+    bounds = [0, *cuts, len(recs)]
+    parts = [write_records(tmp_path / f"part{i}.pcap", header, recs[a:b])
+             for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+    rep = convert_ok(tapdeck, tmp_path / "ds", *parts)
+
+    def rows(ds, name):
+        out = [{k: v for k, v in r.items() if k not in ("file_id", "record")}
+               for r in table(ds, name)]
+        return sorted(out, key=lambda r: sorted((k, str(v)) for k, v in r.items()))
+
+    for name in ("rpc", "nfs_ops", "nfs_rw"):
+        assert rows(tmp_path / "ds", name) == rows(ds_whole, name), name
+    # Each of the two datagrams is reassembled once, in the file of its last fragment.
+    for k in ("ip.datagrams_reassembled", "ip.fragments"):
+        assert rep["counts"].get(k) == rep_whole["counts"].get(k), (k, rep["counts"])
+    assert not [k for k in rep["counts"] if k.startswith("failed.ip_")], rep["counts"]
 
 
 # ---- fragments made by a tool from real datagrams, the unfragmented capture as ground truth --

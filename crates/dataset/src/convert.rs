@@ -614,6 +614,7 @@ const TABLE_DIRS: &[&str] = &[
     "nfs_attrs",
     "nfs_names",
     "mount",
+    "nlm_ops",
     "capture_stats",
 ];
 

@@ -7,6 +7,7 @@ pub mod columns;
 pub mod convert;
 mod error;
 mod nfsrows;
+mod nlmrows;
 pub mod packets;
 pub mod rpcx;
 pub mod sink;

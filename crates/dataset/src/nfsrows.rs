@@ -1,15 +1,16 @@
-//! The `nfs_*` and `mount` rows of one decoded RPC message: one function per table family,
+//! The `nfs_*`, `mount` and `nlm_ops` rows of one decoded RPC message: one function per table family,
 //! with a reply's rows completed from its call (the handle a name operation acts on, the
 //! offset a READ asked for, the names a LOOKUP sent).
 
 use tapdeck_rpc::{
     resolve_names, AttrObject, CallInfo, Decoded, NameEntry, NameRole, NfsOp, Outcome, ReadWrite,
-    PROG_MOUNT, PROG_NFS,
+    PROG_MOUNT, PROG_NFS, PROG_NLM,
 };
 
 use crate::anonymize::Anonymizer;
 use crate::columns::Hex;
 use crate::error::Result;
+use crate::nlmrows;
 use crate::rpcx::RpcSinks;
 use crate::tables::{MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, RpcRow};
 
@@ -25,6 +26,9 @@ pub fn write(
 ) -> Result<()> {
     if info.prog == PROG_MOUNT {
         return mount_row(out, row, d, anon);
+    }
+    if info.prog == PROG_NLM {
+        return nlmrows::write(out, row, d, call, anon);
     }
     if info.prog != PROG_NFS || !matches!(info.vers, 2..=4) || d.outcome != Outcome::Decoded {
         return Ok(());

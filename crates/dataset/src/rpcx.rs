@@ -29,7 +29,9 @@ use crate::error::Result;
 use crate::nfsrows;
 use crate::sink::TableSink;
 use crate::state::{OpenCall, OrphanReply, PassTwoInput};
-use crate::tables::{MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, RowGroupRow, RpcRow};
+use crate::tables::{
+    MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, NlmOpRow, RowGroupRow, RpcRow,
+};
 
 /// An answered call is remembered this long, to recognise duplicate replies.
 const ANSWERED_KEEP_NS: i64 = 60 * 1_000_000_000;
@@ -42,6 +44,7 @@ pub struct RpcSinks {
     pub nfs_attrs: TableSink<NfsAttrRow>,
     pub nfs_names: TableSink<NfsNameRow>,
     pub mount: TableSink<MountRow>,
+    pub nlm_ops: TableSink<NlmOpRow>,
 }
 
 impl RpcSinks {
@@ -53,6 +56,7 @@ impl RpcSinks {
             nfs_attrs: TableSink::new(root, file_id, source),
             nfs_names: TableSink::new(root, file_id, source),
             mount: TableSink::new(root, file_id, source),
+            nlm_ops: TableSink::new(root, file_id, source),
         }
     }
 
@@ -64,6 +68,7 @@ impl RpcSinks {
         counts.insert("rows.nfs_attrs".into(), self.nfs_attrs.rows());
         counts.insert("rows.nfs_names".into(), self.nfs_names.rows());
         counts.insert("rows.mount".into(), self.mount.rows());
+        counts.insert("rows.nlm_ops".into(), self.nlm_ops.rows());
         // Every table's last batch is encoded at once, each on its own thread.
         let closing = [
             self.rpc.close()?,
@@ -72,6 +77,7 @@ impl RpcSinks {
             self.nfs_attrs.close()?,
             self.nfs_names.close()?,
             self.mount.close()?,
+            self.nlm_ops.close()?,
         ];
         for c in closing {
             groups.extend(c.join()?);

@@ -307,6 +307,43 @@ table! {
 timed!(MountRow / MountColumns = "mount");
 
 table! {
+    /// NLM (lock manager) calls, replies and asynchronous messages, one row each.
+    NlmOpRow / NlmOpColumns = "nlm_ops", bloom ["transaction_id", "fh"] {
+        time_ns: i64,
+        file_id: i32,
+        record: i64,
+        transaction_id: i64,
+        direction: &'static str,
+        client_addr: Option<Addr>,
+        server_addr: Option<Addr>,
+        nlm_version: i8,
+        procedure: i32,
+        operation: &'static str,
+        cookie: Option<Hex>,
+        caller_name: Option<String>,
+        fh: Option<Hex>,
+        oh: Option<Hex>,
+        svid: Option<i64>,
+        exclusive: Option<bool>,
+        offset: Option<i64>,
+        length: Option<i64>,
+        block: Option<bool>,
+        reclaim: Option<bool>,
+        state: Option<i64>,
+        share_mode: Option<i32>,
+        share_access: Option<i32>,
+        status: Option<i32>,
+        status_name: Option<&'static str>,
+        holder_exclusive: Option<bool>,
+        holder_svid: Option<i64>,
+        holder_oh: Option<Hex>,
+        holder_offset: Option<i64>,
+        holder_length: Option<i64>,
+    }
+}
+timed!(NlmOpRow / NlmOpColumns = "nlm_ops");
+
+table! {
     /// What the capture says about its own loss: one row per source file and interface.
     CaptureStatsRow / CaptureStatsColumns = "capture_stats", bloom [] {
         file_id: i32,
@@ -392,6 +429,7 @@ mod tests {
             ("nfs_attrs", NfsAttrRow::COLUMNS),
             ("nfs_names", NfsNameRow::COLUMNS),
             ("mount", MountRow::COLUMNS),
+            ("nlm_ops", NlmOpRow::COLUMNS),
             ("capture_stats", CaptureStatsRow::COLUMNS),
             ("sources", SourceRow::COLUMNS),
             ("row_groups", RowGroupRow::COLUMNS),

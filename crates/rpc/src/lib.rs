@@ -1,4 +1,5 @@
-//! ONC RPC (RFC 5531) and NFSv2 / NFSv3 / NFSv4 / MOUNT message decoding over XDR.
+//! ONC RPC (RFC 5531) and NFSv2 / NFSv3 / NFSv4 / MOUNT / NLM / NSM / NFS_ACL message decoding
+//! over XDR.
 //!
 //! Input is one complete RPC message (a UDP payload, or a TCP record without its record mark);
 //! reassembly is the caller's job. [`parse_message`] reads the RPC header; [`decode_message`] (or
@@ -16,6 +17,9 @@ pub mod names;
 pub mod nfs2;
 pub mod nfs3;
 pub mod nfs4;
+pub mod nfsacl;
+pub mod nlm;
+pub mod nsm;
 pub mod rpc;
 pub mod xdr;
 
@@ -68,7 +72,7 @@ pub enum Outcome {
     /// Decoded (possibly partly: see [`Decoded::truncated`] and [`Decoded::invalid`]).
     #[default]
     Decoded,
-    /// A program or version without a body decoder (NLM, portmap, ...).
+    /// A program or version without a body decoder (portmap, ...).
     Unsupported,
     /// RPCSEC_GSS integrity/privacy or a GSS context procedure: the body is not plain XDR args.
     GssWrapped,
@@ -92,6 +96,9 @@ pub struct Decoded {
     /// up to where decoding stopped.
     pub ops: Vec<NfsOp>,
     pub mount: Option<MountRecord>,
+    pub nlm: Option<NlmRecord>,
+    pub nsm: Option<NsmRecord>,
+    pub acl: Option<AclRecord>,
     /// NFSv4: the opcode whose arguments/results this decoder cannot walk past; the ops after it
     /// in the COMPOUND are not listed (the op itself is, with its status on replies).
     pub undecoded_op: Option<u32>,
@@ -281,6 +288,90 @@ pub struct Export {
     pub groups: Vec<Vec<u8>>,
 }
 
+/// An NLM call, reply or asynchronous message. Calls carry the lock (or share) and its
+/// flags, replies and `_RES` messages the status; fields the message does not carry are None.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NlmRecord {
+    pub vers: u32,
+    pub proc_: u32,
+    pub proc_name: &'static str,
+    /// The netobj a client picks to match replies and `_RES` messages to its requests.
+    pub cookie: Option<Vec<u8>>,
+    pub block: Option<bool>,
+    pub exclusive: Option<bool>,
+    pub reclaim: Option<bool>,
+    /// The caller's NSM state (LOCK, NM_LOCK), or FREE_ALL's.
+    pub state: Option<u32>,
+    /// The lock's (or share's) caller; FREE_ALL's host.
+    pub caller_name: Option<Vec<u8>>,
+    pub fh: Option<Vec<u8>>,
+    /// The lock owner handle.
+    pub oh: Option<Vec<u8>>,
+    /// The owner's process id on the caller.
+    pub svid: Option<u32>,
+    /// 32 bits in v1/v3, 64 in v4. A length of 0 means "to the end of the file".
+    pub offset: Option<u64>,
+    pub length: Option<u64>,
+    /// SHARE/UNSHARE: fsh_mode (deny) and fsh_access.
+    pub share_mode: Option<u32>,
+    pub share_access: Option<u32>,
+    /// nlm_stats / nlm4_stats: replies and `_RES` messages.
+    pub status: Option<u32>,
+    /// SHARE/UNSHARE replies.
+    pub sequence: Option<u32>,
+    /// TEST (and TEST_RES) denied: the conflicting lock.
+    pub holder: Option<NlmHolder>,
+}
+
+/// nlm_holder: who holds the lock a TEST ran into.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NlmHolder {
+    pub exclusive: Option<bool>,
+    pub svid: Option<u32>,
+    pub oh: Option<Vec<u8>>,
+    pub offset: Option<u64>,
+    pub length: Option<u64>,
+}
+
+/// An NSM (status monitor) call or reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NsmRecord {
+    pub proc_: u32,
+    pub proc_name: &'static str,
+    /// The host watched (STAT, MON, UNMON) or the host that changed state (NOTIFY).
+    pub mon_name: Option<Vec<u8>>,
+    /// MON/UNMON/UNMON_ALL: who to call back, and with which RPC procedure.
+    pub my_name: Option<Vec<u8>>,
+    pub my_prog: Option<u32>,
+    pub my_vers: Option<u32>,
+    pub my_proc: Option<u32>,
+    /// STAT/MON replies: 0 STAT_SUCC, 1 STAT_FAIL.
+    pub result: Option<u32>,
+    /// The monitor's state number (replies), or the notifying host's (NOTIFY).
+    pub state: Option<u32>,
+}
+
+/// An NFS_ACL call or reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AclRecord {
+    pub vers: u32,
+    pub proc_: u32,
+    pub proc_name: &'static str,
+    /// Calls: the object; GETXATTRDIR replies: the attribute directory.
+    pub fh: Option<Vec<u8>>,
+    /// Which parts of the ACL are asked for or carried (1 entries, 2 count, 4 default
+    /// entries, 8 default count).
+    pub mask: Option<u32>,
+    /// nfsstat (v2) / nfsstat3 (v3), replies only.
+    pub status: Option<u32>,
+    /// The access ACL's and the default ACL's entry counts.
+    pub acl_count: Option<u32>,
+    pub default_acl_count: Option<u32>,
+    /// v2 ACCESS: the bits asked for (calls) or granted (replies).
+    pub access: Option<u32>,
+    pub attrs: Vec<Attrs>,
+}
+
 impl Decoded {
     fn with_outcome(outcome: Outcome) -> Self {
         Decoded {
@@ -300,7 +391,8 @@ impl Decoded {
 }
 
 /// Decodes a message body given its program, version and procedure (for replies: the call's).
-/// NFS v2/v3/v4 and MOUNT v1/v2/v3 have decoders; everything else is [`Outcome::Unsupported`].
+/// NFS v2/v3/v4, MOUNT v1/v2/v3, NLM v1-v4, NSM v1 and NFS_ACL v2/v3 have decoders; everything
+/// else is [`Outcome::Unsupported`].
 pub fn decode(prog: u32, vers: u32, proc_: u32, direction: Direction, body: &[u8]) -> Decoded {
     match (prog, vers, direction) {
         (PROG_NFS, 2, Direction::Call) => nfs2::decode_call(proc_, body),
@@ -311,6 +403,12 @@ pub fn decode(prog: u32, vers: u32, proc_: u32, direction: Direction, body: &[u8
         (PROG_NFS, 4, Direction::Reply) => nfs4::decode_reply(proc_, body),
         (PROG_MOUNT, 1..=3, Direction::Call) => mount::decode_call(vers, proc_, body),
         (PROG_MOUNT, 1..=3, Direction::Reply) => mount::decode_reply(vers, proc_, body),
+        (PROG_NLM, 1..=4, Direction::Call) => nlm::decode_call(vers, proc_, body),
+        (PROG_NLM, 1..=4, Direction::Reply) => nlm::decode_reply(vers, proc_, body),
+        (PROG_NSM, 1, Direction::Call) => nsm::decode_call(proc_, body),
+        (PROG_NSM, 1, Direction::Reply) => nsm::decode_reply(proc_, body),
+        (PROG_NFS_ACL, 2..=3, Direction::Call) => nfsacl::decode_call(vers, proc_, body),
+        (PROG_NFS_ACL, 2..=3, Direction::Reply) => nfsacl::decode_reply(vers, proc_, body),
         _ => Decoded::with_outcome(Outcome::Unsupported),
     }
 }
@@ -379,11 +477,20 @@ mod tests {
     fn dispatch_names_unsupported_programs() {
         for prog in [PROG_PORTMAP, PROG_NLM, PROG_NSM, PROG_NFS_ACL] {
             assert!(program_name(prog).is_some());
+        }
+        assert_eq!(
+            decode(PROG_PORTMAP, 2, 1, Direction::Call, &[]).outcome,
+            Outcome::Unsupported
+        );
+        for (prog, vers) in [(PROG_NLM, 5), (PROG_NSM, 2), (PROG_NFS_ACL, 1)] {
             assert_eq!(
-                decode(prog, 1, 1, Direction::Call, &[]).outcome,
+                decode(prog, vers, 1, Direction::Call, &[]).outcome,
                 Outcome::Unsupported
             );
         }
+        let nlm = decode(PROG_NLM, 4, 2, Direction::Call, &[]);
+        assert_eq!((nlm.outcome, nlm.truncated), (Outcome::Decoded, true));
+        assert_eq!(nlm.nlm.unwrap().proc_name, "LOCK");
         assert_eq!(
             decode(PROG_NFS, 5, 1, Direction::Call, &[]).outcome,
             Outcome::Unsupported

@@ -148,6 +148,90 @@ pub fn portmap_proc_name(vers: u32, proc_: u32) -> &'static str {
     }
 }
 
+/// NLM procedures (XNFS chapters 10 and 14): v1 (and the never-published v2) define 0..=15,
+/// v3 and v4 add 20..=23 (DOS share reservations, the monitor-less lock and FREE_ALL).
+const NLM_PROCS: [&str; 16] = [
+    "NULL",
+    "TEST",
+    "LOCK",
+    "CANCEL",
+    "UNLOCK",
+    "GRANTED",
+    "TEST_MSG",
+    "LOCK_MSG",
+    "CANCEL_MSG",
+    "UNLOCK_MSG",
+    "GRANTED_MSG",
+    "TEST_RES",
+    "LOCK_RES",
+    "CANCEL_RES",
+    "UNLOCK_RES",
+    "GRANTED_RES",
+];
+
+/// NLM procedure name by version; "unknown" outside the version's table.
+pub fn nlm_proc_name(vers: u32, proc_: u32) -> &'static str {
+    match (vers, proc_) {
+        (_, 0..=15) => NLM_PROCS[proc_ as usize],
+        (3 | 4, 20) => "SHARE",
+        (3 | 4, 21) => "UNSHARE",
+        (3 | 4, 22) => "NM_LOCK",
+        (3 | 4, 23) => "FREE_ALL",
+        _ => "unknown",
+    }
+}
+
+/// nlm_stats / nlm4_stats as tshark names them (it says NLM_BIG for NLM4_FBIG).
+pub fn nlm_stat_name(stat: u32) -> &'static str {
+    const NAMES: [&str; 10] = [
+        "NLM_GRANTED",
+        "NLM_DENIED",
+        "NLM_DENIED_NOLOCKS",
+        "NLM_BLOCKED",
+        "NLM_DENIED_GRACE_PERIOD",
+        "NLM_DEADLCK",
+        "NLM_ROFS",
+        "NLM_STALE_FH",
+        "NLM_BIG",
+        "NLM_FAILED",
+    ];
+    NAMES.get(stat as usize).copied().unwrap_or("unknown")
+}
+
+/// NSM (status monitor, program 100024 version 1) procedures.
+const NSM_PROCS: [&str; 7] = [
+    "NULL",
+    "STAT",
+    "MON",
+    "UNMON",
+    "UNMON_ALL",
+    "SIMU_CRASH",
+    "NOTIFY",
+];
+
+pub fn nsm_proc_name(proc_: u32) -> &'static str {
+    NSM_PROCS.get(proc_ as usize).copied().unwrap_or("unknown")
+}
+
+/// NFS_ACL (program 100227) procedures: v2 has GETATTR and ACCESS where v3 uses NFSv3's own.
+pub fn nfsacl_proc_name(vers: u32, proc_: u32) -> &'static str {
+    const V2: [&str; 6] = [
+        "NULL",
+        "GETACL",
+        "SETACL",
+        "GETATTR",
+        "ACCESS",
+        "GETXATTRDIR",
+    ];
+    const V3: [&str; 4] = ["NULL", "GETACL", "SETACL", "GETXATTRDIR"];
+    let table: &[&'static str] = match vers {
+        2 => &V2,
+        3 => &V3,
+        _ => &["NULL"],
+    };
+    table.get(proc_ as usize).copied().unwrap_or("unknown")
+}
+
 /// A procedure's name for any program this crate knows; "unknown" otherwise.
 pub fn proc_name(prog: u32, vers: u32, proc_: u32) -> &'static str {
     match (prog, vers) {
@@ -156,6 +240,9 @@ pub fn proc_name(prog: u32, vers: u32, proc_: u32) -> &'static str {
         (100003, 3) => nfs3_proc_name(proc_),
         (100003, 4) => nfs4_proc_name(proc_),
         (100005, _) => mount_proc_name(proc_),
+        (100021, _) => nlm_proc_name(vers, proc_),
+        (100024, _) => nsm_proc_name(proc_),
+        (100227, _) => nfsacl_proc_name(vers, proc_),
         _ if proc_ == 0 => "NULL",
         _ => "unknown",
     }
@@ -199,5 +286,24 @@ mod tests {
         assert_eq!(proc_name(100000, 4, 12), "GETSTAT");
         assert_eq!(proc_name(100000, 4, 13), "unknown");
         assert_eq!(proc_name(100000, 9, 0), "NULL");
+    }
+
+    #[test]
+    fn nlm_nsm_and_acl_names_follow_tshark() {
+        assert_eq!(proc_name(100021, 1, 2), "LOCK");
+        assert_eq!(proc_name(100021, 4, 12), "LOCK_RES");
+        assert_eq!(proc_name(100021, 4, 15), "GRANTED_RES");
+        assert_eq!(proc_name(100021, 4, 16), "unknown");
+        assert_eq!(proc_name(100021, 3, 20), "SHARE");
+        assert_eq!(proc_name(100021, 4, 23), "FREE_ALL");
+        assert_eq!(proc_name(100021, 1, 20), "unknown");
+        assert_eq!(nlm_stat_name(8), "NLM_BIG");
+        assert_eq!(nlm_stat_name(10), "unknown");
+        assert_eq!(proc_name(100024, 1, 2), "MON");
+        assert_eq!(proc_name(100024, 1, 6), "NOTIFY");
+        assert_eq!(proc_name(100024, 1, 7), "unknown");
+        assert_eq!(proc_name(100227, 3, 1), "GETACL");
+        assert_eq!(proc_name(100227, 3, 4), "unknown");
+        assert_eq!(proc_name(100227, 2, 4), "ACCESS");
     }
 }

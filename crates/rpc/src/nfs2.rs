@@ -98,7 +98,11 @@ fn fattr(x: &mut Xdr<'_>, a: &mut Attrs) -> Result<(), Error> {
 }
 
 /// An fattr added to `out` with whatever of it is present.
-fn push_fattr(x: &mut Xdr<'_>, object: AttrObject, out: &mut Vec<Attrs>) -> Result<(), Error> {
+pub(crate) fn push_fattr(
+    x: &mut Xdr<'_>,
+    object: AttrObject,
+    out: &mut Vec<Attrs>,
+) -> Result<(), Error> {
     let mut a = Attrs {
         object,
         ..Default::default()

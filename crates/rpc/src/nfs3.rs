@@ -7,7 +7,7 @@ use crate::names::nfs3_proc_name;
 use crate::xdr::{Xdr, UNBOUNDED};
 use crate::{time_ns, AttrObject, Attrs, Decoded, Error, NameEntry, NameRole, NfsOp, ReadWrite};
 
-const NFS3_FHSIZE: usize = 64;
+pub(crate) const NFS3_FHSIZE: usize = 64;
 const NFS3_OK: u32 = 0;
 
 const GETATTR: u32 = 1;
@@ -101,7 +101,11 @@ fn push_fattr3(x: &mut Xdr<'_>, object: AttrObject, out: &mut Vec<Attrs>) -> Res
     r
 }
 
-fn post_op_attr(x: &mut Xdr<'_>, object: AttrObject, out: &mut Vec<Attrs>) -> Result<(), Error> {
+pub(crate) fn post_op_attr(
+    x: &mut Xdr<'_>,
+    object: AttrObject,
+    out: &mut Vec<Attrs>,
+) -> Result<(), Error> {
     if x.bool()? {
         push_fattr3(x, object, out)?;
     }

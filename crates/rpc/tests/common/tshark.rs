@@ -12,7 +12,8 @@ use std::process::Command;
 use pcap_parser::pcapng::Block;
 use pcap_parser::{PcapBlockOwned, PcapError};
 use tapdeck_rpc::{
-    decode_message, parse_message, Attrs, CallInfo, Decoded, Direction, NameRole, Outcome, PROG_NFS,
+    decode_message, parse_message, Attrs, CallInfo, Decoded, Direction, NameRole, NlmRecord,
+    NsmRecord, Outcome, PROG_NFS,
 };
 
 /// The fields compared, per frame. Values are lists (a field can occur several times).
@@ -89,7 +90,41 @@ pub const FIELDS: &[&str] = &[
     "nfs.mtime.usec",
     "nfs.ctime.sec",
     "nfs.ctime.usec",
+    "nlm.cookie",
+    "nlm.block",
+    "nlm.exclusive",
+    "nlm.reclaim",
+    "nlm.state",
+    "nlm.lock.caller_name",
+    "nlm.lock.owner",
+    "nlm.lock.svid",
+    "nlm.lock.l_offset",
+    "nlm.lock.l_len",
+    "nlm.lock.l_offset64",
+    "nlm.lock.l_len64",
+    "nlm.stat",
+    "nlm.test_stat.stat",
+    "nlm.sequence",
+    "nlm.share.mode",
+    "nlm.share.access",
+    "nlm.share.name",
+    "stat.name",
+    "stat.mon_id.name",
+    "stat.my_id.hostname",
+    "stat.my_id.prog",
+    "stat.my_id.vers",
+    "stat.my_id.proc",
+    "stat.stat_res.res",
+    "stat.stat_res.state",
+    "stat.state",
+    "nfsacl.mask",
+    "nfsacl.aclcnt",
+    "nfsacl.dfaclcnt",
+    "nfs.status",
 ];
+
+/// Compared on NFS_ACL frames only: tshark's generic NFS status field.
+const ACL_FIELDS: &[&str] = &["nfs.status"];
 
 /// Fields compared on NFSv2 frames only (NFSv4 uses some of the names, for attributes this crate
 /// does not report). `nfs.data` is compared as its length: the data's byte count.
@@ -374,6 +409,106 @@ fn attrs_fields(m: &mut Fields, a: &Attrs, v4: bool) {
     }
 }
 
+/// An NLM message as tshark shows it: a TEST reply's holder goes into the lock's fields, and
+/// v4 ranges into the 64-bit ones.
+fn nlm_fields(m: &mut Fields, r: &NlmRecord) {
+    let b = |m: &mut Fields, k: &str, v: Option<bool>| {
+        v.into_iter().for_each(|v| put(m, k, v as u8));
+    };
+    let (ko, kl) = if r.vers >= 4 {
+        ("nlm.lock.l_offset64", "nlm.lock.l_len64")
+    } else {
+        ("nlm.lock.l_offset", "nlm.lock.l_len")
+    };
+    if let Some(c) = &r.cookie {
+        put(m, "nlm.cookie", hex(c));
+    }
+    b(m, "nlm.block", r.block);
+    b(m, "nlm.exclusive", r.exclusive);
+    if let Some(n) = &r.caller_name {
+        // tshark files a share's caller with the locks' and FREE_ALL's host as a share name.
+        let k = if r.proc_name == "FREE_ALL" {
+            "nlm.share.name"
+        } else {
+            "nlm.lock.caller_name"
+        };
+        put(m, k, String::from_utf8_lossy(n));
+    }
+    if let Some(fh) = &r.fh {
+        put(m, "nfs.fhandle", hex(fh));
+    }
+    if let Some(oh) = &r.oh {
+        put(m, "nlm.lock.owner", hex(oh));
+    }
+    r.svid.into_iter().for_each(|v| put(m, "nlm.lock.svid", v));
+    r.offset.into_iter().for_each(|v| put(m, ko, v));
+    r.length.into_iter().for_each(|v| put(m, kl, v));
+    r.share_mode
+        .into_iter()
+        .for_each(|v| put(m, "nlm.share.mode", v));
+    r.share_access
+        .into_iter()
+        .for_each(|v| put(m, "nlm.share.access", v));
+    b(m, "nlm.reclaim", r.reclaim);
+    r.state.into_iter().for_each(|v| put(m, "nlm.state", v));
+    if let Some(s) = r.status {
+        let k = if matches!(r.proc_name, "TEST" | "TEST_RES") {
+            "nlm.test_stat.stat"
+        } else {
+            "nlm.stat"
+        };
+        put(m, k, s);
+    }
+    r.sequence
+        .into_iter()
+        .for_each(|v| put(m, "nlm.sequence", v));
+    if let Some(h) = &r.holder {
+        b(m, "nlm.exclusive", h.exclusive);
+        h.svid.into_iter().for_each(|v| put(m, "nlm.lock.svid", v));
+        if let Some(oh) = &h.oh {
+            put(m, "nlm.lock.owner", hex(oh));
+        }
+        h.offset.into_iter().for_each(|v| put(m, ko, v));
+        h.length.into_iter().for_each(|v| put(m, kl, v));
+    }
+}
+
+/// An NSM message as tshark shows it (it skips a failed result's state).
+fn nsm_fields(m: &mut Fields, r: &NsmRecord) {
+    if let Some(n) = &r.mon_name {
+        let k = if r.proc_name == "STAT" {
+            "stat.name"
+        } else {
+            "stat.mon_id.name"
+        };
+        put(m, k, String::from_utf8_lossy(n));
+    }
+    if let Some(n) = &r.my_name {
+        put(m, "stat.my_id.hostname", String::from_utf8_lossy(n));
+    }
+    r.my_prog
+        .into_iter()
+        .for_each(|v| put(m, "stat.my_id.prog", v));
+    r.my_vers
+        .into_iter()
+        .for_each(|v| put(m, "stat.my_id.vers", v));
+    r.my_proc
+        .into_iter()
+        .for_each(|v| put(m, "stat.my_id.proc", v));
+    match (r.result, r.state) {
+        (Some(res), state) => {
+            put(m, "stat.stat_res.res", res);
+            if res == 0 {
+                state
+                    .into_iter()
+                    .for_each(|v| put(m, "stat.stat_res.state", v));
+            }
+        }
+        (None, Some(state)) => put(m, "stat.state", state),
+        (None, None) => {}
+    }
+}
+
 /// The same fields as tshark reports them, from this crate's decoders.
 pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> {
     let mut calls: HashMap<u32, CallInfo> = HashMap::new();
@@ -550,6 +685,36 @@ pub fn our_fields(msgs: &[Message]) -> BTreeMap<u32, (Fields, Option<Decoded>)> 
                 }
             }
         }
+        if let Some(r) = &d.nlm {
+            nlm_fields(&mut m, r);
+        }
+        if let Some(r) = &d.nsm {
+            nsm_fields(&mut m, r);
+        }
+        if let Some(r) = &d.acl {
+            if let Some(fh) = &r.fh {
+                put(&mut m, "nfs.fhandle", hex(fh));
+            }
+            if let Some(v) = r.mask {
+                put(&mut m, "nfsacl.mask", format!("0x{v:08x}"));
+            }
+            if let Some(v) = r.status {
+                put(&mut m, "nfs.status", v);
+            }
+            r.acl_count
+                .into_iter()
+                .for_each(|v| put(&mut m, "nfsacl.aclcnt", v));
+            r.default_acl_count
+                .into_iter()
+                .for_each(|v| put(&mut m, "nfsacl.dfaclcnt", v));
+            for a in &r.attrs {
+                if r.vers == 2 {
+                    attrs_fields_v2(&mut m, a);
+                } else {
+                    attrs_fields(&mut m, a, false);
+                }
+            }
+        }
         if let Some(mnt) = &d.mount {
             if let Some(p) = &mnt.dirpath {
                 put(&mut m, "mount.path", String::from_utf8_lossy(p));
@@ -645,11 +810,13 @@ pub fn compare(path: &Path, ports: &[u16], extra: &[&str]) -> Comparison {
             && t.get("rpc.programversion")
                 .is_some_and(|v| v.iter().all(|v| v == "2"));
         let v2_call = nfs_v2 && t.get("rpc.msgtyp").is_some_and(|v| v[0] == "0");
+        let acl = t.get("rpc.program").is_some_and(|p| p[0] == "100227");
         for field in FIELDS
             .iter()
             .filter(|f| !header_only || f.starts_with("rpc."))
             .filter(|f| nfs_v2 || !V2_FIELDS.contains(f))
             .filter(|f| !v2_call || !V2_ATTR_FIELDS.contains(f))
+            .filter(|f| acl || !ACL_FIELDS.contains(f))
         {
             let tv = normalize(field, t.get(*field).cloned().unwrap_or_default());
             let ov = normalize(field, o.get(*field).cloned().unwrap_or_default());
