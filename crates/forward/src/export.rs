@@ -24,6 +24,7 @@ use tapdeck_ipfix::{
 };
 
 use crate::error::ForwardError;
+use crate::tcp::{StreamLink, StreamTarget, STREAM_MESSAGE_LEN};
 use crate::udp;
 
 /// Messages per `sendmmsg` call.
@@ -33,6 +34,21 @@ const BATCH: usize = 64;
 pub const MIN_MESSAGE_LEN: usize = 548;
 /// The PSAMP selector id of tapdeck's one selector (the capture filter).
 pub const SELECTOR: u64 = 1;
+/// How long a stopping exporter waits for its collectors to acknowledge what it queued
+/// (TCP and TLS); what they have not acknowledged by then is counted as unconfirmed.
+pub const LINGER: Duration = Duration::from_secs(5);
+
+/// IPFIX over TCP or TLS instead of UDP, for every collector.
+#[derive(Clone)]
+pub struct StreamSettings {
+    /// TLS client settings, and per collector the name its certificate must carry.
+    pub tls: Option<(
+        Arc<rustls::ClientConfig>,
+        Vec<rustls::pki_types::ServerName<'static>>,
+    )>,
+    /// Bytes of messages queued in all, split evenly over threads and collectors.
+    pub buffer: usize,
+}
 
 /// How packets are spread over several collectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +71,8 @@ pub struct ExportConfig {
     pub duration: Option<Duration>,
     /// Send runs of equal-size messages as one UDP GSO buffer where the kernel allows it.
     pub gso: bool,
+    /// TCP or TLS instead of UDP.
+    pub stream: Option<StreamSettings>,
 }
 
 /// Counts of one collector link (summed over threads in [`ExportStats`]).
@@ -73,6 +91,15 @@ pub struct LinkCounts {
     /// Failed `sendmmsg` calls, and among them those refused (ICMP port unreachable).
     pub send_errors: u64,
     pub refused: u64,
+    /// TCP/TLS: `messages`, `records`, `packets` and `bytes` count what the collector
+    /// acknowledged. Packets queued and not yet acknowledged; packets not sent because the
+    /// queue was full, and not acknowledged by the end (both within `not_sent`).
+    pub buffered: u64,
+    pub over_buffer: u64,
+    pub unconfirmed: u64,
+    /// Connections made, and ended (lost, or closed by the collector).
+    pub connects: u64,
+    pub disconnects: u64,
 }
 
 /// What the exporter reports, as JSON lines.
@@ -89,13 +116,18 @@ pub struct ExportStats {
     pub not_sent: u64,
     /// Packets a report could not hold whole and were cut further (the message size).
     pub cut_to_message: u64,
+    /// TCP/TLS: packets queued and not yet acknowledged (sent or not sent by the end).
+    pub buffered: u64,
     pub collectors: Vec<LinkCounts>,
 }
 
 impl ExportStats {
     /// Packets read but neither sent nor counted as not sent: zero once stopped.
     pub fn unaccounted(&self) -> i128 {
-        i128::from(self.observed) - i128::from(self.sent) - i128::from(self.not_sent)
+        i128::from(self.observed)
+            - i128::from(self.sent)
+            - i128::from(self.not_sent)
+            - i128::from(self.buffered)
     }
 
     fn add(&mut self, t: &ThreadCounts) {
@@ -111,6 +143,12 @@ impl ExportStats {
             sum.not_sent += l.not_sent;
             sum.send_errors += l.send_errors;
             sum.refused += l.refused;
+            sum.buffered += l.buffered;
+            sum.over_buffer += l.over_buffer;
+            sum.unconfirmed += l.unconfirmed;
+            sum.connects += l.connects;
+            sum.disconnects += l.disconnects;
+            self.buffered += l.buffered;
             self.sent += l.packets;
             self.not_sent += l.not_sent;
         }
@@ -134,10 +172,16 @@ struct Pending {
     len: usize,
 }
 
+/// How a link reaches its collector.
+enum Wire {
+    Udp(UdpSocket),
+    Stream(Box<StreamLink>),
+}
+
 /// One collector, as seen from one thread.
 struct Link {
     to: SocketAddr,
-    socket: UdpSocket,
+    wire: Wire,
     message_len: usize,
     /// UDP GSO in use: asked for, and not refused by the kernel or the route.
     gso: bool,
@@ -173,9 +217,30 @@ impl Link {
             });
         }
         let gso = gso && udp::gso_supported(&socket);
-        Ok(Link {
+        Ok(Link::new(to, Wire::Udp(socket), len, gso))
+    }
+
+    /// A TCP or TLS link: connects in the background, messages queue meanwhile.
+    fn open_stream(target: StreamTarget, message_len: Option<usize>) -> Result<Link, ForwardError> {
+        let to = target.to;
+        let len = message_len
+            .unwrap_or(STREAM_MESSAGE_LEN)
+            .min(usize::from(u16::MAX));
+        if len < MIN_MESSAGE_LEN {
+            return Err(ForwardError::MessagesTooSmall {
+                to,
+                len,
+                min: MIN_MESSAGE_LEN,
+            });
+        }
+        let stream = StreamLink::open(target).map_err(ForwardError::Thread)?;
+        Ok(Link::new(to, Wire::Stream(Box::new(stream)), len, false))
+    }
+
+    fn new(to: SocketAddr, wire: Wire, len: usize, gso: bool) -> Link {
+        Link {
             to,
-            socket,
+            wire,
             message_len: len,
             gso,
             bytes: Vec::with_capacity(BATCH * len),
@@ -189,7 +254,7 @@ impl Link {
                 message_len: len,
                 ..LinkCounts::default()
             },
-        })
+        }
     }
 
     /// A batch's worth of bytes is waiting: time to send.
@@ -258,12 +323,97 @@ impl Exporter {
         }
     }
 
-    /// Sends every waiting packet, and the templates where due.
+    /// Sends every waiting packet, and the templates where due; moves the streams on.
     fn flush(&mut self) {
         for k in 0..self.links.len() {
             if !self.links[k].pending.is_empty() || self.links[k].templates_due {
                 self.flush_link(k);
             }
+            self.pump_stream(k);
+        }
+    }
+
+    /// A TCP/TLS link: writes what the socket takes, opens a new connection with the
+    /// templates, and counts what the collector acknowledged.
+    fn pump_stream(&mut self, k: usize) {
+        let Wire::Stream(stream) = &mut self.links[k].wire else {
+            return;
+        };
+        stream.pump();
+        if let Some(first) = stream.wants_start() {
+            let link = &self.links[k];
+            let sequence = first.unwrap_or(link.sequence);
+            let stats = self.stats_record(link, 0, 0);
+            let mut buf = vec![0u8; link.message_len];
+            let header = MessageHeader {
+                export_time: (unix_ns() / 1_000_000_000) as u32,
+                sequence,
+                domain: self.id.domain,
+                ..MessageHeader::default()
+            };
+            let built = MessageBuilder::new(&mut buf, link.message_len, header).map(|mut b| {
+                add_session_records(&mut b, &self.interfaces, &stats);
+                b.finish()
+            });
+            let link = &mut self.links[k];
+            if let (Ok(built), Wire::Stream(stream)) = (built, &mut link.wire) {
+                buf.truncate(built.len);
+                stream.start(buf, built.data_records);
+                link.sequence = link.sequence.wrapping_add(built.data_records);
+                stream.pump();
+            }
+        }
+        let link = &mut self.links[k];
+        let Wire::Stream(stream) = &mut link.wire else {
+            return;
+        };
+        let a = stream.take_acked();
+        let c = &mut link.counts;
+        c.messages += a.messages;
+        c.records += a.records;
+        c.packets += a.packets;
+        c.bytes += a.bytes;
+        c.buffered = stream.queued_packets();
+        c.connects = stream.connects;
+        c.disconnects = stream.disconnects;
+        self.counts.links[k] = link.counts.clone();
+    }
+
+    /// At stop: waits up to [`LINGER`] for the collectors to acknowledge what is queued,
+    /// closes the connections, and counts what they did not acknowledge as unconfirmed.
+    fn drain_streams(&mut self) {
+        let deadline = Instant::now() + LINGER;
+        loop {
+            self.flush();
+            let waiting = self.links.iter().find_map(|l| match &l.wire {
+                Wire::Stream(s) if !s.is_empty() => Some(s),
+                _ => None,
+            });
+            match waiting {
+                Some(s) if Instant::now() < deadline => s.wait(Duration::from_millis(20)),
+                _ => break,
+            }
+        }
+        for k in 0..self.links.len() {
+            if let Wire::Stream(s) = &mut self.links[k].wire {
+                s.close();
+            }
+            self.pump_stream(k);
+            let link = &mut self.links[k];
+            if let Wire::Stream(s) = &link.wire {
+                let left = s.queued_packets();
+                if left > 0 {
+                    tracing::warn!(
+                        "collector {}: {left} packets not acknowledged within {} s of stopping; counted as unconfirmed (not sent)",
+                        link.to,
+                        LINGER.as_secs()
+                    );
+                }
+                link.counts.unconfirmed += left;
+                link.counts.not_sent += left;
+                link.counts.buffered = 0;
+            }
+            self.counts.links[k] = self.links[k].counts.clone();
         }
     }
 
@@ -334,18 +484,7 @@ impl Exporter {
                     break;
                 };
                 if let Some(stats) = stats {
-                    // Checked at start-up: these fit an empty message of MIN_MESSAGE_LEN.
-                    let _ = b.add_templates();
-                    for (i, iface) in interfaces.iter().enumerate() {
-                        let name = iface.name.as_deref().unwrap_or("");
-                        let _ = b.add_interface(&InterfaceInfo {
-                            id: i as u32,
-                            name,
-                            description: iface.description.as_deref().unwrap_or(""),
-                            frame_type: frame_type(iface.linktype),
-                        });
-                    }
-                    let _ = b.add_exporter_stats(&stats);
+                    add_session_records(&mut b, interfaces, &stats);
                     link.templates_due = false;
                     with_templates[built] = true;
                 }
@@ -390,8 +529,30 @@ impl Exporter {
                 .zip(&lens)
                 .map(|(b, &len)| &b[..len])
                 .collect();
-            let (mut sent, mut err) = udp::send_batch(&link.socket, &messages, link.gso);
-            if sent < built && link.gso && err.as_ref().is_some_and(gso_refused) {
+            let (mut sent, mut err) = match &mut link.wire {
+                Wire::Udp(socket) => udp::send_batch(socket, &messages, link.gso),
+                Wire::Stream(stream) => {
+                    // Queued now, counted as sent once the collector acknowledges them.
+                    let taken = messages
+                        .iter()
+                        .zip(&reports)
+                        .zip(&records)
+                        .take_while(|((m, n), r)| stream.offer(m, **n, **r))
+                        .count();
+                    let full = std::io::Error::other(format!(
+                        "its queue is full ({} messages waiting for the collector's acknowledgement)",
+                        stream.queued_messages()
+                    ));
+                    (taken, (taken < built).then_some(full))
+                }
+            };
+            let udp_socket = match &link.wire {
+                Wire::Udp(socket) => Some(socket),
+                Wire::Stream(_) => None,
+            };
+            if let Some(socket) = udp_socket
+                .filter(|_| sent < built && link.gso && err.as_ref().is_some_and(gso_refused))
+            {
                 // The route cannot take GSO (no checksum offload, say): send plainly from now on.
                 tracing::info!(
                     "collector {}: UDP GSO refused ({}); sending datagrams one by one",
@@ -399,12 +560,19 @@ impl Exporter {
                     err.as_ref().map_or(String::new(), |e| e.to_string())
                 );
                 link.gso = false;
-                let (more, e) = udp::send_batch(&link.socket, &messages[sent..], false);
+                let (more, e) = udp::send_batch(socket, &messages[sent..], false);
                 sent += more;
                 err = e;
             }
+            let stream = matches!(link.wire, Wire::Stream(_));
             let c = &mut link.counts;
-            for ((len, recs), n) in lens.iter().zip(&records).zip(&reports).take(sent) {
+            for ((len, recs), n) in lens
+                .iter()
+                .zip(&records)
+                .zip(&reports)
+                .take(sent)
+                .filter(|_| !stream)
+            {
                 c.messages += 1;
                 c.records += u64::from(*recs);
                 c.packets += n;
@@ -420,6 +588,9 @@ impl Exporter {
                     .zip(&with_templates[sent..built])
                 {
                     c.not_sent += n;
+                    if stream {
+                        c.over_buffer += n;
+                    }
                     if *templates {
                         link.templates_due = true;
                     }
@@ -513,6 +684,26 @@ fn gso_refused(e: &std::io::Error) -> bool {
     )
 }
 
+/// What opens a transport session and is repeated on the template interval: the templates,
+/// the interfaces' names and the exporter's own counts. Checked at start-up: these fit an
+/// empty message of MIN_MESSAGE_LEN.
+fn add_session_records(
+    b: &mut MessageBuilder<'_>,
+    interfaces: &[Interface],
+    stats: &ExporterStats,
+) {
+    let _ = b.add_templates();
+    for (i, iface) in interfaces.iter().enumerate() {
+        let _ = b.add_interface(&InterfaceInfo {
+            id: i as u32,
+            name: iface.name.as_deref().unwrap_or(""),
+            description: iface.description.as_deref().unwrap_or(""),
+            frame_type: frame_type(iface.linktype),
+        });
+    }
+    let _ = b.add_exporter_stats(stats);
+}
+
 fn frame_type(linktype: u16) -> u16 {
     match linktype {
         105 | 127 => ie::FRAME_TYPE_IEEE802_11,
@@ -545,11 +736,26 @@ pub fn run<S: PacketSource + 'static>(
     };
     // Sockets are opened here, before any thread starts, so a bad collector is one error.
     let mut exporters = Vec::new();
+    let per_link = |buffer: usize| buffer / (sources.len() * cfg.collectors.len()).max(1);
     for (k, source) in sources.iter().enumerate() {
         let links = cfg
             .collectors
             .iter()
-            .map(|&to| Link::open(to, cfg.message_len, cfg.gso))
+            .enumerate()
+            .map(|(i, &to)| match &cfg.stream {
+                None => Link::open(to, cfg.message_len, cfg.gso),
+                Some(st) => Link::open_stream(
+                    StreamTarget {
+                        to,
+                        tls: st
+                            .tls
+                            .as_ref()
+                            .map(|(c, names)| (Arc::clone(c), names[i].clone())),
+                        buffer: per_link(st.buffer),
+                    },
+                    cfg.message_len,
+                ),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         exporters.push(Exporter::new(
             links,
@@ -665,6 +871,7 @@ fn export_loop<S: PacketSource>(
     exporter.set_kernel_drops(&source.counters());
     exporter.templates_due();
     exporter.flush();
+    exporter.drain_streams();
     *published.lock().unwrap() = exporter.counts.clone();
     result
 }

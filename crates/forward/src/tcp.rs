@@ -55,6 +55,9 @@ const WIRE_CHUNK: usize = 256 << 10;
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// TLS 1.3: how long the exporter waits for the collector's first record after the
+/// handshake (its verdict on our certificate).
+const ACCEPT_WAIT: Duration = Duration::from_secs(2);
 
 /// Bytes of this connection the peer acknowledged (TCP_INFO `tcpi_bytes_acked`, Linux 4.2+;
 /// a FIN counts one more). Kept by the kernel after a reset, so it can be read after the
@@ -290,6 +293,10 @@ impl StreamLink {
         self.queue.iter().map(|q| q.packets).sum()
     }
 
+    pub fn queued_messages(&self) -> usize {
+        self.queue.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
@@ -326,7 +333,7 @@ impl StreamLink {
     /// Takes a new connection, writes, reads the collector's close and counts what it
     /// acknowledged. Never waits.
     pub fn pump(&mut self) {
-        if self.conn.is_none() {
+        if self.conn.is_none() && !self.closed.load(Ordering::Relaxed) {
             match self.connected_rx.try_recv() {
                 Ok(c) => {
                     self.conn = Some(Conn {
@@ -438,13 +445,19 @@ impl StreamLink {
         std::mem::take(&mut self.acked)
     }
 
-    /// The last step at stop: half-closes the connection once everything is acknowledged.
+    /// The last step at stop (after the wait for acknowledgements): half-closes the
+    /// connection and makes no other.
     pub fn close(&mut self) {
+        self.closed.store(true, Ordering::Relaxed);
         if let Some(c) = self.conn.as_mut() {
             if !c.shut {
                 c.shut_down();
             }
         }
+        if let Some(acked) = self.conn.as_ref().map(Conn::acked) {
+            self.release(acked);
+        }
+        self.conn = None;
     }
 
     /// Waits (at most `timeout`) until the socket can take more or the collector sent
@@ -534,12 +547,31 @@ fn connect(target: &StreamTarget) -> io::Result<Connected> {
             sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
             let mut s = &sock;
             while tls.is_handshaking() {
-                tls.complete_io(&mut s).map_err(|e| {
-                    io::Error::new(e.kind(), format!("TLS handshake failed: {e}"))
-                })?;
+                tls.complete_io(&mut s)
+                    .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
             }
-            // TLS 1.3: the server's verdict on our certificate comes after our Finished;
-            // a refusal then shows as an alert on the first read, and the link reconnects.
+            // TLS 1.3: the collector judges our certificate after our Finished, so a
+            // finished handshake does not mean it accepted us. Bytes sent now could be
+            // acknowledged by its kernel and then thrown away with the connection: wait for
+            // its first record after the handshake (rustls sends session tickets at once),
+            // or its alert. A collector that sends nothing is taken as accepting.
+            if tls.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
+                sock.set_read_timeout(Some(ACCEPT_WAIT))?;
+                match tls.read_tls(&mut s) {
+                    Ok(0) => return Err(io::Error::other("the collector closed the connection after the handshake (our certificate refused?)")),
+                    Ok(_) => {
+                        tls.process_new_packets().map_err(|e| {
+                            io::Error::other(format!("the collector refused us: {e}"))
+                        })?;
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             Some(Box::new(tls))
         }
     };
@@ -753,7 +785,10 @@ fn serve_connection(
             closing_since = Some(Instant::now());
         }
         if closing_since.is_some_and(|t| t.elapsed() >= CLOSE_WAIT) {
-            tracing::warn!("collector: {peer} did not close within {} s of our close; dropping the connection", CLOSE_WAIT.as_secs());
+            tracing::warn!(
+                "collector: {peer} did not close within {} s of our close; dropping the connection",
+                CLOSE_WAIT.as_secs()
+            );
             return;
         }
         let n = match stream.read(&mut chunk) {
@@ -762,7 +797,9 @@ fn serve_connection(
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 continue
@@ -878,9 +915,15 @@ mod tests {
         }
         // The collector stops: it half-closes; the link answers and reconnects later.
         stop.store(true, Ordering::Relaxed);
-        pump_until(&mut link, |l| l.disconnects == 1, "the link to see the close");
+        pump_until(
+            &mut link,
+            |l| l.disconnects == 1,
+            "the link to see the close",
+        );
         let end = Instant::now() + Duration::from_secs(10);
-        while l.messages.recv_timeout(Duration::from_millis(50)) != Err(mpsc::RecvTimeoutError::Disconnected) {
+        while l.messages.recv_timeout(Duration::from_millis(50))
+            != Err(mpsc::RecvTimeoutError::Disconnected)
+        {
             assert!(Instant::now() < end, "the listener's channel to end");
         }
         for i in 0..50u32 {

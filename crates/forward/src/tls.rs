@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
@@ -79,7 +79,11 @@ fn key_mismatch(files: &TlsFiles<'_>, e: rustls::Error) -> ForwardError {
             files.key.display(),
             files.cert.display()
         )),
-        e => bad("--tls-key", files.key, format!("not a usable private key: {e}")),
+        e => bad(
+            "--tls-key",
+            files.key,
+            format!("not a usable private key: {e}"),
+        ),
     }
 }
 
@@ -109,12 +113,11 @@ pub fn client_config(files: &TlsFiles<'_>) -> Result<Arc<ClientConfig>, ForwardE
     let provider = provider();
     let chain = certs("--tls-cert", files.cert)?;
     let key = key(files.key)?;
-    let verifier =
-        WebPkiServerVerifier::builder_with_provider(roots("--tls-ca", files.ca)?, {
-            Arc::clone(&provider)
-        })
-        .build()
-        .map_err(|e| bad("--tls-ca", files.ca, e))?;
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots("--tls-ca", files.ca)?, {
+        Arc::clone(&provider)
+    })
+    .build()
+    .map_err(|e| bad("--tls-ca", files.ca, e))?;
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| ForwardError::Tls(format!("TLS: {e}")))?
@@ -122,6 +125,13 @@ pub fn client_config(files: &TlsFiles<'_>) -> Result<Arc<ClientConfig>, ForwardE
         .with_client_auth_cert(chain, key)
         .map_err(|e| key_mismatch(files, e))?;
     Ok(Arc::new(config))
+}
+
+/// The name a collector's certificate must carry: the host of `--to` (a DNS name or an
+/// address).
+pub fn server_name(host: &str) -> Result<ServerName<'static>, ForwardError> {
+    ServerName::try_from(host.to_string())
+        .map_err(|_| ForwardError::Tls(format!("--to tls://{host}: not a host name or address")))
 }
 
 #[cfg(test)]
@@ -141,7 +151,10 @@ mod tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(e.starts_with("--tls-cert ") && e.contains("cannot read it"), "{e}");
+        assert!(
+            e.starts_with("--tls-cert ") && e.contains("cannot read it"),
+            "{e}"
+        );
         let e = server_config(&TlsFiles {
             cert: &empty,
             key: &empty,
