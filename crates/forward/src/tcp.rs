@@ -396,7 +396,7 @@ impl StreamLink {
     fn release(&mut self, acked: u64) {
         let mut n = 0;
         while let Some(q) = self.queue.front() {
-            if !q.end.is_some_and(|e| e <= acked) {
+            if q.end.is_none_or(|e| e > acked) {
                 break;
             }
             let q = self.queue.pop_front().expect("front");
