@@ -230,6 +230,12 @@ fn print_summary(s: &ExportStats) {
         "tapdeck export: {:.2} s; packets: observed {}  sent {}  not sent {}  kernel dropped {}",
         s.elapsed_s, s.observed, s.sent, s.not_sent, s.kernel_dropped
     );
+    if s.too_short_to_exclude > 0 {
+        eprintln!(
+            "  {} frames too short for the own-traffic exclusion to read were kept and exported",
+            s.too_short_to_exclude
+        );
+    }
     let balance = s.unaccounted();
     eprintln!(
         "  accounting: observed = sent + not sent {}",
@@ -244,6 +250,12 @@ fn print_summary(s: &ExportStats) {
             "  to {}: {} messages of up to {} octets, {} records, {} packets, {} bytes; not sent {} ({} send errors, {} refused)",
             c.collector, c.messages, c.message_len, c.records, c.packets, c.bytes, c.not_sent, c.send_errors, c.refused
         );
+        if c.down > 0 || c.failed_over > 0 {
+            eprintln!(
+                "    refused: {} packets unconfirmed (sent in the window before an ICMP error), {} not sent while it was down, {} of its flows' packets failed over to another collector",
+                c.unconfirmed, c.down, c.failed_over
+            );
+        }
         if c.connects > 0 || c.disconnects > 0 || c.over_buffer > 0 || c.unconfirmed > 0 {
             eprintln!(
                 "    acknowledged by the collector: {} packets; over the buffer {}, unconfirmed at stop {}; {} connections, {} ended",

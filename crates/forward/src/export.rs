@@ -37,6 +37,11 @@ pub const SELECTOR: u64 = 1;
 /// How long a stopping exporter waits for its collectors to acknowledge what it queued
 /// (TCP and TLS); what they have not acknowledged by then is counted as unconfirmed.
 pub const LINGER: Duration = Duration::from_secs(5);
+/// UDP: a collector that refused (ICMP port, host or network unreachable) is down until a
+/// probe (a templates message) draws no error for this long. Longer than the kernel's ICMP
+/// rate limit (one error a second per destination), so a still-closed port answers every
+/// probe.
+pub const PROBE_WINDOW: Duration = Duration::from_millis(1200);
 
 /// IPFIX over TCP or TLS instead of UDP, for every collector.
 #[derive(Clone)]
@@ -88,7 +93,7 @@ pub struct LinkCounts {
     pub bytes: u64,
     /// Packets of messages that could not be sent.
     pub not_sent: u64,
-    /// Failed `sendmmsg` calls, and among them those refused (ICMP port unreachable).
+    /// Failed `sendmmsg` calls; ICMP port unreachable errors seen (on a send or after one).
     pub send_errors: u64,
     pub refused: u64,
     /// TCP/TLS: `messages`, `records`, `packets` and `bytes` count what the collector
@@ -100,6 +105,13 @@ pub struct LinkCounts {
     /// Connections made, and ended (lost, or closed by the collector).
     pub connects: u64,
     pub disconnects: u64,
+    /// UDP: packets not sent because the collector was down (it refused and no probe has
+    /// been answered without an error since; within `not_sent`), and packets of this
+    /// collector's flows sent to another collector meanwhile (counted there as sent).
+    pub down: u64,
+    pub failed_over: u64,
+    /// UDP: down now (refused, no probe answered without an error since).
+    pub down_now: bool,
 }
 
 /// What the exporter reports, as JSON lines.
@@ -116,6 +128,9 @@ pub struct ExportStats {
     pub not_sent: u64,
     /// Packets a report could not hold whole and were cut further (the message size).
     pub cut_to_message: u64,
+    /// Frames too short for the own-traffic exclusion to read (kept and exported: they
+    /// cannot be export traffic).
+    pub too_short_to_exclude: u64,
     /// TCP/TLS: packets queued and not yet acknowledged (sent or not sent by the end).
     pub buffered: u64,
     pub collectors: Vec<LinkCounts>,
@@ -134,6 +149,7 @@ impl ExportStats {
         self.observed += t.observed;
         self.kernel_dropped += t.kernel_dropped;
         self.cut_to_message += t.cut_to_message;
+        self.too_short_to_exclude += t.too_short_to_exclude;
         for (sum, l) in self.collectors.iter_mut().zip(&t.links) {
             sum.message_len = l.message_len;
             sum.messages += l.messages;
@@ -147,6 +163,9 @@ impl ExportStats {
             sum.over_buffer += l.over_buffer;
             sum.unconfirmed += l.unconfirmed;
             sum.connects += l.connects;
+            sum.down += l.down;
+            sum.down_now |= l.down_now;
+            sum.failed_over += l.failed_over;
             sum.disconnects += l.disconnects;
             self.buffered += l.buffered;
             self.sent += l.packets;
@@ -158,6 +177,7 @@ impl ExportStats {
 #[derive(Debug, Clone, Default)]
 struct ThreadCounts {
     observed: u64,
+    too_short_to_exclude: u64,
     kernel_dropped: u64,
     cut_to_message: u64,
     links: Vec<LinkCounts>,
@@ -190,6 +210,13 @@ struct Link {
     sequence: u32,
     templates_due: bool,
     failing: bool,
+    /// UDP: the collector refused; when, and when the last probe went out.
+    down: bool,
+    error_at: Option<Instant>,
+    probe_at: Option<Instant>,
+    /// UDP: packets sent since the socket last showed no error (the time window an ICMP
+    /// error, when it comes, makes unconfirmed).
+    window: u64,
     bufs: Vec<Vec<u8>>,
     counts: LinkCounts,
 }
@@ -248,12 +275,35 @@ impl Link {
             sequence: 0,
             templates_due: true,
             failing: false,
+            down: false,
+            error_at: None,
+            probe_at: None,
+            window: 0,
             bufs: (0..BATCH).map(|_| vec![0u8; len]).collect(),
             counts: LinkCounts {
                 collector: to.to_string(),
                 message_len: len,
                 ..LinkCounts::default()
             },
+        }
+    }
+
+    /// An ICMP error came back: the packets sent in the window since the socket last showed
+    /// none are unconfirmed (moved from sent to not sent), and the collector is down.
+    fn mark_down(&mut self, e: &std::io::Error) {
+        let c = &mut self.counts;
+        c.packets -= self.window.min(c.packets);
+        c.unconfirmed += self.window;
+        c.not_sent += self.window;
+        self.window = 0;
+        self.error_at = Some(Instant::now());
+        if !self.down {
+            self.down = true;
+            tracing::warn!(
+                "collector {}: {e}; down until a probe draws no error for {} ms; its packets meanwhile go to the other collectors or are counted as not sent",
+                self.to,
+                PROBE_WINDOW.as_millis()
+            );
         }
     }
 
@@ -305,20 +355,77 @@ impl Exporter {
         }
     }
 
-    fn link_for(&self, p: &Packet<'_>) -> usize {
+    /// The collector of a packet, and whether it is another than the flow's own (whose
+    /// collector is down). Flows are placed by rendezvous hashing: each flow ranks the
+    /// collectors by a hash of (flow, collector), so when one is down only its flows move,
+    /// each to its next in rank, and back when it returns.
+    fn link_for(&self, p: &Packet<'_>) -> (usize, Option<usize>) {
         let n = self.links.len();
         if n == 1 {
-            return 0;
+            return (0, None);
         }
         match self.balance {
-            Balance::RoundRobin => self.next_link,
+            Balance::RoundRobin => {
+                let k = (0..n)
+                    .map(|i| (self.next_link + i) % n)
+                    .find(|&k| !self.links[k].down)
+                    .unwrap_or(self.next_link);
+                (k, None)
+            }
             Balance::FlowHash => {
                 let linktype = self
                     .interfaces
                     .get(p.iface as usize)
                     .map_or(1, |i| u32::from(i.linktype));
                 let id = FlowKey::from_headers(&dissect(linktype, p.data)).map_or(0, |k| k.id());
-                (id % n as u64) as usize
+                let rank = |k: usize| splitmix(id ^ splitmix(k as u64 + 1));
+                let own = (0..n).max_by_key(|&k| rank(k)).expect("n > 1");
+                if !self.links[own].down {
+                    return (own, None);
+                }
+                match (0..n)
+                    .filter(|&k| !self.links[k].down)
+                    .max_by_key(|&k| rank(k))
+                {
+                    Some(k) => (k, Some(own)),
+                    None => (own, None),
+                }
+            }
+        }
+    }
+
+    /// UDP: reads the error an ICMP message left on the socket. An error makes the packets
+    /// of the window unconfirmed and the collector down; a down collector is probed every
+    /// [`PROBE_WINDOW`] and comes back once a probe drew no error for that long.
+    fn check_udp(&mut self, k: usize) {
+        let link = &mut self.links[k];
+        let Wire::Udp(socket) = &link.wire else {
+            return;
+        };
+        match socket.take_error() {
+            Ok(Some(e)) if collector_error(&e) => {
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    link.counts.refused += 1;
+                }
+                link.mark_down(&e);
+            }
+            _ => link.window = 0,
+        }
+        if !link.down {
+            return;
+        }
+        let now = Instant::now();
+        match link.probe_at {
+            Some(p) if now - p < PROBE_WINDOW => {}
+            Some(p) if link.error_at.is_some_and(|e| e < p) => {
+                link.down = false;
+                link.failing = false;
+                tracing::info!("collector {}: answers again (a probe drew no error for {} ms); sending to it again", link.to, PROBE_WINDOW.as_millis());
+            }
+            _ => {
+                link.probe_at = Some(now);
+                link.templates_due = true;
+                self.flush_link(k);
             }
         }
     }
@@ -326,10 +433,14 @@ impl Exporter {
     /// Sends every waiting packet, and the templates where due; moves the streams on.
     fn flush(&mut self) {
         for k in 0..self.links.len() {
+            self.check_udp(k);
             if !self.links[k].pending.is_empty() || self.links[k].templates_due {
                 self.flush_link(k);
             }
             self.pump_stream(k);
+            let link = &mut self.links[k];
+            link.counts.down_now = link.down;
+            self.counts.links[k].clone_from(&link.counts);
         }
     }
 
@@ -577,6 +688,7 @@ impl Exporter {
                 c.records += u64::from(*recs);
                 c.packets += n;
                 c.bytes += *len as u64;
+                link.window += n;
             }
             if sent < built {
                 c.send_errors += 1;
@@ -601,6 +713,9 @@ impl Exporter {
                 if refused {
                     c.refused += 1;
                 }
+                if let Some(e) = err.as_ref().filter(|e| !stream && collector_error(e)) {
+                    link.mark_down(e);
+                }
                 if !link.failing {
                     link.failing = true;
                     let why = err.map_or("nothing sent".to_string(), |e| e.to_string());
@@ -620,7 +735,7 @@ impl Exporter {
                 }
             } else {
                 link.sequence = sequence;
-                if link.failing {
+                if link.failing && !link.down {
                     link.failing = false;
                     tracing::info!("collector {}: sending again", link.to);
                 }
@@ -646,6 +761,9 @@ impl Exporter {
 impl PacketSink for Exporter {
     fn packet(&mut self, p: &Packet<'_>) {
         self.counts.observed += 1;
+        if too_short_to_exclude(p) {
+            self.counts.too_short_to_exclude += 1;
+        }
         let mut keep = p.data.len();
         if let Some(depth) = self.headers {
             let linktype = self
@@ -654,8 +772,17 @@ impl PacketSink for Exporter {
                 .map_or(1, |i| u32::from(i.linktype));
             keep = keep.min(headers_len(linktype, p.data, depth));
         }
-        let k = self.link_for(p);
+        let (k, moved_from) = self.link_for(p);
+        if let Some(own) = moved_from {
+            self.links[own].counts.failed_over += 1;
+        }
         let link = &mut self.links[k];
+        if link.down {
+            // Every collector is down: nothing is sent (only probes), and it is counted.
+            link.counts.down += 1;
+            link.counts.not_sent += 1;
+            return;
+        }
         let max = max_section_len(link.message_len);
         if keep > max {
             keep = max;
@@ -674,6 +801,37 @@ impl PacketSink for Exporter {
             self.flush_link(k);
         }
     }
+}
+
+/// Errors that an ICMP message from (or on the way to) a collector leaves on a connected
+/// UDP socket: port, host or network unreachable.
+fn collector_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED)
+            | Some(libc::EHOSTUNREACH)
+            | Some(libc::ENETUNREACH)
+            | Some(libc::EHOSTDOWN)
+    )
+}
+
+/// The frames the capture filter's length guard keeps (`export`'s `capture_filter`): an
+/// Ethernet frame too short for the exclusion's IPv4 or IPv6 fields.
+fn too_short_to_exclude(p: &Packet<'_>) -> bool {
+    let len = p.orig_len as usize;
+    let ethertype = p.data.get(12..14).map(|t| u16::from_be_bytes([t[0], t[1]]));
+    let ihl = p.data.get(14).map_or(0, |b| usize::from(b & 0xf) * 4);
+    len < 34
+        || (ethertype == Some(0x0800) && len < 18 + ihl)
+        || (ethertype == Some(0x86dd) && len < 58)
+}
+
+/// A 64-bit mix (splitmix64's finalizer): rendezvous ranks from a flow id.
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// Errors with which a kernel or route turns down a GSO send (not a collector's fault).
@@ -1148,6 +1306,55 @@ mod tests {
         assert_eq!(c.packets + c.not_sent, 200);
         assert!(c.refused > 0, "{c:?}");
         assert!(c.not_sent > 0, "{c:?}");
+    }
+
+    /// A collector that refuses (ICMP port unreachable) is down: what was sent to it in the
+    /// window before the error is unconfirmed, its flows go to the living collector (counted
+    /// as failed over), and every packet is sent once or counted as not sent.
+    #[test]
+    fn a_refusing_collectors_flows_fail_over() {
+        let (rx1, a1) = receiver();
+        let (rx2, a2) = receiver();
+        drop(rx2);
+        let mut e = exporter(&[a1, a2], Balance::FlowHash, 1472);
+        let mut total = 0u64;
+        for round in 0..20u16 {
+            for i in 0..50u16 {
+                let f = frame(
+                    [198, 18, 1, (i % 9) as u8],
+                    [198, 18, 2, 1],
+                    2000 + i,
+                    2049,
+                    80,
+                );
+                e.packet(&Packet {
+                    ts_ns: u64::from(round),
+                    iface: 0,
+                    orig_len: 80,
+                    flags: None,
+                    data: &f,
+                });
+                total += 1;
+            }
+            e.flush();
+        }
+        e.flush();
+        let (live, dead) = (&e.links[0].counts, &e.links[1].counts);
+        assert!(e.links[1].down && !e.links[0].down);
+        assert_eq!(dead.packets, 0, "{dead:?}");
+        assert!(dead.failed_over > 0 && dead.refused > 0, "{dead:?}");
+        assert_eq!(live.not_sent, 0);
+        assert_eq!(live.packets + dead.not_sent, total, "{live:?} {dead:?}");
+        let mut d = Decoder::new();
+        let mut got = 0u64;
+        for m in drain(&rx1) {
+            let info = d.decode(a1, &m, &mut Vec::new()).unwrap();
+            got += u64::from(info.data_records);
+        }
+        assert_eq!(
+            got, live.records,
+            "the living collector got every record sent to it"
+        );
     }
 
     #[test]
