@@ -201,18 +201,39 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         args.store.display()
     );
     let mut last = LedgerFile::default();
+    let mut pending = std::collections::VecDeque::new();
+    // Packets a resumed ledger counted in earlier runs: the recorder counts this run's.
+    let packets = |l: &LedgerFile| l.streams.iter().map(|s| s.packets).sum::<u64>();
+    let earlier = packets(&ledger.lock().unwrap().snapshot());
     let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
-        // The ledger is saved with every stats record, so a crash loses at most one
-        // interval of sequence state (which then shows as duplicates, not as silence); its
-        // history goes beside stats.jsonl, one line per record.
+        // The ledger on disk never counts a packet the store does not hold: each stats
+        // record snapshots it with the packets delivered so far, and a snapshot is saved
+        // only once the recorder has written (or counted as dropped) that many, so after a
+        // kill -9 the ledger is at most what the store holds; what was stored after the
+        // last save is counted as lost by the restarted collector (its sequence numbers
+        // are past the saved ones). With several sockets the streams drain apart and this
+        // holds for the totals only. The history goes beside stats.jsonl.
         let ledger = ledger.lock().unwrap();
-        if let Err(e) = ledger.save(&ledger_path) {
-            tracing::warn!("{e}");
+        let snap = ledger.snapshot();
+        drop(ledger);
+        let delivered = packets(&snap) - earlier;
+        pending.push_back((delivered, snap.clone()));
+        let resolved = record.totals.stored + record.totals.dropped.total();
+        let mut durable = None;
+        while pending.front().is_some_and(|(d, _)| *d <= resolved) {
+            durable = pending.pop_front();
+        }
+        if pending.len() > 64 {
+            pending.pop_front();
+        }
+        if let Some((_, saved)) = durable {
+            if let Err(e) = saved.save(&ledger_path) {
+                tracing::warn!("{e}");
+            }
         }
         // Only what changed since the last line (the final line: everything), so an idle
         // collector's history does not grow by its whole ledger every interval.
-        let snap = ledger.snapshot();
         let line = history_line(&snap, if done { None } else { Some(&last) }, record.ts_ns);
         if let Some(mut line) = line {
             if done {

@@ -431,7 +431,15 @@ impl Ledger {
     /// Writes the snapshot to `path` (under a temporary name first, so a reader never sees
     /// half of it).
     pub fn save(&self, path: &Path) -> Result<(), ForwardError> {
-        let json = serde_json::to_vec_pretty(&self.snapshot()).expect("ledger serializes");
+        self.snapshot().save(path)
+    }
+}
+
+impl LedgerFile {
+    /// Writes this snapshot to `path` (under a temporary name first, so a reader never sees
+    /// half of it).
+    pub fn save(&self, path: &Path) -> Result<(), ForwardError> {
+        let json = serde_json::to_vec_pretty(self).expect("ledger serializes");
         let tmp = path.with_extension("json.partial");
         std::fs::write(&tmp, json)
             .and_then(|_| std::fs::rename(&tmp, path))
