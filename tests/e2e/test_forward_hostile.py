@@ -376,6 +376,8 @@ def test_own_traffic_exclusion_keeps_frames_it_cannot_parse(tapdeck, hnet, procs
     wait_for(lambda: last_stats(stats)["observed"] >= len(frames), QUICK,
              f"the exporter to observe all {len(frames)} frames, the short ones included")
     stop(exp)
+    # The exporter counts the frames its exclusion could not read (and kept).
+    assert last_stats(stats)["too_short_to_exclude"] == len(frames) - len(pkts)
     records = last_stats(stats)["collectors"][0]["records"]
     wait_for(lambda: real_stream(store)["records"] + real_stream(store)["lost"] >= records,
              QUICK, "the collector to count everything")

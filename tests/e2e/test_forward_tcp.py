@@ -327,3 +327,40 @@ def test_tls_without_a_trusted_client_certificate_is_refused(tapdeck, net, procs
     assert stored(tapdeck, store, tmp_path) == []
     assert "connection lost" in err or "cannot connect" in err or "refused" in err, err
     del r
+
+
+def test_bad_transport_settings_are_one_line_errors(tapdeck, pki, tmp_path):
+    """Every wrong combination of transport and TLS options, and a file that is not what its
+    option needs, is refused at start in one line naming the option (no namespace needed:
+    nothing is opened before the check)."""
+    from conftest import one_error_line
+    store = tmp_path / "store"
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    cases = [
+        (["collect", "--listen", "tls://127.0.0.1:0", "--store", store], "--tls-cert is missing"),
+        (["collect", "--listen", "127.0.0.1:0", "--store", store, "--tls-cert",
+          pki / "collector.pem"], "--tls-cert is for TLS"),
+        (["collect", "--listen", "sctp://127.0.0.1:0", "--store", store], "unknown transport"),
+        (["collect", "--listen", "tcp://127.0.0.1:0", "--store", store, "--sockets", "2"],
+         "--sockets is for UDP"),
+        (["collect", "--listen", "tls://127.0.0.1:0", "--store", store, "--tls-cert", junk,
+          "--tls-key", pki / "collector.key", "--tls-client-ca", pki / "ca.pem"],
+         f"--tls-cert {junk}"),
+        (["collect", "--listen", "tls://127.0.0.1:0", "--store", store, "--tls-cert",
+          pki / "collector.pem", "--tls-key", pki / "exporter.key", "--tls-client-ca",
+          pki / "ca.pem"], "is not the key of the certificate"),
+        (["export", "-i", "lo", "--to", "tls://127.0.0.1:9", "--tls-cert", pki / "exporter.pem",
+          "--tls-key", pki / "exporter.key"], "--tls-ca is missing"),
+        (["export", "-i", "lo", "--to", "tcp://127.0.0.1:9", "--to", "127.0.0.1:9"],
+         "the same transport"),
+        (["export", "-i", "lo", "--to", "127.0.0.1:9", "--tls-ca", pki / "ca.pem"],
+         "--tls-ca is for TLS"),
+        (["export", "-i", "lo", "--to", "tcp://127.0.0.1:9", "--mtu", "1500"],
+         "--mtu is for UDP"),
+    ]
+    for args, want in cases:
+        r = tapdeck(*args)
+        assert r.returncode != 0, args
+        line = one_error_line(r.stderr)
+        assert want in line, (args, line)
