@@ -247,7 +247,9 @@ def test_stream_forwarding_stores_exactly_what_was_sent(tapdeck, net, procs, tmp
     assert final["collectors"][0]["disconnects"] == 0
 
 
-def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, tmp_path):
+@pytest.mark.parametrize("scheme", ["tcp", "tls"])
+def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, tmp_path, pki,
+                                                           scheme):
     """The collector stops between two halves of a replay and starts again later on the same
     store: the exporter queues the second half meanwhile (well within --buffer), reconnects
     and sends it; the store holds every packet exactly once and the counts still agree."""
@@ -257,14 +259,16 @@ def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, 
     second = write_pcap(tmp_path / "second.pcap", frames[half:])
     store = tmp_path / "store"
     clog = tmp_path / "collector.log"
-    col = start_collector(tapdeck, net, store, procs, "tcp", log=clog)
+    tls_c = collector_tls(pki) if scheme == "tls" else []
+    tls_e = exporter_tls(pki) if scheme == "tls" else []
+    col = start_collector(tapdeck, net, store, procs, scheme, *tls_c, log=clog)
     ref = tmp_path / "ref.pcap"
     dump = net.tcpdump("e", tmp_path / "cap.log", "-i", "cap", "-s", "0", "-U",
                        "--time-stamp-precision", "nano", "-w", ref)
     procs.append(dump)
     stats = tmp_path / "export.jsonl"
     exp = fwdtools.start_exporter(tapdeck, net, stats, procs, str(SNAP), "--to",
-                                  f"tcp://{C_ADDR}:{PORT}", "--buffer", "8MiB")
+                                  f"{scheme}://{C_ADDR}:{PORT}", "--buffer", "8MiB", *tls_e)
     replay(net, first, 4000)
     wait_for(lambda: last_stats(stats)["sent"] >= half, 20, "the first half acknowledged")
     stop_collector(col, clog)
@@ -275,7 +279,7 @@ def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, 
              "the exporter to read the second half")
     s = last_stats(stats)
     assert s["sent"] == half and s["buffered"] == len(frames) - half, s
-    col = start_collector(tapdeck, net, store, procs, "tcp", log=clog)
+    col = start_collector(tapdeck, net, store, procs, scheme, *tls_c, log=clog)
     wait_for(lambda: last_stats(stats)["sent"] >= len(frames), 30,
              "the queued half acknowledged after the restart")
     err = stop(exp)

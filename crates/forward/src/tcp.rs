@@ -111,6 +111,8 @@ pub struct Acked {
 struct Conn {
     sock: TcpStream,
     tls: Option<Box<ClientConnection>>,
+    /// Bytes we sent before the messages (the TLS handshake), which TCP counts too.
+    before: u64,
     /// Encoded bytes not yet taken by the socket, from `wire_pos`.
     wire: Vec<u8>,
     wire_pos: usize,
@@ -215,7 +217,10 @@ impl Conn {
     }
 
     fn acked(&self) -> u64 {
-        bytes_acked(&self.sock).unwrap_or(0).min(self.written)
+        bytes_acked(&self.sock)
+            .unwrap_or(0)
+            .saturating_sub(self.before)
+            .min(self.written)
     }
 }
 
@@ -223,6 +228,7 @@ impl Conn {
 struct Connected {
     sock: TcpStream,
     tls: Option<Box<ClientConnection>>,
+    before: u64,
 }
 
 /// One collector over TCP or TLS, as seen from one export thread.
@@ -339,6 +345,7 @@ impl StreamLink {
                     self.conn = Some(Conn {
                         sock: c.sock,
                         tls: c.tls,
+                        before: c.before,
                         wire: Vec::new(),
                         wire_pos: 0,
                         written: 0,
@@ -538,6 +545,7 @@ fn connector(
 fn connect(target: &StreamTarget) -> io::Result<Connected> {
     let sock = TcpStream::connect_timeout(&target.to, CONNECT_TIMEOUT)?;
     sock.set_nodelay(true)?;
+    let mut before = 0u64;
     let tls = match &target.tls {
         None => None,
         Some((config, name)) => {
@@ -547,8 +555,14 @@ fn connect(target: &StreamTarget) -> io::Result<Connected> {
             sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
             let mut s = &sock;
             while tls.is_handshaking() {
-                tls.complete_io(&mut s)
+                let (_, wrote) = tls
+                    .complete_io(&mut s)
                     .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
+                before += wrote as u64;
+            }
+            // Whatever is left to write of the handshake goes before the messages too.
+            while tls.wants_write() {
+                before += tls.write_tls(&mut s)? as u64;
             }
             // TLS 1.3: the collector judges our certificate after our Finished, so a
             // finished handshake does not mean it accepted us. Bytes sent now could be
@@ -578,7 +592,7 @@ fn connect(target: &StreamTarget) -> io::Result<Connected> {
     sock.set_read_timeout(None)?;
     sock.set_write_timeout(None)?;
     sock.set_nonblocking(true)?;
-    Ok(Connected { sock, tls })
+    Ok(Connected { sock, tls, before })
 }
 
 /// A whole message and who sent it, from a connection to the collector source.
