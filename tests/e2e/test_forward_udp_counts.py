@@ -114,3 +114,4 @@ def test_a_late_collector_is_not_counted_as_received(tapdeck, net, procs, tmp_pa
     assert len(got) == final["sent"] == len(frames) - half, final
     want = Counter((p.ts_ns, p.data[:SNAP], p.orig_len) for p in read_packets(ref)[half:])
     assert Counter((p.ts_ns, p.data, p.orig_len) for p in got) == want
+

@@ -42,6 +42,10 @@ pub const LINGER: Duration = Duration::from_secs(5);
 /// rate limit (one error a second per destination), so a still-closed port answers every
 /// probe.
 pub const PROBE_WINDOW: Duration = Duration::from_millis(1200);
+/// UDP: host or network unreachable comes when neighbour resolution gives up (Linux: three
+/// solicitations a second apart), so it speaks for everything sent this long before it, and a
+/// probe is answered only after that long.
+pub const UNREACHABLE_WINDOW: Duration = Duration::from_millis(3500);
 
 /// IPFIX over TCP or TLS instead of UDP, for every collector.
 #[derive(Clone)]
@@ -214,9 +218,11 @@ struct Link {
     down: bool,
     error_at: Option<Instant>,
     probe_at: Option<Instant>,
-    /// UDP: packets sent since the socket last showed no error (the time window an ICMP
-    /// error, when it comes, makes unconfirmed).
-    window: u64,
+    /// UDP: packets sent lately, when, and whether the socket showed no error since (the
+    /// time windows an ICMP error, when it comes, makes unconfirmed); and how long a probe
+    /// waits for an error after the last one.
+    recent: std::collections::VecDeque<(Instant, u64, bool)>,
+    probe_window: Duration,
     bufs: Vec<Vec<u8>>,
     counts: LinkCounts,
 }
@@ -278,7 +284,8 @@ impl Link {
             down: false,
             error_at: None,
             probe_at: None,
-            window: 0,
+            recent: std::collections::VecDeque::new(),
+            probe_window: PROBE_WINDOW,
             bufs: (0..BATCH).map(|_| vec![0u8; len]).collect(),
             counts: LinkCounts {
                 collector: to.to_string(),
@@ -288,21 +295,55 @@ impl Link {
         }
     }
 
-    /// An ICMP error came back: the packets sent in the window since the socket last showed
-    /// none are unconfirmed (moved from sent to not sent), and the collector is down.
+    /// The socket showed no error: what was sent so far is not refused; what is older
+    /// than any error could speak for is forgotten.
+    fn clean_check(&mut self) {
+        let now = Instant::now();
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _, _)| now - *t > UNREACHABLE_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        for e in &mut self.recent {
+            e.2 = true;
+        }
+    }
+
+    /// An ICMP error came back: the packets of its time window are unconfirmed (moved from
+    /// sent to not sent), and the collector is down. Port unreachable comes at once, so its
+    /// window is what was sent since the socket last showed no error; host or network
+    /// unreachable comes when neighbour resolution gives up, so its window is the last
+    /// [`UNREACHABLE_WINDOW`].
     fn mark_down(&mut self, e: &std::io::Error) {
+        let unreachable = e.kind() != std::io::ErrorKind::ConnectionRefused;
+        let moved: u64 = if unreachable {
+            let n = self.recent.iter().map(|r| r.1).sum();
+            self.recent.clear();
+            n
+        } else {
+            let n = self.recent.iter().filter(|r| !r.2).map(|r| r.1).sum();
+            self.recent.retain(|r| r.2);
+            n
+        };
         let c = &mut self.counts;
-        c.packets -= self.window.min(c.packets);
-        c.unconfirmed += self.window;
-        c.not_sent += self.window;
-        self.window = 0;
+        let moved = moved.min(c.packets);
+        c.packets -= moved;
+        c.unconfirmed += moved;
+        c.not_sent += moved;
         self.error_at = Some(Instant::now());
+        self.probe_window = if unreachable {
+            UNREACHABLE_WINDOW
+        } else {
+            PROBE_WINDOW
+        };
         if !self.down {
             self.down = true;
             tracing::warn!(
                 "collector {}: {e}; down until a probe draws no error for {} ms; its packets meanwhile go to the other collectors or are counted as not sent",
                 self.to,
-                PROBE_WINDOW.as_millis()
+                self.probe_window.as_millis()
             );
         }
     }
@@ -409,18 +450,18 @@ impl Exporter {
                 }
                 link.mark_down(&e);
             }
-            _ => link.window = 0,
+            _ => link.clean_check(),
         }
         if !link.down {
             return;
         }
         let now = Instant::now();
         match link.probe_at {
-            Some(p) if now - p < PROBE_WINDOW => {}
+            Some(p) if now - p < link.probe_window => {}
             Some(p) if link.error_at.is_some_and(|e| e < p) => {
                 link.down = false;
                 link.failing = false;
-                tracing::info!("collector {}: answers again (a probe drew no error for {} ms); sending to it again", link.to, PROBE_WINDOW.as_millis());
+                tracing::info!("collector {}: answers again (a probe drew no error for {} ms); sending to it again", link.to, link.probe_window.as_millis());
             }
             _ => {
                 link.probe_at = Some(now);
@@ -676,6 +717,7 @@ impl Exporter {
                 err = e;
             }
             let stream = matches!(link.wire, Wire::Stream(_));
+            let mut sent_packets = 0;
             let c = &mut link.counts;
             for ((len, recs), n) in lens
                 .iter()
@@ -688,7 +730,10 @@ impl Exporter {
                 c.records += u64::from(*recs);
                 c.packets += n;
                 c.bytes += *len as u64;
-                link.window += n;
+                sent_packets += n;
+            }
+            if sent_packets > 0 {
+                sent_now(&mut link.recent, sent_packets);
             }
             if sent < built {
                 c.send_errors += 1;
@@ -800,6 +845,15 @@ impl PacketSink for Exporter {
         if link.full() {
             self.flush_link(k);
         }
+    }
+}
+
+/// Packets just sent (UDP), for the time windows of [`Link::mark_down`].
+fn sent_now(recent: &mut std::collections::VecDeque<(Instant, u64, bool)>, n: u64) {
+    let now = Instant::now();
+    match recent.back_mut() {
+        Some((t, m, false)) if now - *t < Duration::from_millis(10) => *m += n,
+        _ => recent.push_back((now, n, false)),
     }
 }
 
