@@ -806,10 +806,32 @@ pub struct ExportArgs {
     pub interfaces: Vec<String>,
 
     /// A collector (`tapdeck collect`, or any IPFIX collector) as HOST:PORT (port 4739 when
-    /// left out); repeat for several: packets are spread over them by --balance. The
-    /// export traffic to them is filtered out of the capture in the kernel.
+    /// left out) for UDP, or tcp://HOST:PORT or tls://HOST:PORT (RFC 7011 §10.4; every
+    /// --to the same transport); repeat for several: packets are spread over them by
+    /// --balance. The export traffic to them is filtered out of the capture in the kernel.
+    /// Over TCP and TLS the exporter reconnects with backoff, queues up to --buffer, and
+    /// counts as sent only what the collector's host acknowledged.
     #[arg(long = "to", value_name = "HOST:PORT", required = true)]
     pub to: Vec<String>,
+
+    /// TCP/TLS: bytes of messages queued for the collectors at most (in all, split evenly
+    /// over threads and collectors), while they are unreachable or slow; packets beyond it
+    /// are counted as not sent (`over_buffer`).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB")]
+    pub buffer: String,
+
+    /// tls://: this exporter's client certificate (PEM chain), which the collector checks.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// tls://: the private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// tls://: CA certificates (PEM) that may sign the collector's certificate, which must
+    /// name the host given in --to.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 
     /// How packets are spread over several collectors: `flow` (the symmetric flow hash:
     /// both directions of a connection reach the same collector) or `round-robin` (whole
@@ -893,9 +915,25 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct CollectArgs {
-    /// Address and port to receive IPFIX on (UDP), e.g. `0.0.0.0:4739` or `[::]:4739`.
+    /// Address and port to receive IPFIX on: UDP (`0.0.0.0:4739`, `[::]:4739`, or
+    /// `udp://…`), TCP (`tcp://0.0.0.0:4739`) or TLS with client certificates
+    /// (`tls://0.0.0.0:4739`, with --tls-cert, --tls-key and --tls-client-ca). On untrusted
+    /// networks use TLS: over UDP a source address proves nothing.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: String,
+
+    /// tls://: the collector's certificate (PEM chain, its own first).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// tls://: the private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// tls://: CA certificates (PEM); every exporter must present a client certificate one
+    /// of them signed, or its handshake fails (counted and logged once per address).
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
 
     /// Store directory, as for `record`: `verify`, `extract`, `info` and `convert` read it.
     /// Interfaces are named EXPORTER/IFNAME; `collector.json` holds the loss accounting per
@@ -916,7 +954,8 @@ pub struct CollectArgs {
     #[arg(short = 'w', long = "write", value_name = "-", value_parser = ["-"])]
     pub write: Option<String>,
 
-    /// Receiving sockets sharing the port (SO_REUSEPORT), each a stream of the store.
+    /// Receiving sockets sharing the port (SO_REUSEPORT), each a stream of the store (UDP;
+    /// over TCP and TLS every connection goes to one stream).
     #[arg(long, value_name = "N", default_value = "1")]
     pub sockets: usize,
 

@@ -3,11 +3,14 @@
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tapdeck_forward::collect::{CollectorSource, LiveStream, MessageFile, Outputs};
 use tapdeck_forward::ledger::{Ledger, LedgerFile, LEDGER_FILE};
+use tapdeck_forward::tls::{self, TlsFiles};
 use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{self, StatsWriter};
@@ -15,18 +18,76 @@ use tapdeck_recorder::recorder::{self, StatsWriter};
 use crate::args::CollectArgs;
 use crate::record::{install_signals, print_summary};
 
-pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
-    let listen: SocketAddr = args
-        .listen
+/// The transports `--listen` names by its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Udp,
+    Tcp,
+    Tls,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+        }
+    }
+}
+
+/// `[udp://|tcp://|tls://]ADDR:PORT`.
+fn parse_listen(listen: &str) -> anyhow::Result<(Transport, SocketAddr)> {
+    let (transport, rest) = match listen.split_once("://") {
+        None => (Transport::Udp, listen),
+        Some(("udp", r)) => (Transport::Udp, r),
+        Some(("tcp", r)) => (Transport::Tcp, r),
+        Some(("tls", r)) => (Transport::Tls, r),
+        Some((other, _)) => {
+            bail!("--listen {listen}: unknown transport {other}:// (udp://, tcp:// or tls://)")
+        }
+    };
+    let addr = rest
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
         .with_context(|| {
             format!(
-                "--listen {}: not an address and port (e.g. 0.0.0.0:4739 or [::]:4739)",
-                args.listen
+                "--listen {listen}: not an address and port (e.g. 0.0.0.0:4739, [::]:4739 or tls://0.0.0.0:4739)"
             )
         })?;
+    Ok((transport, addr))
+}
+
+pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
+    let (transport, listen) = parse_listen(&args.listen)?;
+    let tls_files = [
+        ("--tls-cert", &args.tls_cert),
+        ("--tls-key", &args.tls_key),
+        ("--tls-client-ca", &args.tls_client_ca),
+    ];
+    let tls_config = match transport {
+        Transport::Tls => {
+            if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_none()) {
+                bail!("--listen {}: TLS needs --tls-cert, --tls-key and --tls-client-ca ({name} is missing)", args.listen);
+            }
+            let files = TlsFiles {
+                cert: args.tls_cert.as_deref().expect("checked"),
+                key: args.tls_key.as_deref().expect("checked"),
+                ca: args.tls_client_ca.as_deref().expect("checked"),
+            };
+            Some(tls::server_config(&files).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        _ => {
+            if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_some()) {
+                bail!("{name} is for TLS: listen on tls://ADDR:PORT to use it");
+            }
+            None
+        }
+    };
+    if transport != Transport::Udp && args.sockets != 1 {
+        bail!("--sockets is for UDP: over TCP and TLS every connection goes to one stream");
+    }
     let allow = args
         .allow
         .iter()
@@ -45,12 +106,14 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         bail!("--rotate-interval must be at least 1 second");
     }
     let o = &args.output;
+    // Over TCP/TLS the source itself stops (after closing every connection cleanly).
+    let stream = transport != Transport::Udp;
     let opts = crate::record::with_output(
         o,
         RecordOptions {
             store: args.store.clone(),
             compressors: Some(1),
-            duration: args.duration,
+            duration: if stream { None } else { args.duration },
             stats_interval: args.stats_interval,
             ..RecordOptions::default()
         },
@@ -75,20 +138,46 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             .as_ref()
             .map(|_| Mutex::new(LiveStream::new(Box::new(std::io::stdout())))),
     });
-    let sources = CollectorSource::open(listen, args.sockets, &allow, &ledger, &outputs)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let drain = Arc::new(AtomicBool::new(false));
+    let sources = match transport {
+        Transport::Udp => CollectorSource::open(listen, args.sockets, &allow, &ledger, &outputs),
+        _ => CollectorSource::open_stream(
+            listen,
+            tls_config,
+            &allow,
+            &ledger,
+            &outputs,
+            Arc::clone(&drain),
+        )
+        .map(|s| vec![s]),
+    }
+    .map_err(|e| anyhow::anyhow!(e))?;
     let bound = sources
         .first()
         .and_then(|s| s.local_addr())
         .unwrap_or(listen);
     let options = cfg.options_mut();
-    options["source"] = serde_json::json!(format!("ipfix udp {bound}"));
+    options["source"] = serde_json::json!(format!("ipfix {} {bound}", transport.name()));
     options["allow"] = serde_json::json!(args.allow);
     options["sockets"] = serde_json::json!(args.sockets);
     options["ipfix_file"] = serde_json::json!(args.ipfix_file);
     let cfg = cfg.build();
     let control = Arc::new(Control::default());
-    install_signals(&control)?;
+    if stream {
+        install_drain_signals(&control, &drain)?;
+        if let Some(d) = args.duration {
+            let d = Duration::try_from_secs_f64(d)
+                .ok()
+                .context("--duration must be a positive number of seconds")?;
+            let drain = Arc::clone(&drain);
+            std::thread::spawn(move || {
+                std::thread::sleep(d);
+                drain.store(true, Ordering::SeqCst);
+            });
+        }
+    } else {
+        install_signals(&control)?;
+    }
     let stats_path = args.store.join("stats.jsonl");
     let mut stats = StatsWriter::new(Box::new(
         std::fs::OpenOptions::new()
@@ -107,22 +196,44 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     tracing::info!(
-        "collecting IPFIX on udp {bound} into {}",
+        "collecting IPFIX on {} {bound} into {}",
+        transport.name(),
         args.store.display()
     );
     let mut last = LedgerFile::default();
+    let mut pending = std::collections::VecDeque::new();
+    // Packets a resumed ledger counted in earlier runs: the recorder counts this run's.
+    let packets = |l: &LedgerFile| l.streams.iter().map(|s| s.packets).sum::<u64>();
+    let earlier = packets(&ledger.lock().unwrap().snapshot());
     let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
-        // The ledger is saved with every stats record, so a crash loses at most one
-        // interval of sequence state (which then shows as duplicates, not as silence); its
-        // history goes beside stats.jsonl, one line per record.
+        // The ledger on disk never counts a packet the store does not hold: each stats
+        // record snapshots it with the packets delivered so far, and a snapshot is saved
+        // only once the recorder has written (or counted as dropped) that many, so after a
+        // kill -9 the ledger is at most what the store holds; what was stored after the
+        // last save is counted as lost by the restarted collector (its sequence numbers
+        // are past the saved ones). With several sockets the streams drain apart and this
+        // holds for the totals only. The history goes beside stats.jsonl.
         let ledger = ledger.lock().unwrap();
-        if let Err(e) = ledger.save(&ledger_path) {
-            tracing::warn!("{e}");
+        let snap = ledger.snapshot();
+        drop(ledger);
+        let delivered = packets(&snap) - earlier;
+        pending.push_back((delivered, snap.clone()));
+        let resolved = record.totals.stored + record.totals.dropped.total();
+        let mut durable = None;
+        while pending.front().is_some_and(|(d, _)| *d <= resolved) {
+            durable = pending.pop_front();
+        }
+        if pending.len() > 64 {
+            pending.pop_front();
+        }
+        if let Some((_, saved)) = durable {
+            if let Err(e) = saved.save(&ledger_path) {
+                tracing::warn!("{e}");
+            }
         }
         // Only what changed since the last line (the final line: everything), so an idle
         // collector's history does not grow by its whole ledger every interval.
-        let snap = ledger.snapshot();
         let line = history_line(&snap, if done { None } else { Some(&last) }, record.ts_ns);
         if let Some(mut line) = line {
             if done {
@@ -145,6 +256,30 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         bail!("{fatal}");
     }
     Ok(0)
+}
+
+/// TCP/TLS: SIGINT/SIGTERM close the connections cleanly (the source then ends the
+/// recording); a second one exits at once. SIGHUP rotates, as for UDP.
+fn install_drain_signals(control: &Arc<Control>, drain: &Arc<AtomicBool>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let signalled = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&signalled))
+            .context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&signalled))
+            .context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(drain))
+            .context("cannot install signal handlers")?;
+    }
+    let c = Arc::clone(control);
+    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
+    unsafe {
+        signal_hook::low_level::register(SIGHUP, move || {
+            c.rotate.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+    .context("cannot install signal handlers")?;
+    Ok(())
 }
 
 /// A `collector.jsonl` line: the streams and per-address counts that differ from `last`
@@ -215,8 +350,8 @@ fn print_ledger(l: &LedgerFile) {
     }
     for (ip, r) in &l.refused {
         eprintln!(
-            "  over the caps from {ip}: {} messages of refused observation domains, {} of refused templates; {} packets stored under a catch-all interface; {} interface names not kept",
-            r.domains, r.templates, r.interfaces, r.names
+            "  over the caps from {ip}: {} messages of refused observation domains, {} of refused templates; {} packets stored under a catch-all interface; {} interface names not kept; {} TLS handshakes failed; {} connections refused",
+            r.domains, r.templates, r.interfaces, r.names, r.handshakes, r.connections
         );
     }
 }

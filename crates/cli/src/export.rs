@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tapdeck_capture::{AfPacketConfig, AfPacketSource};
-use tapdeck_forward::export::{self, Balance, ExportConfig, ExportStats};
+use tapdeck_forward::export::{self, Balance, ExportConfig, ExportStats, StreamSettings};
+use tapdeck_forward::tls::{self, TlsFiles};
 use tapdeck_recorder::recorder::HeaderDepth;
 
 use crate::args::ExportArgs;
@@ -16,9 +17,56 @@ use tapdeck_recorder::options::parse_size;
 
 pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
     let mut collectors = Vec::new();
+    let mut hosts = Vec::new();
+    let mut transports = Vec::new();
     for to in &args.to {
-        collectors.push(resolve(to)?);
+        let (transport, host) = split_scheme(to)?;
+        collectors.push(resolve(to, host)?);
+        hosts.push(
+            host.rsplit_once(':')
+                .map_or(host, |(h, _)| h)
+                .trim_matches(['[', ']']),
+        );
+        transports.push(transport);
     }
+    let transport = transports[0];
+    if transports.iter().any(|t| *t != transport) {
+        bail!("--to: give every collector the same transport (all UDP, all tcp:// or all tls://)");
+    }
+    let tls_files = [
+        ("--tls-cert", &args.tls_cert),
+        ("--tls-key", &args.tls_key),
+        ("--tls-ca", &args.tls_ca),
+    ];
+    let tls_config = if transport == "tls" {
+        if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_none()) {
+            bail!("--to tls://: TLS needs --tls-cert, --tls-key and --tls-ca ({name} is missing)");
+        }
+        let files = TlsFiles {
+            cert: args.tls_cert.as_deref().expect("checked"),
+            key: args.tls_key.as_deref().expect("checked"),
+            ca: args.tls_ca.as_deref().expect("checked"),
+        };
+        let config = tls::client_config(&files).map_err(|e| anyhow::anyhow!(e))?;
+        let names = hosts
+            .iter()
+            .map(|h| tls::server_name(h).map_err(|e| anyhow::anyhow!(e)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Some((config, names))
+    } else {
+        if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_some()) {
+            bail!("{name} is for TLS: give the collectors as --to tls://HOST:PORT to use it");
+        }
+        None
+    };
+    let stream = match transport {
+        "udp" => None,
+        _ => Some(StreamSettings {
+            tls: tls_config,
+            buffer: usize::try_from(parse_size("--buffer", &args.buffer)?)
+                .context("--buffer is too large")?,
+        }),
+    };
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
             .ok()
@@ -29,6 +77,12 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
         message_len: args
             .mtu
             .map(|mtu| {
+                if stream.is_some() {
+                    bail!(
+                        "--mtu is for UDP: over TCP and TLS messages are {} octets",
+                        tapdeck_forward::tcp::STREAM_MESSAGE_LEN
+                    );
+                }
                 let overhead = tapdeck_forward::udp::ip_udp_overhead(&collectors[0]);
                 mtu.checked_sub(overhead)
                     .with_context(|| format!("--mtu {mtu} is below the IP and UDP headers"))
@@ -47,6 +101,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
             None => None,
         },
         gso: !args.no_gso,
+        stream: stream.clone(),
         duration: args
             .duration
             .map(|d| seconds("--duration", d))
@@ -58,7 +113,11 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
             .context("--ring-block-size must be under 4 GiB")?,
         blocks: args.ring_blocks,
         block_timeout_ms: args.block_timeout_ms,
-        filter: Some(capture_filter(args.filter.as_deref(), &collectors)),
+        filter: Some(capture_filter(
+            args.filter.as_deref(),
+            &collectors,
+            stream.is_some(),
+        )),
         snaplen: Some(args.snaplen),
         count: args.count,
         ..AfPacketConfig::default()
@@ -101,11 +160,24 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `udp://`, `tcp://` or `tls://` (UDP without one), and the rest.
+fn split_scheme(to: &str) -> anyhow::Result<(&'static str, &str)> {
+    Ok(match to.split_once("://") {
+        None => ("udp", to),
+        Some(("udp", r)) => ("udp", r),
+        Some(("tcp", r)) => ("tcp", r),
+        Some(("tls", r)) => ("tls", r),
+        Some((other, _)) => {
+            bail!("--to {to}: unknown transport {other}:// (udp://, tcp:// or tls://)")
+        }
+    })
+}
+
 /// HOST:PORT, or HOST alone for the IPFIX port; the first address the name resolves to.
-fn resolve(to: &str) -> anyhow::Result<SocketAddr> {
-    let with_port = to
+fn resolve(to: &str, host: &str) -> anyhow::Result<SocketAddr> {
+    let with_port = host
         .to_socket_addrs()
-        .or_else(|_| (to, tapdeck_ipfix::IPFIX_PORT).to_socket_addrs());
+        .or_else(|_| (host, tapdeck_ipfix::IPFIX_PORT).to_socket_addrs());
     let mut addrs = with_port.with_context(|| {
         format!("--to {to}: cannot resolve it (give HOST:PORT, e.g. 198.18.0.2:4739)")
     })?;
@@ -130,17 +202,20 @@ fn resolve(to: &str) -> anyhow::Result<SocketAddr> {
 /// ports cut off), which are never export datagrams. The guard keeps those frames: shorter
 /// than an IPv4 header, shorter than its own IPv4 header plus the ports, or an IPv6 frame
 /// shorter than its header plus the ports.
-fn capture_filter(user: Option<&str>, collectors: &[SocketAddr]) -> String {
+///
+/// Over TCP and TLS both directions are the export's (the collector's acknowledgements too).
+fn capture_filter(user: Option<&str>, collectors: &[SocketAddr], stream: bool) -> String {
     const TOO_SHORT: &str =
         "(len < 34) or (ip and len < 18 + (ip[0] & 0xf) * 4) or (ip6 and len < 58)";
     let own: Vec<String> = collectors
         .iter()
-        .map(|c| {
-            format!(
+        .map(|c| match stream {
+            false => format!(
                 "not (udp and dst host {} and dst port {})",
                 c.ip(),
                 c.port()
-            )
+            ),
+            true => format!("not (tcp and host {} and port {})", c.ip(), c.port()),
         })
         .collect();
     let own = format!("({TOO_SHORT} or ({}))", own.join(" and "));
@@ -155,6 +230,12 @@ fn print_summary(s: &ExportStats) {
         "tapdeck export: {:.2} s; packets: observed {}  sent {}  not sent {}  kernel dropped {}",
         s.elapsed_s, s.observed, s.sent, s.not_sent, s.kernel_dropped
     );
+    if s.too_short_to_exclude > 0 {
+        eprintln!(
+            "  {} frames too short for the own-traffic exclusion to read were kept and exported",
+            s.too_short_to_exclude
+        );
+    }
     let balance = s.unaccounted();
     eprintln!(
         "  accounting: observed = sent + not sent {}",
@@ -169,6 +250,18 @@ fn print_summary(s: &ExportStats) {
             "  to {}: {} messages of up to {} octets, {} records, {} packets, {} bytes; not sent {} ({} send errors, {} refused)",
             c.collector, c.messages, c.message_len, c.records, c.packets, c.bytes, c.not_sent, c.send_errors, c.refused
         );
+        if c.down > 0 || c.failed_over > 0 {
+            eprintln!(
+                "    refused: {} packets unconfirmed (sent in the window before an ICMP error), {} not sent while it was down, {} of its flows' packets failed over to another collector",
+                c.unconfirmed, c.down, c.failed_over
+            );
+        }
+        if c.connects > 0 || c.disconnects > 0 || c.over_buffer > 0 || c.unconfirmed > 0 {
+            eprintln!(
+                "    acknowledged by the collector: {} packets; over the buffer {}, unconfirmed at stop {}; {} connections, {} ended",
+                c.packets, c.over_buffer, c.unconfirmed, c.connects, c.disconnects
+            );
+        }
     }
 }
 
@@ -200,22 +293,30 @@ mod tests {
         ];
         let guard = "(len < 34) or (ip and len < 18 + (ip[0] & 0xf) * 4) or (ip6 and len < 58)";
         assert_eq!(
-            capture_filter(Some("tcp"), &c[..1]),
+            capture_filter(Some("tcp"), &c[..1], false),
             format!("(tcp) and ({guard} or (not (udp and dst host 198.18.1.2 and dst port 4739)))")
         );
         assert_eq!(
-            capture_filter(None, &c),
+            capture_filter(None, &c, false),
             format!("({guard} or (not (udp and dst host 198.18.1.2 and dst port 4739) and not (udp and dst host 2001:db8::2 and dst port 9995)))")
         );
         // libpcap compiles it, for both families.
         let dead = pcap::Capture::dead(pcap::Linktype::ETHERNET).unwrap();
-        dead.compile(&capture_filter(Some("tcp"), &c), true)
+        dead.compile(&capture_filter(Some("tcp"), &c, false), true)
             .unwrap();
+        let tcp = capture_filter(None, &c[..1], true);
+        assert!(
+            tcp.ends_with("(not (tcp and host 198.18.1.2 and port 4739)))"),
+            "{tcp}"
+        );
+        dead.compile(&tcp, true).unwrap();
     }
 
     #[test]
     fn collectors_resolve_with_a_default_port() {
-        assert_eq!(resolve("198.18.0.2:9").unwrap().port(), 9);
-        assert_eq!(resolve("198.18.0.2").unwrap().port(), 4739);
+        assert_eq!(resolve("x", "198.18.0.2:9").unwrap().port(), 9);
+        assert_eq!(resolve("x", "198.18.0.2").unwrap().port(), 4739);
+        assert_eq!(split_scheme("tls://h:1").unwrap(), ("tls", "h:1"));
+        assert!(split_scheme("sctp://h:1").is_err());
     }
 }

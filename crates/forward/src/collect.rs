@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tapdeck_capture::{
     Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError,
@@ -19,6 +22,7 @@ use tapdeck_pcap::{Format, SectionInfo};
 
 use crate::error::ForwardError;
 use crate::ledger::{Ledger, Refusal};
+use crate::tcp::{StreamListener, StreamMessage};
 use crate::udp::{self, RecvBatch};
 
 /// Datagrams per `recvmmsg`.
@@ -471,13 +475,27 @@ pub struct Outputs {
     pub live: Option<Mutex<LiveStream>>,
 }
 
-/// One listening socket as a packet source.
+/// Where a source's messages come from.
+enum Input {
+    /// One SO_REUSEPORT socket, read a `recvmmsg` batch at a time.
+    Udp {
+        socket: UdpSocket,
+        batch: RecvBatch,
+        received: usize,
+        next: usize,
+    },
+    /// Whole messages of every TCP/TLS connection; `current` waits to be offered again.
+    Stream {
+        messages: Receiver<StreamMessage>,
+        current: Option<StreamMessage>,
+    },
+}
+
+/// One listening socket (UDP), or every connection (TCP, TLS), as a packet source.
 pub struct CollectorSource {
-    socket: UdpSocket,
+    input: Input,
+    local: SocketAddr,
     number: usize,
-    batch: RecvBatch,
-    received: usize,
-    next: usize,
     intake: Intake,
     table: InterfaceTable,
     delivered: Vec<u64>,
@@ -511,11 +529,14 @@ impl CollectorSource {
         for number in 0..sockets {
             let socket = udp::bind_reuseport(listen).map_err(bind_error)?;
             out.push(CollectorSource {
-                socket,
+                input: Input::Udp {
+                    socket,
+                    batch: RecvBatch::new(RECV_BATCH, 65_536),
+                    received: 0,
+                    next: 0,
+                },
+                local: listen,
                 number,
-                batch: RecvBatch::new(RECV_BATCH, 65_536),
-                received: 0,
-                next: 0,
                 intake: Intake::new(allow.to_vec(), Arc::clone(ledger)),
                 table: InterfaceTable::default(),
                 delivered: Vec::new(),
@@ -529,8 +550,92 @@ impl CollectorSource {
         Ok(out)
     }
 
+    /// One source for every TCP (or, with `tls`, TLS) connection to `listen`: messages are
+    /// read until `stop` is set; then the connections are closed by the handshake of
+    /// [`crate::tcp`] and the source ends once they all have.
+    pub fn open_stream(
+        listen: SocketAddr,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        allow: &[IpAddr],
+        ledger: &Arc<Mutex<Ledger>>,
+        outputs: &Arc<Outputs>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<CollectorSource, ForwardError> {
+        let with_tls = tls.is_some();
+        let l =
+            StreamListener::open(listen, tls, allow, ledger, stop).map_err(|cause| match cause
+                .kind()
+            {
+                std::io::ErrorKind::AddrInUse => ForwardError::PortInUse { listen },
+                std::io::ErrorKind::AddrNotAvailable => ForwardError::NoSuchAddress { listen },
+                _ => ForwardError::Listen { listen, cause },
+            })?;
+        Ok(CollectorSource {
+            input: Input::Stream {
+                messages: l.messages,
+                current: None,
+            },
+            local: l.local,
+            number: 0,
+            intake: Intake::new(allow.to_vec(), Arc::clone(ledger)),
+            table: InterfaceTable::default(),
+            delivered: Vec::new(),
+            outputs: Arc::clone(outputs),
+            description: format!(
+                "IPFIX collector on {} {}",
+                if with_tls { "tls" } else { "tcp" },
+                l.local
+            ),
+        })
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.socket.local_addr().ok()
+        match &self.input {
+            Input::Udp { socket, .. } => socket.local_addr().ok(),
+            Input::Stream { .. } => Some(self.local),
+        }
+    }
+}
+
+/// The parts of a source that take one message.
+struct Taker<'a> {
+    intake: &'a mut Intake,
+    table: &'a mut InterfaceTable,
+    delivered: &'a mut Vec<u64>,
+    number: usize,
+    live: Option<&'a mut LiveStream>,
+    file: Option<&'a mut MessageFile>,
+}
+
+impl Taker<'_> {
+    /// Offers one message to the intake; its packets go to `sink` (and the live stream),
+    /// the message itself to the raw file once accepted.
+    fn offer<K: PacketSink>(&mut self, sink: &mut K, peer: SocketAddr, bytes: &[u8]) -> Outcome {
+        let delivered = &mut *self.delivered;
+        let want_live = self.live.is_some();
+        let mut pending_live: Vec<Packet<'_>> = Vec::new();
+        let outcome = self.intake.take(peer, bytes, self.table, |p| {
+            let i = p.iface as usize;
+            if delivered.len() <= i {
+                delivered.resize(i + 1, 0);
+            }
+            delivered[i] += 1;
+            sink.packet(&p);
+            if want_live {
+                pending_live.push(p);
+            }
+        });
+        if let Outcome::Accepted { .. } = outcome {
+            if let Some(f) = self.file.as_mut() {
+                f.write(bytes);
+            }
+            if let Some(l) = self.live.as_mut() {
+                for p in &pending_live {
+                    l.packet(self.number, &self.table.interfaces[p.iface as usize], p);
+                }
+            }
+        }
+        outcome
     }
 }
 
@@ -540,73 +645,91 @@ impl PacketSource for CollectorSource {
     }
 
     fn poll<K: PacketSink>(&mut self, sink: &mut K) -> Result<Poll, SourceError> {
-        if self.next >= self.received {
-            if !udp::wait_readable(&self.socket, POLL_WAIT_MS) {
-                return Ok(Poll::Idle);
-            }
-            self.received = self.batch.recv(&self.socket)?;
-            self.next = 0;
-            if self.received == 0 {
-                return Ok(Poll::Idle);
-            }
-        }
         let outputs = Arc::clone(&self.outputs);
         let mut live = outputs.live.as_ref().map(|l| l.lock().unwrap());
         let mut file = outputs.file.as_ref().map(|f| f.lock().unwrap());
-        while self.next < self.received {
-            let d = self.batch.get(self.next);
-            let Some(peer) = d.peer else {
-                self.next += 1;
-                continue;
-            };
-            if d.truncated {
-                self.intake.truncated(peer);
-                self.next += 1;
-                continue;
-            }
-            let delivered = &mut self.delivered;
-            let table_ifaces_before = self.table.interfaces.len();
-            let number = self.number;
-            let mut pending_live: Vec<Packet<'_>> = Vec::new();
-            let outcome = self.intake.take(peer, d.bytes, &mut self.table, |p| {
-                let i = p.iface as usize;
-                if delivered.len() <= i {
-                    delivered.resize(i + 1, 0);
-                }
-                delivered[i] += 1;
-                sink.packet(&p);
-                if live.is_some() {
-                    pending_live.push(p);
-                }
-            });
-            match outcome {
-                Outcome::NewInterfaces => {
-                    debug_assert!(self.table.interfaces.len() > table_ifaces_before);
-                    // The recorder must learn them before their packets: offer this message
-                    // again on the next poll.
-                    break;
-                }
-                Outcome::Accepted { .. } => {
-                    if let Some(f) = file.as_mut() {
-                        f.write(d.bytes);
+        let mut taker = Taker {
+            intake: &mut self.intake,
+            table: &mut self.table,
+            delivered: &mut self.delivered,
+            number: self.number,
+            live: live.as_deref_mut(),
+            file: file.as_deref_mut(),
+        };
+        let poll = match &mut self.input {
+            Input::Udp {
+                socket,
+                batch,
+                received,
+                next,
+            } => {
+                if *next >= *received {
+                    if !udp::wait_readable(socket, POLL_WAIT_MS) {
+                        return Ok(Poll::Idle);
                     }
-                    if let Some(l) = live.as_mut() {
-                        for p in &pending_live {
-                            l.packet(number, &self.table.interfaces[p.iface as usize], p);
-                        }
+                    *received = batch.recv(socket)?;
+                    *next = 0;
+                    if *received == 0 {
+                        return Ok(Poll::Idle);
                     }
                 }
-                _ => {}
+                while *next < *received {
+                    let d = batch.get(*next);
+                    let Some(peer) = d.peer else {
+                        *next += 1;
+                        continue;
+                    };
+                    if d.truncated {
+                        taker.intake.truncated(peer);
+                        *next += 1;
+                        continue;
+                    }
+                    if taker.offer(sink, peer, d.bytes) == Outcome::NewInterfaces {
+                        // The recorder must learn them before their packets: offer this
+                        // message again on the next poll.
+                        break;
+                    }
+                    *next += 1;
+                }
+                Poll::Delivered
             }
-            self.next += 1;
-        }
+            Input::Stream { messages, current } => {
+                let mut poll = Poll::Idle;
+                for _ in 0..RECV_BATCH {
+                    let wait = if poll == Poll::Idle {
+                        Duration::from_millis(POLL_WAIT_MS as u64)
+                    } else {
+                        Duration::ZERO
+                    };
+                    let (peer, bytes) = match current.take() {
+                        Some(m) => m,
+                        None => match messages.recv_timeout(wait) {
+                            Ok(m) => m,
+                            Err(RecvTimeoutError::Timeout) => break,
+                            // Stopped, and every connection has ended.
+                            Err(RecvTimeoutError::Disconnected) if poll == Poll::Idle => {
+                                poll = Poll::End;
+                                break;
+                            }
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        },
+                    };
+                    poll = Poll::Delivered;
+                    if taker.offer(sink, peer, &bytes) == Outcome::NewInterfaces {
+                        *current = Some((peer, bytes));
+                        break;
+                    }
+                }
+                poll
+            }
+        };
         if let Some(l) = live.as_mut() {
             l.flush();
         }
         if let Some(f) = file.as_mut() {
             f.flush();
         }
-        Ok(Poll::Delivered)
+        Ok(poll)
     }
 
     /// A collector sees what arrives: what it could not store is counted in the ledger

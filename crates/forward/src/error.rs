@@ -72,4 +72,9 @@ pub enum ForwardError {
         listen: SocketAddr,
         cause: std::io::Error,
     },
+    /// A TLS file or setting: the message names the option and the file.
+    #[error("{0}")]
+    Tls(String),
+    #[error("--listen {listen}: {what}")]
+    ListenOption { listen: String, what: String },
 }

@@ -24,6 +24,7 @@ use tapdeck_ipfix::{
 };
 
 use crate::error::ForwardError;
+use crate::tcp::{StreamLink, StreamTarget, STREAM_MESSAGE_LEN};
 use crate::udp;
 
 /// Messages per `sendmmsg` call.
@@ -33,6 +34,30 @@ const BATCH: usize = 64;
 pub const MIN_MESSAGE_LEN: usize = 548;
 /// The PSAMP selector id of tapdeck's one selector (the capture filter).
 pub const SELECTOR: u64 = 1;
+/// How long a stopping exporter waits for its collectors to acknowledge what it queued
+/// (TCP and TLS); what they have not acknowledged by then is counted as unconfirmed.
+pub const LINGER: Duration = Duration::from_secs(5);
+/// UDP: a collector that refused (ICMP port, host or network unreachable) is down until a
+/// probe (a templates message) draws no error for this long. Longer than the kernel's ICMP
+/// rate limit (one error a second per destination), so a still-closed port answers every
+/// probe.
+pub const PROBE_WINDOW: Duration = Duration::from_millis(1200);
+/// UDP: host or network unreachable comes when neighbour resolution gives up (Linux: three
+/// solicitations a second apart), so it speaks for everything sent this long before it, and a
+/// probe is answered only after that long.
+pub const UNREACHABLE_WINDOW: Duration = Duration::from_millis(3500);
+
+/// IPFIX over TCP or TLS instead of UDP, for every collector.
+#[derive(Clone)]
+pub struct StreamSettings {
+    /// TLS client settings, and per collector the name its certificate must carry.
+    pub tls: Option<(
+        Arc<rustls::ClientConfig>,
+        Vec<rustls::pki_types::ServerName<'static>>,
+    )>,
+    /// Bytes of messages queued in all, split evenly over threads and collectors.
+    pub buffer: usize,
+}
 
 /// How packets are spread over several collectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +80,8 @@ pub struct ExportConfig {
     pub duration: Option<Duration>,
     /// Send runs of equal-size messages as one UDP GSO buffer where the kernel allows it.
     pub gso: bool,
+    /// TCP or TLS instead of UDP.
+    pub stream: Option<StreamSettings>,
 }
 
 /// Counts of one collector link (summed over threads in [`ExportStats`]).
@@ -70,9 +97,25 @@ pub struct LinkCounts {
     pub bytes: u64,
     /// Packets of messages that could not be sent.
     pub not_sent: u64,
-    /// Failed `sendmmsg` calls, and among them those refused (ICMP port unreachable).
+    /// Failed `sendmmsg` calls; ICMP port unreachable errors seen (on a send or after one).
     pub send_errors: u64,
     pub refused: u64,
+    /// TCP/TLS: `messages`, `records`, `packets` and `bytes` count what the collector
+    /// acknowledged. Packets queued and not yet acknowledged; packets not sent because the
+    /// queue was full, and not acknowledged by the end (both within `not_sent`).
+    pub buffered: u64,
+    pub over_buffer: u64,
+    pub unconfirmed: u64,
+    /// Connections made, and ended (lost, or closed by the collector).
+    pub connects: u64,
+    pub disconnects: u64,
+    /// UDP: packets not sent because the collector was down (it refused and no probe has
+    /// been answered without an error since; within `not_sent`), and packets of this
+    /// collector's flows sent to another collector meanwhile (counted there as sent).
+    pub down: u64,
+    pub failed_over: u64,
+    /// UDP: down now (refused, no probe answered without an error since).
+    pub down_now: bool,
 }
 
 /// What the exporter reports, as JSON lines.
@@ -89,19 +132,28 @@ pub struct ExportStats {
     pub not_sent: u64,
     /// Packets a report could not hold whole and were cut further (the message size).
     pub cut_to_message: u64,
+    /// Frames too short for the own-traffic exclusion to read (kept and exported: they
+    /// cannot be export traffic).
+    pub too_short_to_exclude: u64,
+    /// TCP/TLS: packets queued and not yet acknowledged (sent or not sent by the end).
+    pub buffered: u64,
     pub collectors: Vec<LinkCounts>,
 }
 
 impl ExportStats {
     /// Packets read but neither sent nor counted as not sent: zero once stopped.
     pub fn unaccounted(&self) -> i128 {
-        i128::from(self.observed) - i128::from(self.sent) - i128::from(self.not_sent)
+        i128::from(self.observed)
+            - i128::from(self.sent)
+            - i128::from(self.not_sent)
+            - i128::from(self.buffered)
     }
 
     fn add(&mut self, t: &ThreadCounts) {
         self.observed += t.observed;
         self.kernel_dropped += t.kernel_dropped;
         self.cut_to_message += t.cut_to_message;
+        self.too_short_to_exclude += t.too_short_to_exclude;
         for (sum, l) in self.collectors.iter_mut().zip(&t.links) {
             sum.message_len = l.message_len;
             sum.messages += l.messages;
@@ -111,6 +163,15 @@ impl ExportStats {
             sum.not_sent += l.not_sent;
             sum.send_errors += l.send_errors;
             sum.refused += l.refused;
+            sum.buffered += l.buffered;
+            sum.over_buffer += l.over_buffer;
+            sum.unconfirmed += l.unconfirmed;
+            sum.connects += l.connects;
+            sum.down += l.down;
+            sum.down_now |= l.down_now;
+            sum.failed_over += l.failed_over;
+            sum.disconnects += l.disconnects;
+            self.buffered += l.buffered;
             self.sent += l.packets;
             self.not_sent += l.not_sent;
         }
@@ -120,6 +181,7 @@ impl ExportStats {
 #[derive(Debug, Clone, Default)]
 struct ThreadCounts {
     observed: u64,
+    too_short_to_exclude: u64,
     kernel_dropped: u64,
     cut_to_message: u64,
     links: Vec<LinkCounts>,
@@ -134,10 +196,16 @@ struct Pending {
     len: usize,
 }
 
+/// How a link reaches its collector.
+enum Wire {
+    Udp(UdpSocket),
+    Stream(Box<StreamLink>),
+}
+
 /// One collector, as seen from one thread.
 struct Link {
     to: SocketAddr,
-    socket: UdpSocket,
+    wire: Wire,
     message_len: usize,
     /// UDP GSO in use: asked for, and not refused by the kernel or the route.
     gso: bool,
@@ -146,6 +214,15 @@ struct Link {
     sequence: u32,
     templates_due: bool,
     failing: bool,
+    /// UDP: the collector refused; when, and when the last probe went out.
+    down: bool,
+    error_at: Option<Instant>,
+    probe_at: Option<Instant>,
+    /// UDP: packets sent lately, when, and whether the socket showed no error since (the
+    /// time windows an ICMP error, when it comes, makes unconfirmed); and how long a probe
+    /// waits for an error after the last one.
+    recent: std::collections::VecDeque<(Instant, u64, bool)>,
+    probe_window: Duration,
     bufs: Vec<Vec<u8>>,
     counts: LinkCounts,
 }
@@ -173,9 +250,30 @@ impl Link {
             });
         }
         let gso = gso && udp::gso_supported(&socket);
-        Ok(Link {
+        Ok(Link::new(to, Wire::Udp(socket), len, gso))
+    }
+
+    /// A TCP or TLS link: connects in the background, messages queue meanwhile.
+    fn open_stream(target: StreamTarget, message_len: Option<usize>) -> Result<Link, ForwardError> {
+        let to = target.to;
+        let len = message_len
+            .unwrap_or(STREAM_MESSAGE_LEN)
+            .min(usize::from(u16::MAX));
+        if len < MIN_MESSAGE_LEN {
+            return Err(ForwardError::MessagesTooSmall {
+                to,
+                len,
+                min: MIN_MESSAGE_LEN,
+            });
+        }
+        let stream = StreamLink::open(target).map_err(ForwardError::Thread)?;
+        Ok(Link::new(to, Wire::Stream(Box::new(stream)), len, false))
+    }
+
+    fn new(to: SocketAddr, wire: Wire, len: usize, gso: bool) -> Link {
+        Link {
             to,
-            socket,
+            wire,
             message_len: len,
             gso,
             bytes: Vec::with_capacity(BATCH * len),
@@ -183,13 +281,71 @@ impl Link {
             sequence: 0,
             templates_due: true,
             failing: false,
+            down: false,
+            error_at: None,
+            probe_at: None,
+            recent: std::collections::VecDeque::new(),
+            probe_window: PROBE_WINDOW,
             bufs: (0..BATCH).map(|_| vec![0u8; len]).collect(),
             counts: LinkCounts {
                 collector: to.to_string(),
                 message_len: len,
                 ..LinkCounts::default()
             },
-        })
+        }
+    }
+
+    /// The socket showed no error: what was sent so far is not refused; what is older
+    /// than any error could speak for is forgotten.
+    fn clean_check(&mut self) {
+        let now = Instant::now();
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _, _)| now - *t > UNREACHABLE_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        for e in &mut self.recent {
+            e.2 = true;
+        }
+    }
+
+    /// An ICMP error came back: the packets of its time window are unconfirmed (moved from
+    /// sent to not sent), and the collector is down. Port unreachable comes at once, so its
+    /// window is what was sent since the socket last showed no error; host or network
+    /// unreachable comes when neighbour resolution gives up, so its window is the last
+    /// [`UNREACHABLE_WINDOW`].
+    fn mark_down(&mut self, e: &std::io::Error) {
+        let unreachable = e.kind() != std::io::ErrorKind::ConnectionRefused;
+        let moved: u64 = if unreachable {
+            let n = self.recent.iter().map(|r| r.1).sum();
+            self.recent.clear();
+            n
+        } else {
+            let n = self.recent.iter().filter(|r| !r.2).map(|r| r.1).sum();
+            self.recent.retain(|r| r.2);
+            n
+        };
+        let c = &mut self.counts;
+        let moved = moved.min(c.packets);
+        c.packets -= moved;
+        c.unconfirmed += moved;
+        c.not_sent += moved;
+        self.error_at = Some(Instant::now());
+        self.probe_window = if unreachable {
+            UNREACHABLE_WINDOW
+        } else {
+            PROBE_WINDOW
+        };
+        if !self.down {
+            self.down = true;
+            tracing::warn!(
+                "collector {}: {e}; down until a probe draws no error for {} ms; its packets meanwhile go to the other collectors or are counted as not sent",
+                self.to,
+                self.probe_window.as_millis()
+            );
+        }
     }
 
     /// A batch's worth of bytes is waiting: time to send.
@@ -240,30 +396,176 @@ impl Exporter {
         }
     }
 
-    fn link_for(&self, p: &Packet<'_>) -> usize {
+    /// The collector of a packet, and whether it is another than the flow's own (whose
+    /// collector is down). Flows are placed by rendezvous hashing: each flow ranks the
+    /// collectors by a hash of (flow, collector), so when one is down only its flows move,
+    /// each to its next in rank, and back when it returns.
+    fn link_for(&self, p: &Packet<'_>) -> (usize, Option<usize>) {
         let n = self.links.len();
         if n == 1 {
-            return 0;
+            return (0, None);
         }
         match self.balance {
-            Balance::RoundRobin => self.next_link,
+            Balance::RoundRobin => {
+                let k = (0..n)
+                    .map(|i| (self.next_link + i) % n)
+                    .find(|&k| !self.links[k].down)
+                    .unwrap_or(self.next_link);
+                (k, None)
+            }
             Balance::FlowHash => {
                 let linktype = self
                     .interfaces
                     .get(p.iface as usize)
                     .map_or(1, |i| u32::from(i.linktype));
                 let id = FlowKey::from_headers(&dissect(linktype, p.data)).map_or(0, |k| k.id());
-                (id % n as u64) as usize
+                let rank = |k: usize| splitmix(id ^ splitmix(k as u64 + 1));
+                let own = (0..n).max_by_key(|&k| rank(k)).expect("n > 1");
+                if !self.links[own].down {
+                    return (own, None);
+                }
+                match (0..n)
+                    .filter(|&k| !self.links[k].down)
+                    .max_by_key(|&k| rank(k))
+                {
+                    Some(k) => (k, Some(own)),
+                    None => (own, None),
+                }
             }
         }
     }
 
-    /// Sends every waiting packet, and the templates where due.
+    /// UDP: reads the error an ICMP message left on the socket. An error makes the packets
+    /// of the window unconfirmed and the collector down; a down collector is probed every
+    /// [`PROBE_WINDOW`] and comes back once a probe drew no error for that long.
+    fn check_udp(&mut self, k: usize) {
+        let link = &mut self.links[k];
+        let Wire::Udp(socket) = &link.wire else {
+            return;
+        };
+        match socket.take_error() {
+            Ok(Some(e)) if collector_error(&e) => {
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    link.counts.refused += 1;
+                }
+                link.mark_down(&e);
+            }
+            _ => link.clean_check(),
+        }
+        if !link.down {
+            return;
+        }
+        let now = Instant::now();
+        match link.probe_at {
+            Some(p) if now - p < link.probe_window => {}
+            Some(p) if link.error_at.is_some_and(|e| e < p) => {
+                link.down = false;
+                link.failing = false;
+                tracing::info!("collector {}: answers again (a probe drew no error for {} ms); sending to it again", link.to, link.probe_window.as_millis());
+            }
+            _ => {
+                link.probe_at = Some(now);
+                link.templates_due = true;
+                self.flush_link(k);
+            }
+        }
+    }
+
+    /// Sends every waiting packet, and the templates where due; moves the streams on.
     fn flush(&mut self) {
         for k in 0..self.links.len() {
+            self.check_udp(k);
             if !self.links[k].pending.is_empty() || self.links[k].templates_due {
                 self.flush_link(k);
             }
+            self.pump_stream(k);
+            let link = &mut self.links[k];
+            link.counts.down_now = link.down;
+            self.counts.links[k].clone_from(&link.counts);
+        }
+    }
+
+    /// A TCP/TLS link: writes what the socket takes, opens a new connection with the
+    /// templates, and counts what the collector acknowledged.
+    fn pump_stream(&mut self, k: usize) {
+        let Wire::Stream(stream) = &mut self.links[k].wire else {
+            return;
+        };
+        stream.pump();
+        if let Some(first) = stream.wants_start() {
+            let link = &self.links[k];
+            let sequence = first.unwrap_or(link.sequence);
+            let stats = self.stats_record(link, 0, 0);
+            let mut buf = vec![0u8; link.message_len];
+            let header = MessageHeader {
+                export_time: (unix_ns() / 1_000_000_000) as u32,
+                sequence,
+                domain: self.id.domain,
+                ..MessageHeader::default()
+            };
+            let built = MessageBuilder::new(&mut buf, link.message_len, header).map(|mut b| {
+                add_session_records(&mut b, &self.interfaces, &stats);
+                b.finish()
+            });
+            let link = &mut self.links[k];
+            if let (Ok(built), Wire::Stream(stream)) = (built, &mut link.wire) {
+                buf.truncate(built.len);
+                stream.start(buf, built.data_records);
+                link.sequence = link.sequence.wrapping_add(built.data_records);
+                stream.pump();
+            }
+        }
+        let link = &mut self.links[k];
+        let Wire::Stream(stream) = &mut link.wire else {
+            return;
+        };
+        let a = stream.take_acked();
+        let c = &mut link.counts;
+        c.messages += a.messages;
+        c.records += a.records;
+        c.packets += a.packets;
+        c.bytes += a.bytes;
+        c.buffered = stream.queued_packets();
+        c.connects = stream.connects;
+        c.disconnects = stream.disconnects;
+        self.counts.links[k] = link.counts.clone();
+    }
+
+    /// At stop: waits up to [`LINGER`] for the collectors to acknowledge what is queued,
+    /// closes the connections, and counts what they did not acknowledge as unconfirmed.
+    fn drain_streams(&mut self) {
+        let deadline = Instant::now() + LINGER;
+        loop {
+            self.flush();
+            let waiting = self.links.iter().find_map(|l| match &l.wire {
+                Wire::Stream(s) if !s.is_empty() => Some(s),
+                _ => None,
+            });
+            match waiting {
+                Some(s) if Instant::now() < deadline => s.wait(Duration::from_millis(20)),
+                _ => break,
+            }
+        }
+        for k in 0..self.links.len() {
+            if let Wire::Stream(s) = &mut self.links[k].wire {
+                s.close();
+            }
+            self.pump_stream(k);
+            let link = &mut self.links[k];
+            if let Wire::Stream(s) = &link.wire {
+                let left = s.queued_packets();
+                if left > 0 {
+                    tracing::warn!(
+                        "collector {}: {left} packets not acknowledged within {} s of stopping; counted as unconfirmed (not sent)",
+                        link.to,
+                        LINGER.as_secs()
+                    );
+                }
+                link.counts.unconfirmed += left;
+                link.counts.not_sent += left;
+                link.counts.buffered = 0;
+            }
+            self.counts.links[k] = self.links[k].counts.clone();
         }
     }
 
@@ -334,18 +636,7 @@ impl Exporter {
                     break;
                 };
                 if let Some(stats) = stats {
-                    // Checked at start-up: these fit an empty message of MIN_MESSAGE_LEN.
-                    let _ = b.add_templates();
-                    for (i, iface) in interfaces.iter().enumerate() {
-                        let name = iface.name.as_deref().unwrap_or("");
-                        let _ = b.add_interface(&InterfaceInfo {
-                            id: i as u32,
-                            name,
-                            description: iface.description.as_deref().unwrap_or(""),
-                            frame_type: frame_type(iface.linktype),
-                        });
-                    }
-                    let _ = b.add_exporter_stats(&stats);
+                    add_session_records(&mut b, interfaces, &stats);
                     link.templates_due = false;
                     with_templates[built] = true;
                 }
@@ -390,8 +681,30 @@ impl Exporter {
                 .zip(&lens)
                 .map(|(b, &len)| &b[..len])
                 .collect();
-            let (mut sent, mut err) = udp::send_batch(&link.socket, &messages, link.gso);
-            if sent < built && link.gso && err.as_ref().is_some_and(gso_refused) {
+            let (mut sent, mut err) = match &mut link.wire {
+                Wire::Udp(socket) => udp::send_batch(socket, &messages, link.gso),
+                Wire::Stream(stream) => {
+                    // Queued now, counted as sent once the collector acknowledges them.
+                    let taken = messages
+                        .iter()
+                        .zip(&reports)
+                        .zip(&records)
+                        .take_while(|((m, n), r)| stream.offer(m, **n, **r))
+                        .count();
+                    let full = std::io::Error::other(format!(
+                        "its queue is full ({} messages waiting for the collector's acknowledgement)",
+                        stream.queued_messages()
+                    ));
+                    (taken, (taken < built).then_some(full))
+                }
+            };
+            let udp_socket = match &link.wire {
+                Wire::Udp(socket) => Some(socket),
+                Wire::Stream(_) => None,
+            };
+            if let Some(socket) = udp_socket
+                .filter(|_| sent < built && link.gso && err.as_ref().is_some_and(gso_refused))
+            {
                 // The route cannot take GSO (no checksum offload, say): send plainly from now on.
                 tracing::info!(
                     "collector {}: UDP GSO refused ({}); sending datagrams one by one",
@@ -399,16 +712,28 @@ impl Exporter {
                     err.as_ref().map_or(String::new(), |e| e.to_string())
                 );
                 link.gso = false;
-                let (more, e) = udp::send_batch(&link.socket, &messages[sent..], false);
+                let (more, e) = udp::send_batch(socket, &messages[sent..], false);
                 sent += more;
                 err = e;
             }
+            let stream = matches!(link.wire, Wire::Stream(_));
+            let mut sent_packets = 0;
             let c = &mut link.counts;
-            for ((len, recs), n) in lens.iter().zip(&records).zip(&reports).take(sent) {
+            for ((len, recs), n) in lens
+                .iter()
+                .zip(&records)
+                .zip(&reports)
+                .take(sent)
+                .filter(|_| !stream)
+            {
                 c.messages += 1;
                 c.records += u64::from(*recs);
                 c.packets += n;
                 c.bytes += *len as u64;
+                sent_packets += n;
+            }
+            if sent_packets > 0 {
+                sent_now(&mut link.recent, sent_packets);
             }
             if sent < built {
                 c.send_errors += 1;
@@ -420,6 +745,9 @@ impl Exporter {
                     .zip(&with_templates[sent..built])
                 {
                     c.not_sent += n;
+                    if stream {
+                        c.over_buffer += n;
+                    }
                     if *templates {
                         link.templates_due = true;
                     }
@@ -429,6 +757,9 @@ impl Exporter {
                     .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
                 if refused {
                     c.refused += 1;
+                }
+                if let Some(e) = err.as_ref().filter(|e| !stream && collector_error(e)) {
+                    link.mark_down(e);
                 }
                 if !link.failing {
                     link.failing = true;
@@ -449,7 +780,7 @@ impl Exporter {
                 }
             } else {
                 link.sequence = sequence;
-                if link.failing {
+                if link.failing && !link.down {
                     link.failing = false;
                     tracing::info!("collector {}: sending again", link.to);
                 }
@@ -475,6 +806,9 @@ impl Exporter {
 impl PacketSink for Exporter {
     fn packet(&mut self, p: &Packet<'_>) {
         self.counts.observed += 1;
+        if too_short_to_exclude(p) {
+            self.counts.too_short_to_exclude += 1;
+        }
         let mut keep = p.data.len();
         if let Some(depth) = self.headers {
             let linktype = self
@@ -483,8 +817,17 @@ impl PacketSink for Exporter {
                 .map_or(1, |i| u32::from(i.linktype));
             keep = keep.min(headers_len(linktype, p.data, depth));
         }
-        let k = self.link_for(p);
+        let (k, moved_from) = self.link_for(p);
+        if let Some(own) = moved_from {
+            self.links[own].counts.failed_over += 1;
+        }
         let link = &mut self.links[k];
+        if link.down {
+            // Every collector is down: nothing is sent (only probes), and it is counted.
+            link.counts.down += 1;
+            link.counts.not_sent += 1;
+            return;
+        }
         let max = max_section_len(link.message_len);
         if keep > max {
             keep = max;
@@ -505,12 +848,72 @@ impl PacketSink for Exporter {
     }
 }
 
+/// Packets just sent (UDP), for the time windows of [`Link::mark_down`].
+fn sent_now(recent: &mut std::collections::VecDeque<(Instant, u64, bool)>, n: u64) {
+    let now = Instant::now();
+    match recent.back_mut() {
+        Some((t, m, false)) if now - *t < Duration::from_millis(10) => *m += n,
+        _ => recent.push_back((now, n, false)),
+    }
+}
+
+/// Errors that an ICMP message from (or on the way to) a collector leaves on a connected
+/// UDP socket: port, host or network unreachable.
+fn collector_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED)
+            | Some(libc::EHOSTUNREACH)
+            | Some(libc::ENETUNREACH)
+            | Some(libc::EHOSTDOWN)
+    )
+}
+
+/// The frames the capture filter's length guard keeps (`export`'s `capture_filter`): an
+/// Ethernet frame too short for the exclusion's IPv4 or IPv6 fields.
+fn too_short_to_exclude(p: &Packet<'_>) -> bool {
+    let len = p.orig_len as usize;
+    let ethertype = p.data.get(12..14).map(|t| u16::from_be_bytes([t[0], t[1]]));
+    let ihl = p.data.get(14).map_or(0, |b| usize::from(b & 0xf) * 4);
+    len < 34
+        || (ethertype == Some(0x0800) && len < 18 + ihl)
+        || (ethertype == Some(0x86dd) && len < 58)
+}
+
+/// A 64-bit mix (splitmix64's finalizer): rendezvous ranks from a flow id.
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// Errors with which a kernel or route turns down a GSO send (not a collector's fault).
 fn gso_refused(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EINVAL) | Some(libc::EIO) | Some(libc::EOPNOTSUPP) | Some(libc::ENOPROTOOPT)
     )
+}
+
+/// What opens a transport session and is repeated on the template interval: the templates,
+/// the interfaces' names and the exporter's own counts. Checked at start-up: these fit an
+/// empty message of MIN_MESSAGE_LEN.
+fn add_session_records(
+    b: &mut MessageBuilder<'_>,
+    interfaces: &[Interface],
+    stats: &ExporterStats,
+) {
+    let _ = b.add_templates();
+    for (i, iface) in interfaces.iter().enumerate() {
+        let _ = b.add_interface(&InterfaceInfo {
+            id: i as u32,
+            name: iface.name.as_deref().unwrap_or(""),
+            description: iface.description.as_deref().unwrap_or(""),
+            frame_type: frame_type(iface.linktype),
+        });
+    }
+    let _ = b.add_exporter_stats(stats);
 }
 
 fn frame_type(linktype: u16) -> u16 {
@@ -545,11 +948,26 @@ pub fn run<S: PacketSource + 'static>(
     };
     // Sockets are opened here, before any thread starts, so a bad collector is one error.
     let mut exporters = Vec::new();
+    let per_link = |buffer: usize| buffer / (sources.len() * cfg.collectors.len()).max(1);
     for (k, source) in sources.iter().enumerate() {
         let links = cfg
             .collectors
             .iter()
-            .map(|&to| Link::open(to, cfg.message_len, cfg.gso))
+            .enumerate()
+            .map(|(i, &to)| match &cfg.stream {
+                None => Link::open(to, cfg.message_len, cfg.gso),
+                Some(st) => Link::open_stream(
+                    StreamTarget {
+                        to,
+                        tls: st
+                            .tls
+                            .as_ref()
+                            .map(|(c, names)| (Arc::clone(c), names[i].clone())),
+                        buffer: per_link(st.buffer),
+                    },
+                    cfg.message_len,
+                ),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         exporters.push(Exporter::new(
             links,
@@ -665,6 +1083,7 @@ fn export_loop<S: PacketSource>(
     exporter.set_kernel_drops(&source.counters());
     exporter.templates_due();
     exporter.flush();
+    exporter.drain_streams();
     *published.lock().unwrap() = exporter.counts.clone();
     result
 }
@@ -941,6 +1360,55 @@ mod tests {
         assert_eq!(c.packets + c.not_sent, 200);
         assert!(c.refused > 0, "{c:?}");
         assert!(c.not_sent > 0, "{c:?}");
+    }
+
+    /// A collector that refuses (ICMP port unreachable) is down: what was sent to it in the
+    /// window before the error is unconfirmed, its flows go to the living collector (counted
+    /// as failed over), and every packet is sent once or counted as not sent.
+    #[test]
+    fn a_refusing_collectors_flows_fail_over() {
+        let (rx1, a1) = receiver();
+        let (rx2, a2) = receiver();
+        drop(rx2);
+        let mut e = exporter(&[a1, a2], Balance::FlowHash, 1472);
+        let mut total = 0u64;
+        for round in 0..20u16 {
+            for i in 0..50u16 {
+                let f = frame(
+                    [198, 18, 1, (i % 9) as u8],
+                    [198, 18, 2, 1],
+                    2000 + i,
+                    2049,
+                    80,
+                );
+                e.packet(&Packet {
+                    ts_ns: u64::from(round),
+                    iface: 0,
+                    orig_len: 80,
+                    flags: None,
+                    data: &f,
+                });
+                total += 1;
+            }
+            e.flush();
+        }
+        e.flush();
+        let (live, dead) = (&e.links[0].counts, &e.links[1].counts);
+        assert!(e.links[1].down && !e.links[0].down);
+        assert_eq!(dead.packets, 0, "{dead:?}");
+        assert!(dead.failed_over > 0 && dead.refused > 0, "{dead:?}");
+        assert_eq!(live.not_sent, 0);
+        assert_eq!(live.packets + dead.not_sent, total, "{live:?} {dead:?}");
+        let mut d = Decoder::new();
+        let mut got = 0u64;
+        for m in drain(&rx1) {
+            let info = d.decode(a1, &m, &mut Vec::new()).unwrap();
+            got += u64::from(info.data_records);
+        }
+        assert_eq!(
+            got, live.records,
+            "the living collector got every record sent to it"
+        );
     }
 
     #[test]

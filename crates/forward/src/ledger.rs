@@ -37,6 +37,10 @@ pub enum Refusal {
     Interfaces,
     /// Interface names not kept (over the cap).
     Names,
+    /// TLS handshakes that failed (no client certificate, or one no trusted CA signed).
+    Handshakes,
+    /// Connections over the per-address or total caps (closed at once).
+    Connections,
 }
 
 /// What was refused for being over a cap, per exporter address.
@@ -46,6 +50,10 @@ pub struct RefusedCounts {
     pub templates: u64,
     pub interfaces: u64,
     pub names: u64,
+    #[serde(default)]
+    pub handshakes: u64,
+    #[serde(default)]
+    pub connections: u64,
 }
 
 impl RefusedCounts {
@@ -55,6 +63,8 @@ impl RefusedCounts {
             Refusal::Templates => &mut self.templates,
             Refusal::Interfaces => &mut self.interfaces,
             Refusal::Names => &mut self.names,
+            Refusal::Handshakes => &mut self.handshakes,
+            Refusal::Connections => &mut self.connections,
         }
     }
 }
@@ -421,7 +431,15 @@ impl Ledger {
     /// Writes the snapshot to `path` (under a temporary name first, so a reader never sees
     /// half of it).
     pub fn save(&self, path: &Path) -> Result<(), ForwardError> {
-        let json = serde_json::to_vec_pretty(&self.snapshot()).expect("ledger serializes");
+        self.snapshot().save(path)
+    }
+}
+
+impl LedgerFile {
+    /// Writes this snapshot to `path` (under a temporary name first, so a reader never sees
+    /// half of it).
+    pub fn save(&self, path: &Path) -> Result<(), ForwardError> {
+        let json = serde_json::to_vec_pretty(self).expect("ledger serializes");
         let tmp = path.with_extension("json.partial");
         std::fs::write(&tmp, json)
             .and_then(|_| std::fs::rename(&tmp, path))

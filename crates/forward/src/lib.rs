@@ -1,4 +1,4 @@
-//! Header forwarding over UDP, the socket side of `tapdeck export` and `tapdeck collect`
+//! Header forwarding over UDP, TCP or TLS, the socket side of `tapdeck export` and `tapdeck collect`
 //! (the IPFIX format itself is `tapdeck-ipfix`).
 //!
 //! - [`export`]: an [`export::Exporter`] per capture thread turns packets into PSAMP packet
@@ -8,6 +8,8 @@
 //! - [`collect`]: a [`collect::CollectorSource`] per SO_REUSEPORT socket is a
 //!   `PacketSource` for the recorder, so collected packets land in a normal store;
 //!   [`collect::Intake`] is its pure, fuzzed core.
+//! - [`tcp`], [`tls`]: IPFIX over TCP and TLS (client certificates): the exporter's
+//!   acknowledged, reconnecting [`tcp::StreamLink`] and the collector's [`tcp::StreamListener`].
 //! - [`ledger`]: loss, reordering, duplicates and restarts per exporter and observation
 //!   domain, saved in the store so a restarted collector counts what it missed.
 
@@ -15,6 +17,8 @@ pub mod collect;
 pub mod error;
 pub mod export;
 pub mod ledger;
+pub mod tcp;
+pub mod tls;
 pub mod udp;
 
 pub use collect::{
