@@ -5,8 +5,11 @@ SIGINT and reading what it left."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,62 @@ from conftest import QUICK, kill_all, run, wait_for  # noqa: F401 (kill_all: for
 
 def sh(*args, check=True, timeout=QUICK):
     return run([*args], check=check, timeout=timeout)
+
+
+class Namespaces:
+    """Network namespaces named `prefix + tag + key` and veth pairs between them, removed on
+    close (also when building them fails half way). Subclasses lay out their topology in
+    `build`. Veths have offloads off, as on a NIC without them: the exporter's UDP GSO sends
+    are then cut into datagrams at the sending device, and tcpdump sees the datagrams the
+    wire carries rather than one merged buffer."""
+
+    def __init__(self, prefix: str, keys):
+        self.tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
+        self.ns = {k: f"{prefix}{self.tag}{k}" for k in keys}
+        try:
+            for ns in self.ns.values():
+                sh("ip", "netns", "add", ns)
+                self.ns_sh(ns, "ip", "link", "set", "lo", "up")
+                # No IPv6 neighbour discovery on the captured links: only the replay is there.
+                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
+            self.build()
+        except BaseException:
+            self.close()
+            raise
+
+    def build(self):
+        raise NotImplementedError
+
+    def ns_sh(self, ns, *args, check=True):
+        return sh("ip", "netns", "exec", ns, *args, check=check)
+
+    def pair(self, a, ns_a, b, ns_b):
+        sh("ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns",
+           ns_b)
+        for dev, ns in ((a, ns_a), (b, ns_b)):
+            self.ns_sh(ns, "ip", "link", "set", dev, "mtu", "9000", "up")
+            if shutil.which("ethtool"):
+                self.ns_sh(ns, "ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off",
+                           "tx-udp-segmentation", "off", check=False)
+
+    def popen(self, ns, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw):
+        return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],
+                                stdout=stdout, stderr=stderr, **kw)
+
+    def tcpdump(self, ns, log: Path, *args):
+        """A tcpdump in `ns`, returned once it listens."""
+        with open(log, "wb") as err:
+            p = self.popen(ns, "tcpdump", *args, stdout=subprocess.DEVNULL, stderr=err)
+        wait_for(lambda: b"listening on" in log.read_bytes() or p.poll() is not None, 10,
+                 "tcpdump to listen")
+        assert p.poll() is None, log.read_text()
+        return p
+
+    def close(self):
+        for ns in self.ns.values():
+            run(["ip", "netns", "pids", ns], check=False)
+            run(["ip", "netns", "del", ns], check=False)
 
 
 def start_exporter(tapdeck, net, stats, procs, snap, *args):
@@ -51,3 +110,26 @@ def stop(p, timeout=QUICK) -> str:
 
 def ledger(store) -> dict:
     return json.loads((Path(store) / "collector.json").read_text())
+
+
+def ledger_packets(store) -> int:
+    """The packets a collector's ledger says its store holds; 0 before its first save."""
+    try:
+        return sum(s["packets"] for s in ledger(store)["streams"])
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+
+
+def ledger_records(store) -> int:
+    """The records a collector's ledger accounts for, received or counted lost."""
+    try:
+        return sum(s["records"] + s["lost"] for s in ledger(store)["streams"])
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+
+
+def wait_stored(store, n: int):
+    """Waits until a UDP collector's ledger holds `n` packets: stopped sooner, a loaded
+    collector leaves datagrams unread in its socket. A timeout means datagrams were lost."""
+    wait_for(lambda: ledger_packets(store) >= n, 20,
+             f"the collector to store {n} packets (a shortfall: datagrams lost)")

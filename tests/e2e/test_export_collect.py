@@ -38,7 +38,7 @@ from conftest import (
     wait_for,
     write_pcap,
 )
-from fwdtools import last_stats, ledger, sh, stop
+from fwdtools import last_stats, ledger, ledger_packets, ledger_records, sh, stop
 
 SNAP = 128
 PORT = 4739
@@ -53,61 +53,20 @@ NFS_FILES = ["nfs-write-verf-cookie.pcapng", "nfs-seg-fault-1.pcapng", "unaligne
 
 
 
-class Net:
+class Net(fwdtools.Namespaces):
     """The namespaces and veth pairs of the drawing above; removed on close."""
 
     def __init__(self, collectors: int = 2):
-        tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {k: f"tdx{tag}{k}" for k in ["g", "e", "c1", "c2"][:2 + collectors]}
-        self.tag = tag
-        try:
-            for ns in self.ns.values():
-                sh("ip", "netns", "add", ns)
-                self.ns_sh(ns, "ip", "link", "set", "lo", "up")
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-            self.pair("gen", self.ns["g"], "cap", self.ns["e"])
-            for k in range(1, collectors + 1):
-                self.pair(f"up{k}", self.ns["e"], f"dn{k}", self.ns[f"c{k}"])
-                self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_UP[k]}/24", "dev", f"up{k}")
-                self.ns_sh(self.ns[f"c{k}"], "ip", "addr", "add", f"{C_ADDR[k]}/24", "dev",
-                           f"dn{k}")
-        except BaseException:
-            self.close()
-            raise
+        self.collectors = collectors
+        super().__init__("tdx", ["g", "e", "c1", "c2"][:2 + collectors])
 
-    def ns_sh(self, ns, *args, check=True):
-        return sh("ip", "netns", "exec", ns, *args, check=check)
-
-    def pair(self, a, ns_a, b, ns_b):
-        sh("ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns",
-           ns_b)
-        for dev, ns in ((a, ns_a), (b, ns_b)):
-            self.ns_sh(ns, "ip", "link", "set", dev, "mtu", "9000", "up")
-            if shutil.which("ethtool"):
-                # Offloads off, as on a NIC without them: the exporter's UDP GSO sends are
-                # then cut into datagrams at the sending device, and tcpdump sees the
-                # datagrams the wire carries rather than one merged buffer.
-                self.ns_sh(ns, "ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off",
-                           "tx-udp-segmentation", "off", check=False)
-
-    def popen(self, ns, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw):
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],
-                                stdout=stdout, stderr=stderr, **kw)
-
-    def tcpdump(self, ns, log: Path, *args):
-        """A tcpdump in `ns`, returned once it listens."""
-        with open(log, "wb") as err:
-            p = self.popen(ns, "tcpdump", *args, stdout=subprocess.DEVNULL, stderr=err)
-        wait_for(lambda: b"listening on" in log.read_bytes() or p.poll() is not None, 10,
-                 "tcpdump to listen")
-        assert p.poll() is None, log.read_text()
-        return p
-
-    def close(self):
-        for ns in self.ns.values():
-            run(["ip", "netns", "pids", ns], check=False)
-            run(["ip", "netns", "del", ns], check=False)
+    def build(self):
+        self.pair("gen", self.ns["g"], "cap", self.ns["e"])
+        for k in range(1, self.collectors + 1):
+            self.pair(f"up{k}", self.ns["e"], f"dn{k}", self.ns[f"c{k}"])
+            self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_UP[k]}/24", "dev", f"up{k}")
+            self.ns_sh(self.ns[f"c{k}"], "ip", "addr", "add", f"{C_ADDR[k]}/24", "dev",
+                       f"dn{k}")
 
 
 @pytest.fixture
@@ -153,6 +112,15 @@ def replay(net, pcap, pps=None):
     args = ["tcpreplay", "-q", "-i", "gen"] + ([f"--pps={pps}"] if pps else ["--topspeed"])
     r = sh("ip", "netns", "exec", net.ns["g"], *args, str(pcap), timeout=60)
     assert r.returncode == 0, r.describe()
+
+
+def packets_in(pcap) -> int:
+    """The whole records of a pcap a tcpdump is still writing (0 while it is still empty or
+    its last record is cut)."""
+    try:
+        return len(read_packets(pcap))
+    except Exception:  # noqa: BLE001 (a record cut mid-write: ask again)
+        return 0
 
 
 def store_packets(tapdeck, store, tmp_path) -> list[Pkt]:
@@ -226,7 +194,15 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
     # Messages are sized to the path MTU (the veths carry 9000-byte packets).
     assert [c["message_len"] for c in final["collectors"]] == [9000 - 28] * 2
     assert final["not_sent"] == 0 and final["kernel_dropped"] == 0, final
-    time.sleep(1.0)
+    # Stop the collectors only once their ledgers hold every frame (a ledger counts what its
+    # store has written): stopped earlier, a loaded collector leaves datagrams unread.
+    wait_for(lambda: sum(ledger_packets(stores[k]) for k in (1, 2)) >= len(frames), 20,
+             "the collectors to store every exported frame (a shortfall: datagrams lost)")
+    # And the two tcpdumps to have written what they saw (stopped sooner, they drop what
+    # is still in their capture buffer).
+    wait_for(lambda: packets_in(ref) >= len(frames), 20, "tcpdump to write every replayed frame")
+    wait_for(lambda: packets_in(wire) >= final["collectors"][0]["messages"], 20,
+             "tcpdump to write every export datagram to collector 1")
     for p in (dump_export, dump_ref):
         p.send_signal(signal.SIGINT)
         p.wait(timeout=QUICK)
@@ -351,9 +327,11 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     assert rep.wait(timeout=30) == 0, rep.stderr.read().decode()
     wait_for(lambda: last_stats(stats)["observed"] >= len(pkts), 15, "the exporter to see all")
     err = stop(exp)
-    time.sleep(1.0)
-    stop(c1)
     final = last_stats(stats)
+    sent_records = final["collectors"][0]["records"]
+    wait_for(lambda: ledger_records(store) >= sent_records, 20,
+             "the collector to account for every record sent (received or lost)")
+    stop(c1)
     assert final["observed"] == len(pkts) and final["sent"] + final["not_sent"] == len(pkts), err
     [s] = ledger(store)["streams"]
     to = final["collectors"][0]
@@ -394,7 +372,8 @@ def test_exporter_restart_is_counted_not_lost(tapdeck, net, procs, tmp_path):
                  "the exporter to send all")
         stop(exp)
         sent.append(last_stats(stats)["collectors"][0])
-    time.sleep(0.5)
+    wait_for(lambda: ledger_packets(store) >= len(pkts), 20,
+             "the collector to store every packet sent (a shortfall: datagrams lost)")
     stop(c1)
     [s] = ledger(store)["streams"]
     assert (s["restarts"], s["lost"], s["duplicates"]) == (1, 0, 0), s
@@ -450,7 +429,7 @@ def test_bad_messages_are_counted_not_stored(tapdeck, net, procs, tmp_path):
         "    time.sleep(0.05)\n")
     r = net.ns_sh(net.ns["e"], "python3", script)
     assert r.returncode == 0, r.describe()
-    time.sleep(1.0)
+    wait_for(lambda: ledger_packets(store) >= 6, 20, "the collector to store the six good records")
     assert c1.poll() is None, "the collector survives bad input"
     err = stop(c1)
     led = ledger(store)
@@ -480,7 +459,8 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
     wait_for(lambda: last_stats(stats)["sent"] >= len(pkts), 15, "the exporter to send all")
     time.sleep(1.2)  # a few template refreshes cross up1 meanwhile
     stop(exp)
-    time.sleep(0.5)
+    wait_for(lambda: ledger_packets(store) >= len(pkts), 20,
+             "the collector to store every replayed packet")
     stop(c1)
     stored = store_packets(tapdeck, store, tmp_path)
     to_collector = [p for p in stored if p.data[12:14] == b"\x08\x00" and p.data[23] == 17

@@ -13,11 +13,9 @@ the `openssl` CLI.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -32,53 +30,17 @@ E_ADDR = "198.18.61.1"
 C_ADDR = "198.18.61.2"
 
 
-class Net:
+class Net(fwdtools.Namespaces):
     """The namespaces and veth pairs of the drawing above (names start with `ipx`)."""
 
     def __init__(self):
-        tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {k: f"ipx{tag}{k}" for k in ("g", "e", "c")}
-        try:
-            for ns in self.ns.values():
-                sh("ip", "netns", "add", ns)
-                self.ns_sh(ns, "ip", "link", "set", "lo", "up")
-                # No IPv6 neighbour discovery on the captured link: only the replay is there.
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-            self.pair("gen", self.ns["g"], "cap", self.ns["e"])
-            self.pair("ipxup", self.ns["e"], "ipxdn", self.ns["c"])
-            self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_ADDR}/24", "dev", "ipxup")
-            self.ns_sh(self.ns["c"], "ip", "addr", "add", f"{C_ADDR}/24", "dev", "ipxdn")
-        except BaseException:
-            self.close()
-            raise
+        super().__init__("ipx", ("g", "e", "c"))
 
-    def ns_sh(self, ns, *args, check=True):
-        return sh("ip", "netns", "exec", ns, *args, check=check)
-
-    def pair(self, a, ns_a, b, ns_b):
-        sh("ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns",
-           ns_b)
-        for dev, ns in ((a, ns_a), (b, ns_b)):
-            self.ns_sh(ns, "ip", "link", "set", dev, "up")
-            if shutil.which("ethtool"):
-                self.ns_sh(ns, "ethtool", "-K", dev, "gro", "off", check=False)
-
-    def popen(self, ns, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw):
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],
-                                stdout=stdout, stderr=stderr, **kw)
-
-    def tcpdump(self, ns, log: Path, *args):
-        with open(log, "wb") as err:
-            p = self.popen(ns, "tcpdump", *args, stdout=subprocess.DEVNULL, stderr=err)
-        wait_for(lambda: b"listening on" in log.read_bytes() or p.poll() is not None, 10,
-                 "tcpdump to listen")
-        assert p.poll() is None, log.read_text()
-        return p
-
-    def close(self):
-        for ns in self.ns.values():
-            run(["ip", "netns", "del", ns], check=False)
+    def build(self):
+        self.pair("gen", self.ns["g"], "cap", self.ns["e"])
+        self.pair("ipxup", self.ns["e"], "ipxdn", self.ns["c"])
+        self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_ADDR}/24", "dev", "ipxup")
+        self.ns_sh(self.ns["c"], "ip", "addr", "add", f"{C_ADDR}/24", "dev", "ipxdn")
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ def test_a_refusing_collectors_flows_fail_over(tapdeck, net, procs, tmp_path):
     assert "accounting: observed = sent + not sent holds" in err, err
     final = last_stats(stats)
     stop_reference(dump, ref, len(frames))
+    fwdtools.wait_stored(store, final["collectors"][0]["packets"])
     stop_collector(col, clog)
     live, dead = final["collectors"]
     assert dead["packets"] == 0, dead
@@ -107,6 +108,7 @@ def test_a_late_collector_is_not_counted_as_received(tapdeck, net, procs, tmp_pa
     assert "answers again" in err, err
     final = last_stats(stats)
     stop_reference(dump, ref, len(frames))
+    fwdtools.wait_stored(store, final["sent"])
     stop_collector(col, clog)
     got = stored(tapdeck, store, tmp_path)
     c = final["collectors"][0]

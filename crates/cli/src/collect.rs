@@ -261,25 +261,9 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
 /// TCP/TLS: SIGINT/SIGTERM close the connections cleanly (the source then ends the
 /// recording); a second one exits at once. SIGHUP rotates, as for UDP.
 fn install_drain_signals(control: &Arc<Control>, drain: &Arc<AtomicBool>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let signalled = Arc::new(AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&signalled))
-            .context("cannot install signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(&signalled))
-            .context("cannot install signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(drain))
-            .context("cannot install signal handlers")?;
-    }
-    let c = Arc::clone(control);
-    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
-    unsafe {
-        signal_hook::low_level::register(SIGHUP, move || {
-            c.rotate.fetch_add(1, Ordering::SeqCst);
-        })
-    }
-    .context("cannot install signal handlers")?;
-    Ok(())
+    let d = Arc::clone(drain);
+    crate::record::on_stop_signals(move || d.store(true, Ordering::SeqCst))?;
+    crate::record::on_rotate_signal(control)
 }
 
 /// A `collector.jsonl` line: the streams and per-address counts that differ from `last`

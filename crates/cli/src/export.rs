@@ -268,17 +268,8 @@ fn print_summary(s: &ExportStats) {
 /// SIGINT/SIGTERM: finish (flush the batches, send the final counts); a second one exits
 /// at once.
 fn install_signals(stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let signalled = Arc::new(AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&signalled))
-            .context("cannot install signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(&signalled))
-            .context("cannot install signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(stop))
-            .context("cannot install signal handlers")?;
-    }
-    Ok(())
+    let s = Arc::clone(stop);
+    crate::record::on_stop_signals(move || s.store(true, std::sync::atomic::Ordering::SeqCst))
 }
 
 #[cfg(test)]

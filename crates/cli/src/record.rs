@@ -470,19 +470,20 @@ fn decimal_bytes(n: u64) -> String {
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once. SIGHUP: rotate.
 pub(crate) fn install_signals(control: &Arc<Control>) -> anyhow::Result<()> {
     install_stop_signals(control)?;
-    let c = Arc::clone(control);
-    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
-    unsafe {
-        signal_hook::low_level::register(SIGHUP, move || {
-            c.rotate.fetch_add(1, Ordering::SeqCst);
-        })
-    }
-    .context("cannot install signal handlers")?;
-    Ok(())
+    on_rotate_signal(control)
 }
 
 /// SIGINT/SIGTERM: drain and finish every file; a second one exits at once.
 pub(crate) fn install_stop_signals(control: &Arc<Control>) -> anyhow::Result<()> {
+    let c = Arc::clone(control);
+    on_stop_signals(move || c.stop.store(true, Ordering::SeqCst))
+}
+
+/// SIGINT/SIGTERM call `on_stop`; a second one exits at once (status 130). `on_stop` runs in
+/// the signal handler, so it must only store to atomics (async-signal-safe).
+pub(crate) fn on_stop_signals(
+    on_stop: impl Fn() + Clone + Send + Sync + 'static,
+) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
@@ -491,13 +492,25 @@ pub(crate) fn install_stop_signals(control: &Arc<Control>) -> anyhow::Result<()>
             .context("cannot install signal handlers")?;
         signal_hook::flag::register(sig, Arc::clone(&signalled))
             .context("cannot install signal handlers")?;
-        let c = Arc::clone(control);
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            signal_hook::low_level::register(sig, move || c.stop.store(true, Ordering::SeqCst))
-        }
-        .context("cannot install signal handlers")?;
+        let f = on_stop.clone();
+        // SAFETY: `on_stop` only stores to atomics (this function's contract), which is
+        // async-signal-safe.
+        unsafe { signal_hook::low_level::register(sig, f) }
+            .context("cannot install signal handlers")?;
     }
+    Ok(())
+}
+
+/// SIGHUP: rotate.
+pub(crate) fn on_rotate_signal(control: &Arc<Control>) -> anyhow::Result<()> {
+    let c = Arc::clone(control);
+    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
+    unsafe {
+        signal_hook::low_level::register(SIGHUP, move || {
+            c.rotate.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+    .context("cannot install signal handlers")?;
     Ok(())
 }
 
