@@ -213,6 +213,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=6.0, help="seconds of traffic per run")
     ap.add_argument("--no-burst", action="store_true")
     ap.add_argument("--no-small", action="store_true", help="skip the 64-byte frames")
+    ap.add_argument("--rates", default="0.1,0.3,0.5,0.8,1.1,1.5",
+                    help="Mpps of 1514-byte frames, comma-separated")
+    ap.add_argument("--small-rates", default="1,2.5", help="Mpps of 64-byte frames")
     args = ap.parse_args()
     if not BIN.exists():
         raise SystemExit(f"bench: {BIN} missing; build it first")
@@ -229,10 +232,11 @@ def main():
         if not args.no_burst:
             res["rows"].append(burst(args.work, args.limit, args.reps, 1, 2))
     else:
-        rates = [0.1e6, 0.3e6, 0.5e6, 0.8e6, 1.1e6, 1.5e6]
-        res["rows"] += measure(args.work, 1514, rates, args.seconds, disks, args.limit, args.reps)
+        mpps = lambda spec: [float(r) * 1e6 for r in spec.split(",")]  # noqa: E731
+        res["rows"] += measure(args.work, 1514, mpps(args.rates), args.seconds, disks, args.limit, args.reps)
         if not args.no_small:
-            res["rows"] += measure(args.work, 64, [1e6, 2.5e6], args.seconds, disks, args.limit, args.reps)
+            res["rows"] += measure(args.work, 64, mpps(args.small_rates), args.seconds, disks, args.limit,
+                                   args.reps)
         if not args.no_burst:
             res["rows"].append(burst(args.work, args.limit, args.reps, 5, 10))
     res["loadavg_after"] = Path("/proc/loadavg").read_text().split()[0]
