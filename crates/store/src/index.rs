@@ -85,7 +85,28 @@ pub fn is_stored(path: &Path) -> bool {
         return path.with_file_name(meta::sidecar_name(&name)).exists();
     }
     meta::DataName::parse(&name).is_some()
-        || File::open(path).is_ok_and(|f| ChunkIndex::read_trailer(&f).is_ok())
+        || File::open(path)
+            .is_ok_and(|f| ChunkIndex::read_trailer(&f).is_ok() || has_tapdeck_frames(&f))
+}
+
+/// Whether a compressed file begins with a skippable frame (a chunk index, or any frame in
+/// the range zstd and LZ4 keep for other tools) or ends with a seek table's footer: stock
+/// `zstd` and `lz4` write neither, so such a file is a stored one, damaged if its trailer
+/// does not read.
+fn has_tapdeck_frames(file: &File) -> bool {
+    const SKIPPABLE: std::ops::RangeInclusive<u32> = 0x184D_2A50..=0x184D_2A5F;
+    const SEEK_TABLE_FOOTER: u32 = 0x8F92_EAB1;
+    let Ok(size) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let word = |at: u64| {
+        let mut b = [0u8; 4];
+        file.read_exact_at(&mut b, at)
+            .ok()
+            .map(|()| u32::from_le_bytes(b))
+    };
+    word(0).is_some_and(|w| SKIPPABLE.contains(&w))
+        || (size >= 4 && word(size - 4) == Some(SEEK_TABLE_FOOTER))
 }
 
 /// Where a plain capture file's sidecar is: `FILE.tdx` beside it.
