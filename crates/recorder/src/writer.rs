@@ -400,11 +400,13 @@ impl StreamWriter {
             Encoded::Raw => (Codec::Raw, 0),
         };
         if self.cfg.discard {
-            self.stats.add_codec(
-                codec,
-                data_len,
-                if frame_len > 0 { frame_len } else { data_len },
-            );
+            let out = if frame_len > 0 { frame_len } else { data_len };
+            // A disk that takes everything at once: the controller must know it is there
+            // (it sends nothing raw to a disk it has not measured).
+            if let Some(c) = &self.controller {
+                c.written(out, 0.0);
+            }
+            self.stats.add_codec(codec, data_len, out);
             self.stats
                 .add_decision(codec, chunk.decision.reason, data_len);
             self.grow_counts(chunk.per_iface.len());
