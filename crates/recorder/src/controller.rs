@@ -377,10 +377,7 @@ impl LadderController {
             let burst_plan = self
                 .plan_for(self.offered_now(now))
                 .map_or(plan_codec, |i| self.rungs[i].codec);
-            let codec = match (self.rung_index(burst_plan), self.rung_index(plan_codec)) {
-                (Some(b), Some(p)) if b > p => burst_plan,
-                _ => plan_codec,
-            };
+            let codec = self.cheaper(plan_codec, burst_plan, true);
             return Decision {
                 codec: self.cheaper(codec, capped, true),
                 reason: Reason::Burst,
