@@ -188,20 +188,6 @@ impl SyntheticSource {
         self
     }
 
-    /// When packet `n` is due, in seconds from the start; `None` past the schedule's end.
-    fn due(&self, schedule: &[Phase], n: u64) -> Option<f64> {
-        let (mut start, mut before) = (0.0, 0.0);
-        for phase in schedule {
-            let here = phase.pps * phase.seconds;
-            if (n as f64) < before + here {
-                return Some(start + (n as f64 - before) / phase.pps);
-            }
-            before += here;
-            start += phase.seconds;
-        }
-        None
-    }
-
     /// Writes packet number `seq` of `len` bytes into the frame buffer.
     #[inline]
     fn build(&mut self, seq: u64, len: usize) {
@@ -232,6 +218,20 @@ impl SyntheticSource {
             self.pool_pos -= POOL_LEN;
         }
     }
+}
+
+/// When packet `n` of a schedule is due, in seconds from its start; `None` past its end.
+fn due(schedule: &[Phase], n: u64) -> Option<f64> {
+    let (mut start, mut before) = (0.0, 0.0);
+    for phase in schedule {
+        let here = phase.pps * phase.seconds;
+        if (n as f64) < before + here {
+            return Some(start + (n as f64 - before) / phase.pps);
+        }
+        before += here;
+        start += phase.seconds;
+    }
+    None
 }
 
 fn ipv4_checksum(header: &[u8]) -> u16 {
@@ -265,22 +265,19 @@ impl PacketSource for SyntheticSource {
         let batch = remaining.min(BATCH as u64);
         // One clock read per batch; packets within it follow the schedule (or are a
         // nanosecond apart), so time never runs backwards and costs nothing per packet.
-        let schedule = self.schedule.take();
-        let times = match &schedule {
+        let times = match self.schedule.as_deref() {
             None => Times::Now(now_ns()),
             Some(phases) => {
                 let (t0, ns0) = *self
                     .started
                     .get_or_insert_with(|| (Instant::now(), now_ns()));
-                let Some(due) = self.due(phases, self.sent) else {
-                    self.schedule = schedule;
+                let Some(first) = due(phases, self.sent) else {
                     return Ok(Poll::End);
                 };
-                let due = Duration::from_secs_f64(due);
+                let first = Duration::from_secs_f64(first);
                 let elapsed = t0.elapsed();
-                if due > elapsed {
-                    std::thread::sleep((due - elapsed).min(Duration::from_millis(50)));
-                    self.schedule = schedule;
+                if first > elapsed {
+                    std::thread::sleep((first - elapsed).min(Duration::from_millis(50)));
                     return Ok(Poll::Idle);
                 }
                 Times::Scheduled(ns0)
@@ -289,13 +286,13 @@ impl PacketSource for SyntheticSource {
         for i in 0..batch {
             let seq = self.sent + i;
             let len = usize::from(self.sizes[(seq as usize) % self.sizes.len()]);
-            self.build(seq, len);
-            let ts = match (times, &schedule) {
+            let ts = match (times, self.schedule.as_deref()) {
                 (Times::Scheduled(ns0), Some(phases)) => {
-                    ns0 + (self.due(phases, seq).unwrap_or(0.0) * 1e9) as u64
+                    ns0 + (due(phases, seq).unwrap_or(0.0) * 1e9) as u64
                 }
                 (Times::Now(ts), _) | (Times::Scheduled(ts), None) => ts + i,
             };
+            self.build(seq, len);
             let packet = Packet {
                 ts_ns: ts,
                 iface: 0,
@@ -306,7 +303,6 @@ impl PacketSource for SyntheticSource {
             sink.packet(&packet);
         }
         self.sent += batch;
-        self.schedule = schedule;
         Ok(Poll::Delivered)
     }
 
