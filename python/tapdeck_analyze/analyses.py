@@ -40,6 +40,7 @@ ANALYSES = {
             "Each window shows the lowest, mean and highest rate of its samples: a max far above "
             "the mean means short busy periods that the mean hides.",
             options=("sample", "window", "align", "by"),
+            headline=headlines.rates,
         ),
         Analysis(
             "burstiness",
@@ -48,6 +49,7 @@ ANALYSES = {
             "1 % … of the time; the further the curves spread at short scales, the burstier the "
             "traffic (scales flagged below the timestamp resolution are not meaningful).",
             parts={"distribution": burstiness.burstiness_distribution},
+            headline=headlines.burstiness,
         ),
         Analysis(
             "sizes",
@@ -56,6 +58,7 @@ ANALYSES = {
             "packets, the rank plot how few sizes dominate; protocols, talkers and flows show "
             "where the bytes go.",
             parts={"protocols": sizes.protocols, "talkers": sizes.talkers, "flows": sizes.flows},
+            headline=headlines.sizes,
         ),
         Analysis(
             "nfs_latency",
@@ -64,6 +67,7 @@ ANALYSES = {
             "above p50 means a slow tail, and retransmits or duplicate replies point at loss or "
             "an overloaded server.",
             parts={"over_time": nfs_latency.latency_over_time},
+            headline=headlines.nfs_latency,
         ),
         Analysis(
             "nfs_ops",
@@ -77,6 +81,7 @@ ANALYSES = {
                 "errors": nfs_ops.errors,
                 "outstanding": nfs_ops.outstanding,
             },
+            headline=headlines.nfs_ops,
         ),
         Analysis(
             "rpc_matching",
@@ -85,12 +90,14 @@ ANALYSES = {
             "zero (except calls in the last moments), so they estimate how many messages the "
             "capture missed, beside the drops the recorder counted.",
             parts={"per_minute": rpc_matching.per_minute, "drops": rpc_matching.capture_drops},
+            headline=headlines.rpc_matching,
         ),
         Analysis(
             "files",
             files.files,
             "The files read and written most, with how sequentially they were accessed: "
             "sequential reads near reads − 1 mean streaming access.",
+            headline=headlines.files,
         ),
         Analysis(
             "recency",
@@ -98,6 +105,7 @@ ANALYSES = {
             "The fraction of reads (and of bytes read) an LRU cache of each size would have "
             "served; where the curve flattens, a bigger cache stops helping.",
             parts={"distribution": recency.recency_distribution},
+            headline=headlines.recency,
         ),
         Analysis(
             "file_sizes",
@@ -150,13 +158,6 @@ ANALYSES = {
         ),
     ]
 }
-
-
-# The existing analyses' headlines live in headlines.py (set here, so that entries added to
-# ANALYSES above stay self-contained: a new analysis passes its own `headline=`).
-for _name, _headline in headlines.HEADLINES.items():
-    if ANALYSES[_name].headline is None:
-        ANALYSES[_name].headline = _headline
 
 
 def run(analysis: Analysis, ds, **options) -> dict:
