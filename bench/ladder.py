@@ -104,7 +104,9 @@ def measure(work, frame, rates, seconds, disks, limit, reps):
 def burst(work, limit: str, reps: int, quiet_s: float, burst_s: float):
     """Quiet, `burst_s` at twice the throttled disk's speed, quiet again (long enough for
     a raw backlog to drain if the pool held it)."""
-    disk_bps = float(limit.upper().removesuffix("MB")) * 1e6 if limit.upper().endswith("MB") else 400e6
+    if not limit.upper().endswith("MB"):
+        raise SystemExit(f"bench: --limit {limit}: give it in MB (e.g. 400MB) for the burst's rate")
+    disk_bps = float(limit.upper().removesuffix("MB")) * 1e6
     frame = 1514
     hot = int(2 * disk_bps / record_bytes(frame))
     calm = int(0.05 * disk_bps / record_bytes(frame))
