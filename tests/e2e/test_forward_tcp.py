@@ -234,8 +234,14 @@ def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, 
     replay(net, first, 4000)
     wait_for(lambda: last_stats(stats)["sent"] >= half, 20, "the first half acknowledged")
     stop_collector(col, clog)
-    wait_for(lambda: last_stats(stats)["collectors"][0]["disconnects"] == 1, 10,
-             "the exporter to see the collector's close")
+
+    def link_down():
+        c = last_stats(stats)["collectors"][0]
+        return c["disconnects"] >= 1 and c["connects"] == c["disconnects"]
+
+    # A late reconnect can reach the stopping collector's listener before it closes, and
+    # dies with it: the link counts as down once every connection it made has ended.
+    wait_for(link_down, 10, "the exporter to see the collector's close (no live connection)")
     replay(net, second, 4000)
     wait_for(lambda: last_stats(stats)["observed"] >= len(frames), 20,
              "the exporter to read the second half")
@@ -250,7 +256,9 @@ def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, 
     stop_reference(dump, ref, len(frames))
     stop_collector(col, clog)
     c = final["collectors"][0]
-    assert (c["connects"], c["disconnects"], c["over_buffer"], c["unconfirmed"]) == (2, 1, 0, 0), c
+    # One connection per collector run, plus any the dying listener took (each ended).
+    assert c["connects"] == c["disconnects"] + 1 and c["disconnects"] >= 1, c
+    assert (c["over_buffer"], c["unconfirmed"]) == (0, 0), c
     check_exact(tapdeck, store, tmp_path, ref, final, frames)
 
 

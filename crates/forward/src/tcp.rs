@@ -54,6 +54,9 @@ const WIRE_CHUNK: usize = 256 << 10;
 /// Reconnection backoff.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// After a collector closed cleanly (it is stopping or restarting), the first attempt
+/// waits this long: its listener may still accept a connection that dies with it.
+const AFTER_CLEAN_CLOSE: Duration = Duration::from_millis(500);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// TLS 1.3: how long the exporter waits for the collector's first record after the
 /// handshake (its verdict on our certificate).
@@ -240,7 +243,8 @@ pub struct StreamLink {
     /// A connection is up but waits for its first message (the templates).
     awaiting_start: bool,
     connected_rx: Receiver<Connected>,
-    reconnect_tx: SyncSender<()>,
+    /// Asks the connector for a connection, after the given pause.
+    reconnect_tx: SyncSender<Duration>,
     closed: Arc<AtomicBool>,
     acked: Acked,
     /// Connections made, and lost (or closed by the collector).
@@ -259,7 +263,7 @@ impl StreamLink {
         thread::Builder::new()
             .name("export-connect".into())
             .spawn(move || connector(t, connected_tx, reconnect_rx, c))?;
-        let _ = reconnect_tx.try_send(());
+        let _ = reconnect_tx.try_send(Duration::ZERO);
         Ok(StreamLink {
             target,
             queue: VecDeque::new(),
@@ -444,7 +448,12 @@ impl StreamLink {
                 self.queue.len()
             );
         }
-        let _ = self.reconnect_tx.try_send(());
+        let pause = if clean {
+            AFTER_CLEAN_CLOSE
+        } else {
+            Duration::ZERO
+        };
+        let _ = self.reconnect_tx.try_send(pause);
     }
 
     /// What the collector acknowledged since the last call.
@@ -493,7 +502,7 @@ impl StreamLink {
 impl Drop for StreamLink {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Relaxed);
-        let _ = self.reconnect_tx.try_send(());
+        let _ = self.reconnect_tx.try_send(Duration::ZERO);
     }
 }
 
@@ -501,11 +510,15 @@ impl Drop for StreamLink {
 fn connector(
     target: StreamTarget,
     connected: SyncSender<Connected>,
-    asked: Receiver<()>,
+    asked: Receiver<Duration>,
     closed: Arc<AtomicBool>,
 ) {
     let to = target.to;
-    while asked.recv().is_ok() {
+    while let Ok(pause) = asked.recv() {
+        let until = Instant::now() + pause;
+        while Instant::now() < until && !closed.load(Ordering::Relaxed) {
+            thread::sleep(Duration::from_millis(20));
+        }
         let mut backoff = BACKOFF_FIRST;
         let mut failing = false;
         loop {
