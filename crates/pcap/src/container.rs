@@ -21,7 +21,7 @@
 //! Everything is little-endian.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 
 use crate::bytes::{Cursor, ShortInput};
@@ -251,16 +251,23 @@ fn invalid(offset: u64, what: impl Into<String>) -> ContainerError {
 
 /// Encodes chunks for one container; holds reusable compression state, so keep one per
 /// compressor thread.
+///
+/// The state is kept warm for every codec the ladder uses: a zstd context per level and
+/// one LZ4 block buffer. Rebuilding them per chunk (a context when the level changed, a
+/// fresh 8 MiB of encoder buffers for each LZ4 frame) cost as much as compressing a rarely
+/// used rung's chunk, and the ladder measures each rung by its chunks.
 pub struct FrameEncoder {
     container: Container,
-    zstd: Option<(i8, zstd::bulk::Compressor<'static>)>,
+    zstd: Vec<(i8, zstd::bulk::Compressor<'static>)>,
+    lz4_block: Vec<u8>,
 }
 
 impl FrameEncoder {
     pub fn new(container: Container) -> FrameEncoder {
         FrameEncoder {
             container,
-            zstd: None,
+            zstd: Vec::new(),
+            lz4_block: Vec::new(),
         }
     }
 
@@ -282,25 +289,19 @@ impl FrameEncoder {
                 out.reserve(data.len() + 64 + data.len() / ZSTD_MAX_BLOCK * 3);
                 raw_frame_pieces(self.container, data, |piece| out.extend_from_slice(piece));
             }
-            (_, Codec::Lz4) => {
-                let info = lz4_flex::frame::FrameInfo::new()
-                    .block_size(lz4_flex::frame::BlockSize::Max4MB)
-                    .content_size(Some(data.len() as u64))
-                    .content_checksum(true);
-                let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, &mut *out);
-                enc.write_all(data)?;
-                enc.finish().map_err(std::io::Error::other)?;
-            }
+            (_, Codec::Lz4) => lz4_frame(data, &mut self.lz4_block, out),
             (_, Codec::Zstd(level)) => {
-                let compressor = match &mut self.zstd {
-                    Some((l, c)) if *l == level => c,
-                    slot => {
+                let at = match self.zstd.iter().position(|(l, _)| *l == level) {
+                    Some(at) => at,
+                    None => {
                         let mut c = zstd::bulk::Compressor::new(i32::from(level))?;
                         c.include_checksum(true)?;
                         c.include_contentsize(true)?;
-                        &mut slot.insert((level, c)).1
+                        self.zstd.push((level, c));
+                        self.zstd.len() - 1
                     }
                 };
+                let compressor = &mut self.zstd[at].1;
                 // Appends in place through zstd's safe buffer API: the frame goes straight
                 // into `out` after what it holds, and `out` grows by what zstd reports it
                 // wrote. Ending the frame in the first call with room for the compress bound
@@ -334,6 +335,44 @@ impl FrameEncoder {
     }
 }
 
+/// LZ4 frame header: magic, FLG (version 01, independent blocks, content size and content
+/// checksum present) or `flags`, BD (4 MiB blocks), the content size and the header checksum.
+fn lz4_header(flags: u8, len: usize) -> [u8; 15] {
+    let mut header = [0u8; 15];
+    header[..4].copy_from_slice(&LZ4_MAGIC.to_le_bytes());
+    header[4] = flags;
+    header[5] = 0x70;
+    header[6..14].copy_from_slice(&(len as u64).to_le_bytes());
+    header[14] = (xxhash_rust::xxh32::xxh32(&header[4..14], 0) >> 8) as u8;
+    header
+}
+
+/// Appends `data` to `out` as one LZ4 frame (the documented format, lz4_Frame_format.md) of
+/// independent 4 MiB blocks, each compressed by lz4_flex into the reusable `block` buffer,
+/// or stored as it is where compressing does not shrink it; with the content checksum.
+fn lz4_frame(data: &[u8], block: &mut Vec<u8>, out: &mut Vec<u8>) {
+    out.extend_from_slice(&lz4_header(0x6C, data.len()));
+    for piece in data.chunks(LZ4_MAX_BLOCK) {
+        let bound = lz4_flex::block::get_maximum_output_size(piece.len());
+        if block.len() < bound {
+            block.resize(bound, 0);
+        }
+        match lz4_flex::block::compress_into(piece, block) {
+            Ok(n) if n < piece.len() => {
+                out.extend_from_slice(&(n as u32).to_le_bytes());
+                out.extend_from_slice(&block[..n]);
+            }
+            // Incompressible (or, never with a bound-sized buffer, too big): stored.
+            _ => {
+                out.extend_from_slice(&(piece.len() as u32 | 0x8000_0000).to_le_bytes());
+                out.extend_from_slice(piece);
+            }
+        }
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&xxhash_rust::xxh32::xxh32(data, 0).to_le_bytes());
+}
+
 /// Emits, piece by piece, the frame that stores `data` uncompressed in `container`: a zstd
 /// frame of raw blocks, an LZ4 frame of uncompressed blocks, or the bytes as they are. The
 /// pieces let a writer copy the data once, straight into its I/O buffer.
@@ -359,14 +398,8 @@ pub fn raw_frame_pieces(container: Container, data: &[u8], mut emit: impl FnMut(
             }
         }
         Container::Lz4 => {
-            let mut header = [0u8; 15];
-            header[..4].copy_from_slice(&LZ4_MAGIC.to_le_bytes());
-            // FLG: version 01, independent blocks, content size present; BD: 4 MiB blocks.
-            header[4] = 0x68;
-            header[5] = 0x70;
-            header[6..14].copy_from_slice(&(data.len() as u64).to_le_bytes());
-            header[14] = (xxhash_rust::xxh32::xxh32(&header[4..14], 0) >> 8) as u8;
-            emit(&header);
+            // FLG: version 01, independent blocks, content size present (no checksum).
+            emit(&lz4_header(0x68, data.len()));
             for block in data.chunks(LZ4_MAX_BLOCK) {
                 emit(&(block.len() as u32 | 0x8000_0000).to_le_bytes());
                 emit(block);
@@ -1035,6 +1068,7 @@ pub fn scan_frames(file: &File) -> Result<(Vec<(u64, usize)>, u64), ContainerErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn sample(len: usize) -> Vec<u8> {
         // Half pseudo-random, half zeros: compressible like real traffic.
@@ -1097,7 +1131,16 @@ mod tests {
     fn zstd_frames_append_in_place_as_one_shot_compression_makes_them() {
         let mut enc = FrameEncoder::new(Container::Zstd);
         let mut out = b"kept".to_vec();
-        for (len, level) in [(0, 3), (1, 3), (300_000, 1), (300_000, 6), (5 << 20, -3)] {
+        // Levels come back after others: each keeps its own warm context.
+        for (len, level) in [
+            (0, 3),
+            (1, 3),
+            (300_000, 1),
+            (300_000, 6),
+            (5 << 20, -3),
+            (300_000, 3),
+            (300_000, 1),
+        ] {
             let data = sample(len);
             let mut c = zstd::bulk::Compressor::new(i32::from(level)).unwrap();
             c.include_checksum(true).unwrap();
@@ -1108,6 +1151,61 @@ mod tests {
             assert_eq!(&out[start..], &expected[..], "{len} bytes at level {level}");
         }
         assert_eq!(&out[..4], b"kept");
+    }
+
+    /// LZ4 frames are written around lz4_flex's block compressor with a reused buffer: a
+    /// warm encoder makes the same bytes as a fresh one, lz4_flex's frame reader (the one
+    /// `decode_frame` uses, and a second implementation of the format) reads them with their
+    /// checksums, and a block that does not shrink is stored as it is.
+    #[test]
+    fn lz4_frames_from_a_warm_encoder_equal_a_fresh_ones_and_read_back() {
+        let mut warm = FrameEncoder::new(Container::Lz4);
+        let mut noise = vec![0u8; 300_000];
+        let mut x = 0x9E37_79B9u32;
+        for b in &mut noise {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        for data in [
+            sample(9 << 20),
+            sample(1000),
+            noise.clone(),
+            Vec::new(),
+            sample(300_000),
+        ] {
+            let mut a = Vec::new();
+            warm.encode(Codec::Lz4, &data, &mut a).unwrap();
+            let mut b = Vec::new();
+            FrameEncoder::new(Container::Lz4)
+                .encode(Codec::Lz4, &data, &mut b)
+                .unwrap();
+            assert_eq!(a, b, "{} bytes", data.len());
+            let mut back = Vec::new();
+            lz4_flex::frame::FrameDecoder::new(&a[..])
+                .read_to_end(&mut back)
+                .unwrap();
+            assert_eq!(back, data);
+            // A flipped byte in the last block fails the content checksum (or the block).
+            if data.len() > 100 {
+                let mut bad = a.clone();
+                let at = bad.len() - 12;
+                bad[at] ^= 0x40;
+                let mut out = Vec::new();
+                assert!(
+                    lz4_flex::frame::FrameDecoder::new(&bad[..])
+                        .read_to_end(&mut out)
+                        .is_err()
+                        || out != data
+                );
+            }
+        }
+        // Noise does not shrink: one stored block (high bit set), 4 bytes of size.
+        let mut frame = Vec::new();
+        warm.encode(Codec::Lz4, &noise, &mut frame).unwrap();
+        let size = u32::from_le_bytes(frame[15..19].try_into().unwrap());
+        assert_eq!(size, noise.len() as u32 | 0x8000_0000);
     }
 
     #[test]
@@ -1354,6 +1452,7 @@ mod tests {
 mod hostile_trailers {
     use super::*;
     use crate::fuzzing::{check_read, check_trailer, draw_index, trailer_fields, Draw};
+    use std::io::Write;
 
     /// Issue 14: an index frame whose 4-byte body is only the tag, then a valid empty seek
     /// table (the issue's command; it calls the file 34 bytes, the command makes 29).

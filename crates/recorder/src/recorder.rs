@@ -549,17 +549,20 @@ fn spawn<T: Send + 'static>(
         .expect("spawn thread")
 }
 
-/// User plus system CPU seconds of the calling thread.
+/// User plus system CPU seconds of the calling thread, to the nanosecond.
+///
+/// Not `getrusage(RUSAGE_THREAD)`: it reads the scheduler's runtime as of its last tick
+/// (up to a few ms stale for a running thread), which for one chunk's compression (a few
+/// ms) gave per-rung speeds off by 2–3× either way, and the ladder chose by them.
 fn thread_cpu_seconds() -> f64 {
-    // SAFETY: rusage is plain integers, so all-zero is a valid value; getrusage only writes
-    // into the struct we pass (and leaves it zero if it fails).
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
-        ru
+    // SAFETY: timespec is plain integers; clock_gettime only writes into the struct we pass
+    // (and leaves it zero if it fails).
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        ts
     };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// The kernel's view of its clock, or `None` where adjtimex is refused.
