@@ -320,9 +320,16 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
                             "--pps=800", str(src)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
     procs.append(rep)
-    time.sleep(0.8)
+    # Stop the collector once a sixth of the replay is out, start it again once another
+    # sixth went out while it was away: the gap lies inside the replay however loaded the
+    # machine (a failure here means the exporter stopped reading or sending).
+    wait_for(lambda: last_stats(stats)["observed"] >= len(pkts) // 6, 20,
+             "the exporter to read the first sixth of the replay")
     stop(c1)
-    time.sleep(0.8)
+    away = last_stats(stats)["observed"]
+    wait_for(lambda: last_stats(stats)["observed"] >= away + len(pkts) // 6, 20,
+             "the exporter to read another sixth while the collector is away")
+    assert last_stats(stats)["observed"] < len(pkts), "the replay ended before the restart"
     c1 = start_collector(tapdeck, net, 1, store, procs)
     assert rep.wait(timeout=30) == 0, rep.stderr.read().decode()
     wait_for(lambda: last_stats(stats)["observed"] >= len(pkts), 15, "the exporter to see all")

@@ -378,10 +378,12 @@ impl LadderController {
                 };
             }
             // The pool absorbs the burst at the rung that stores the most of it now (not
-            // of the quiet spell before it), with no raw copies to spill into.
-            let burst = self.rungs[self.plan_burst(self.offered_now(now))].codec;
+            // of the quiet spell before it), with no raw copies to spill into. No backlog
+            // cap: that rung already weighs the compressors' speed, and when the disk holds
+            // the chunks up they queue for the compressors too, which the cap would take
+            // for slow compressors and answer with a cheaper rung that writes more.
             return Decision {
-                codec: self.cap_unless_disk_bound(now, burst, capped),
+                codec: self.rungs[self.plan_burst(self.offered_now(now))].codec,
                 reason: Reason::Burst,
             };
         }
