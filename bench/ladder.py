@@ -31,6 +31,7 @@ import datetime
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +41,17 @@ from recorder import BIN, ROOT, fmt, spread, tapdeck_record
 LADDER = "zstd:3,zstd:1,lz4,raw"
 CHOICES = {"ladder": [], "none": ["--codec", "none"]} | {
     r: ["--codec", r, "--bench-fixed-codec"] for r in LADDER.split(",") if r != "raw"}
+
+
+def source_commit() -> str:
+    """The commit the benchmarked tree is at, marked `+changes` when it has uncommitted ones
+    (the binary is assumed built from the tree)."""
+    def git(*args) -> str:
+        r = subprocess.run(["git", "-C", str(ROOT), *args], check=False, capture_output=True, text=True)
+        return r.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def record_bytes(frame: int) -> int:
@@ -138,7 +150,7 @@ def verdict(row) -> tuple[bool, str]:
 def markdown(res) -> str:
     m = [f"# Ladder benchmark — {res['when']}", "", f"Machine: {res['machine']}. Command: `{res['command']}`.",
          f"Load average before: {res['loadavg']}, after: {res.get('loadavg_after', '?')}. Repetitions: "
-         f"{res['reps']}, choices taking turns; median (min..max). Binary: {res['binary']}.", ""]
+         f"{res['reps']}, choices taking turns; median (min..max). Binary: {res['binary']}, built from commit {res.get('commit', '?')}.", ""]
     oks = [verdict(r)[0] for r in res["rows"]]
     m += [f"**{sum(oks)} of {len(oks)} points meet the targets.**", "",
           "| disk | frame | offered | ladder stored | best fixed (stored) | none stored | ladder ratio | verdict |",
@@ -227,7 +239,8 @@ def main():
         "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": f"{os.cpu_count()} cores, {os.uname().release}",
         "loadavg": Path("/proc/loadavg").read_text().split()[0],
-        "binary": str(BIN), "command": " ".join(sys.argv), "reps": args.reps, "rows": [],
+        "binary": str(BIN), "commit": source_commit(), "command": " ".join(sys.argv),
+        "reps": args.reps, "rows": [],
     }
     if args.quick:
         res["rows"] += measure(args.work, 1514, [0.2e6, 0.8e6], 2, disks, args.limit, args.reps)
