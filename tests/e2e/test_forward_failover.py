@@ -106,7 +106,8 @@ def flows_frames(n: int, flows: int, seed: int, start_ns: int) -> list[Pkt]:
     out = []
     for i in range(n):
         proto, src, dst, sport, dport = ends[i % flows]
-        data = frame(rng, proto, src, dst, sport, dport, half_random(rng, rng.choice([20, 200, 900])))
+        payload = half_random(rng, rng.choice([20, 200, 900]))
+        data = frame(rng, proto, src, dst, sport, dport, payload)
         out.append(Pkt(1, start_ns + i * 1_000_000, len(data), data))
     return out
 

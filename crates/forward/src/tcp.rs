@@ -364,6 +364,7 @@ impl StreamLink {
     pub fn has_unsent(&self) -> bool {
         self.queue.back().is_some_and(|q| !q.went_out)
     }
+
     /// Packets queued and not yet acknowledged.
     pub fn queued_packets(&self) -> u64 {
         self.queue.iter().map(|q| q.packets).sum()
