@@ -60,7 +60,7 @@ class RoutedNet(fwdtools.Namespaces):
 
     def dest_unreachables_sent(self) -> int:
         """ICMP destination unreachable messages the router's kernel sent (/proc/net/snmp)."""
-        text = self.ns_sh(self.ns["r"], "cat", "/proc/net/snmp").stdout
+        text = self.ns_sh(self.ns["r"], "cat", "/proc/net/snmp").out
         names, values = [line.split()[1:] for line in text.splitlines()
                          if line.startswith("Icmp:")][:2]
         return int(dict(zip(names, values))["OutDestUnreachs"])
@@ -190,8 +190,9 @@ def test_tcp_failover_every_frame_reaches_exactly_one_collector(tapdeck, rnet, p
     ledger; `failed_over` is exactly the second collector's flows' packets stored at the
     first; no record is counted lost across the restart."""
     flows = 30
-    frames = flows_frames(3000, flows, seed=73, start_ns=1_795_500_200_000_000_000)
-    parts = [write_pcap(tmp_path / f"part{i}.pcap", frames[i * 1000:(i + 1) * 1000])
+    frames = flows_frames(4000, flows, seed=73, start_ns=1_795_500_200_000_000_000)
+    cuts = [0, 1000, 3000, 4000]
+    parts = [write_pcap(tmp_path / f"part{i}.pcap", frames[cuts[i]:cuts[i + 1]])
              for i in range(3)]
     stores = [tmp_path / "a", tmp_path / "b"]
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
@@ -205,18 +206,23 @@ def test_tcp_failover_every_frame_reaches_exactly_one_collector(tapdeck, rnet, p
              "the exporter to connect to both")
     replay(rnet, parts[0], 1000)
     wait_for(lambda: last_stats(stats)["sent"] >= 1000, 20, "the first part acknowledged")
+    # The second collector stops while the second part (2 s) is replayed: what the exporter
+    # queues for it between its close and the failed reconnection (500 ms later) never went
+    # out, and moves to the first collector.
+    bg = rnet.popen("g", "tcpreplay", "-q", "-i", "gen", "--pps=1000", parts[1])
+    procs.append(bg)
+    wait_for(lambda: last_stats(stats)["observed"] >= 1100, 10, "the second part to start")
     stop_collector(col_b, logs[1])
-    # No wait: part of the next packets queue for it before it is found down.
-    replay(rnet, parts[1], 1000)
     wait_for(lambda: last_stats(stats)["collectors"][1]["down_now"], 10,
              "the exporter to find the stopped collector down")
-    wait_for(lambda: last_stats(stats)["sent"] >= 2000, 20,
+    assert bg.wait(timeout=60) == 0, bg.communicate()[1].decode()
+    wait_for(lambda: last_stats(stats)["sent"] >= 3000, 20,
              "the second part acknowledged (by the first collector)")
     col_b = start_collector(tapdeck, rnet, stores[1], procs, PORT_B, logs[1])
     wait_for(lambda: not last_stats(stats)["collectors"][1]["down_now"], 15,
              "the exporter to connect to the restarted collector (backoff up to 5 s)")
     replay(rnet, parts[2], 1000)
-    wait_for(lambda: last_stats(stats)["sent"] >= 3000, 20, "the last part acknowledged")
+    wait_for(lambda: last_stats(stats)["sent"] >= 4000, 20, "the last part acknowledged")
     err = stop(exp)
     assert "accounting: observed = sent + not sent holds" in err, err
     final = last_stats(stats)
@@ -238,17 +244,19 @@ def test_tcp_failover_every_frame_reaches_exactly_one_collector(tapdeck, rnet, p
         assert c["packets"] == sum(x["packets"] for x in streams) == len(g), (c, streams)
         assert c["records"] == sum(x["records"] for x in streams), (c, streams)
         assert sum(x["lost"] + x["duplicates"] + x["malformed"] for x in streams) == 0, streams
-    # The second collector's flows: those it stored in the first part.
-    b_flows = {flow_of(p.data) for p in got[1] if p.ts_ns < frames[1000].ts_ns}
-    a_flows = {flow_of(p.data) for p in got[0] if p.ts_ns < frames[1000].ts_ns}
+    # The second collector's flows: those it stored in the first part (stored times are the
+    # capture's, as tcpdump's).
+    second, third = reference_pkts[1000].ts_ns, reference_pkts[3000].ts_ns
+    b_flows = {flow_of(p.data) for p in got[1] if p.ts_ns < second}
+    a_flows = {flow_of(p.data) for p in got[0] if p.ts_ns < second}
     assert b_flows and a_flows and not b_flows & a_flows and len(a_flows | b_flows) == flows
     moved = sum(1 for p in got[0] if flow_of(p.data) in b_flows)
     assert b["failed_over"] == moved > 0 and a["failed_over"] == 0, final
     # They came back: the last part of its flows is all at the second collector.
-    last = frames[2000].ts_ns
     assert all(flow_of(p.data) in b_flows for p in got[1]), "it got only its own flows"
-    assert sum(1 for p in got[1] if p.ts_ns >= last) == \
-        sum(1 for f in frames[2000:] if flow_of(f.data) in b_flows), "its flows came back"
+    assert sum(1 for p in got[1] if p.ts_ns >= third) == \
+        sum(1 for f in frames[3000:] if flow_of(f.data) in b_flows), "its flows came back"
     assert "down: its flows go to the other collectors" in err, err
+    assert "queued for it and never sent go to the other collectors" in err, err
     assert "connected again; its flows come back" in err, err
     assert b["connects"] >= 2 and b["disconnects"] >= 1, b
