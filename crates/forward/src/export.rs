@@ -1592,7 +1592,13 @@ mod tests {
         let mut t = t0;
         for _ in 0..rounds {
             for i in 0..40u16 {
-                let f = frame([198, 18, 1, (i % 5) as u8], [198, 18, 2, 1], 3000 + i, 2049, 90);
+                let f = frame(
+                    [198, 18, 1, (i % 5) as u8],
+                    [198, 18, 2, 1],
+                    3000 + i,
+                    2049,
+                    90,
+                );
                 e.packet(&Packet {
                     ts_ns: t,
                     iface: 0,
@@ -1638,17 +1644,26 @@ mod tests {
         pump_until(&mut e, "the living collector to acknowledge", all_acked);
         let (live, dead) = (&e.links[0].counts, &e.links[1].counts);
         assert_eq!((live.packets, live.buffered), (first, 0), "{live:?}");
-        assert_eq!((dead.packets, dead.buffered, dead.not_sent), (0, 0, 0), "{dead:?}");
+        assert_eq!(
+            (dead.packets, dead.buffered, dead.not_sent),
+            (0, 0, 0),
+            "{dead:?}"
+        );
         assert!(dead.failed_over > 0 && dead.down_now, "{dead:?}");
         assert_eq!(live.failed_over, 0);
         let failed_over = dead.failed_over;
         // The collector comes: the link connects (backoff at most 5 s) and is up again.
         let b = TcpCollector::listen(b_addr);
-        pump_until(&mut e, "the second collector to be up", |e| !e.links[1].down);
+        pump_until(&mut e, "the second collector to be up", |e| {
+            !e.links[1].down
+        });
         let second = feed(&mut e, 1 + first, 20);
         pump_until(&mut e, "both collectors to acknowledge", all_acked);
         let (live, back) = (&e.links[0].counts, &e.links[1].counts);
-        assert_eq!(back.failed_over, failed_over, "nothing moved while it was up");
+        assert_eq!(
+            back.failed_over, failed_over,
+            "nothing moved while it was up"
+        );
         assert!(back.packets > 0, "its flows came back: {back:?}");
         assert_eq!(live.packets + back.packets, first + second);
         assert_eq!(live.not_sent + back.not_sent, 0);
@@ -1689,7 +1704,9 @@ mod tests {
         };
         let queued = s.queued_packets();
         assert!(queued > 0, "its flows' packets queue for it meanwhile");
-        pump_until(&mut e, "the closed collector to be down", |e| e.links[1].down);
+        pump_until(&mut e, "the closed collector to be down", |e| {
+            e.links[1].down
+        });
         pump_until(&mut e, "the living collector to acknowledge", all_acked);
         let (live, gone) = (&e.links[0].counts, &e.links[1].counts);
         assert_eq!((gone.packets, gone.buffered), (at_b_before, 0), "{gone:?}");
