@@ -1581,10 +1581,12 @@ mod tests {
         }
     }
 
-    /// A port on loopback where nothing listens (the kernel answers with a reset).
-    fn closed_port() -> SocketAddr {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
+    /// `n` ports on loopback where nothing listens (the kernel answers with a reset).
+    fn closed_ports(n: usize) -> Vec<SocketAddr> {
+        let held: Vec<_> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        held.iter().map(|l| l.local_addr().unwrap()).collect()
     }
 
     /// `rounds` packets of each of 40 flows, times from `t0` up.
@@ -1635,7 +1637,7 @@ mod tests {
     #[test]
     fn a_down_stream_collectors_flows_fail_over_and_come_back() {
         let a = TcpCollector::listen("127.0.0.1:0".parse().unwrap());
-        let b_addr = closed_port();
+        let b_addr = closed_ports(1)[0];
         let mut e = stream_exporter(&[a.listener.local, b_addr], 1 << 20);
         pump_until(&mut e, "the refusing collector to be down", |e| {
             e.links[1].down && e.links[0].counts.connects == 1
@@ -1717,6 +1719,39 @@ mod tests {
         times.extend(b.times(&mut d));
         times.sort_unstable();
         assert_eq!(times, (1..=first + second).collect::<Vec<_>>());
+    }
+
+    /// With every collector down, packets queue for their own; the first to come back
+    /// also takes what the others' queues hold unsent.
+    #[test]
+    fn when_all_are_down_the_first_back_takes_the_others_unsent_messages() {
+        let [a_addr, b_addr] = closed_ports(2)[..] else {
+            unreachable!()
+        };
+        let mut e = stream_exporter(&[a_addr, b_addr], 1 << 20);
+        pump_until(&mut e, "both down", |e| e.links.iter().all(|l| l.down));
+        let total = feed(&mut e, 1, 10);
+        let queued = |e: &Exporter, k: usize| match &e.links[k].wire {
+            Wire::Stream(s) => s.queued_packets(),
+            Wire::Udp(_) => unreachable!(),
+        };
+        let at_b = queued(&e, 1);
+        assert!(queued(&e, 0) > 0 && at_b > 0, "each queues its own flows");
+        assert_eq!(queued(&e, 0) + at_b, total);
+        assert_eq!(e.links[1].counts.failed_over, 0);
+        let a = TcpCollector::listen(a_addr);
+        pump_until(&mut e, "the first collector to take everything", |e| {
+            !e.links[0].down && e.links[0].counts.packets == total
+        });
+        let (live, down) = (&e.links[0].counts, &e.links[1].counts);
+        assert_eq!(
+            (down.failed_over, down.buffered, down.packets),
+            (at_b, 0, 0)
+        );
+        assert_eq!(live.buffered, 0);
+        let mut times = a.times(&mut Decoder::new());
+        times.sort_unstable();
+        assert_eq!(times, (1..=total).collect::<Vec<_>>());
     }
 
     #[test]
