@@ -807,7 +807,7 @@ pub struct ExportArgs {
 
     /// A collector (`tapdeck collect`, or any IPFIX collector) as HOST:PORT (port 4739 when
     /// left out) for UDP, or tcp://HOST:PORT or tls://HOST:PORT (RFC 7011 §10.4; every
-    /// --to the same transport); repeat for several: packets are spread over them by
+    /// --to the same transport, a mix is refused); repeat for several: packets are spread over them by
     /// --balance. The export traffic to them is filtered out of the capture in the kernel.
     /// Over TCP and TLS the exporter reconnects with backoff, queues up to --buffer, and
     /// counts as sent only what the collector's host acknowledged.
@@ -835,7 +835,9 @@ pub struct ExportArgs {
 
     /// How packets are spread over several collectors: `flow` (the symmetric flow hash:
     /// both directions of a connection reach the same collector) or `round-robin` (whole
-    /// batches to each in turn).
+    /// batches to each in turn). A collector that is down (UDP: an ICMP error, until a probe
+    /// draws none; TCP/TLS: no connection, after a failed attempt or 2 s) has its flows sent
+    /// to the others meanwhile (counted `failed_over`), and back when it returns.
     #[arg(long, default_value = "flow", value_parser = ["flow", "round-robin"])]
     pub balance: String,
 

@@ -250,10 +250,16 @@ fn print_summary(s: &ExportStats) {
             "  to {}: {} messages of up to {} octets, {} records, {} packets, {} bytes; not sent {} ({} send errors, {} refused)",
             c.collector, c.messages, c.message_len, c.records, c.packets, c.bytes, c.not_sent, c.send_errors, c.refused
         );
-        if c.down > 0 || c.failed_over > 0 {
+        if c.transport == "udp" && (c.down > 0 || c.failed_over > 0 || c.unconfirmed > 0) {
             eprintln!(
                 "    refused: {} packets unconfirmed (sent in the window before an ICMP error), {} not sent while it was down, {} of its flows' packets failed over to another collector",
                 c.unconfirmed, c.down, c.failed_over
+            );
+        }
+        if c.transport != "udp" && c.failed_over > 0 {
+            eprintln!(
+                "    down for a while: {} of its flows' packets failed over to another collector",
+                c.failed_over
             );
         }
         if c.connects > 0 || c.disconnects > 0 || c.over_buffer > 0 || c.unconfirmed > 0 {

@@ -19,12 +19,12 @@ use serde::Serialize;
 use tapdeck_capture::{Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters};
 use tapdeck_decode::{dissect, headers_len, FlowKey, HeaderDepth};
 use tapdeck_ipfix::{
-    ie, max_section_len, BuildError, ExporterStats, InterfaceInfo, MessageBuilder, MessageHeader,
-    PacketReport,
+    ie, max_section_len, read_header, BuildError, Decoder, ExporterStats, InterfaceInfo,
+    MessageBuilder, MessageHeader, PacketReport, Record,
 };
 
 use crate::error::ForwardError;
-use crate::tcp::{StreamLink, StreamTarget, STREAM_MESSAGE_LEN};
+use crate::tcp::{StreamLink, StreamTarget, Unsent, DOWN_AFTER, STREAM_MESSAGE_LEN};
 use crate::udp;
 
 /// Messages per `sendmmsg` call.
@@ -88,6 +88,8 @@ pub struct ExportConfig {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LinkCounts {
     pub collector: String,
+    /// `udp`, `tcp` or `tls`.
+    pub transport: &'static str,
     /// IPFIX octets per message in use.
     pub message_len: usize,
     pub messages: u64,
@@ -110,11 +112,13 @@ pub struct LinkCounts {
     pub connects: u64,
     pub disconnects: u64,
     /// UDP: packets not sent because the collector was down (it refused and no probe has
-    /// been answered without an error since; within `not_sent`), and packets of this
-    /// collector's flows sent to another collector meanwhile (counted there as sent).
+    /// been answered without an error since; within `not_sent`). UDP, TCP and TLS: packets
+    /// of this collector's flows sent to another collector while it was down (counted
+    /// there), including, over TCP/TLS, those taken back from its queue unsent.
     pub down: u64,
     pub failed_over: u64,
-    /// UDP: down now (refused, no probe answered without an error since).
+    /// Down now. UDP: refused, no probe answered without an error since. TCP/TLS: no
+    /// connection, and the last attempt failed or none succeeded for [`DOWN_AFTER`].
     pub down_now: bool,
 }
 
@@ -155,6 +159,7 @@ impl ExportStats {
         self.cut_to_message += t.cut_to_message;
         self.too_short_to_exclude += t.too_short_to_exclude;
         for (sum, l) in self.collectors.iter_mut().zip(&t.links) {
+            sum.transport = l.transport;
             sum.message_len = l.message_len;
             sum.messages += l.messages;
             sum.records += l.records;
@@ -271,6 +276,11 @@ impl Link {
     }
 
     fn new(to: SocketAddr, wire: Wire, len: usize, gso: bool) -> Link {
+        let transport = match &wire {
+            Wire::Udp(_) => "udp",
+            Wire::Stream(s) if s.is_tls() => "tls",
+            Wire::Stream(_) => "tcp",
+        };
         Link {
             to,
             wire,
@@ -289,6 +299,7 @@ impl Link {
             bufs: (0..BATCH).map(|_| vec![0u8; len]).collect(),
             counts: LinkCounts {
                 collector: to.to_string(),
+                transport,
                 message_len: len,
                 ..LinkCounts::default()
             },
@@ -473,9 +484,13 @@ impl Exporter {
 
     /// Sends every waiting packet, and the templates where due; moves the streams on.
     fn flush(&mut self) {
+        self.watch_streams();
         for k in 0..self.links.len() {
             self.check_udp(k);
-            if !self.links[k].pending.is_empty() || self.links[k].templates_due {
+            // A down stream link gets no templates of its own: a new connection starts with them.
+            let templates = self.links[k].templates_due
+                && !(self.links[k].down && matches!(self.links[k].wire, Wire::Stream(_)));
+            if !self.links[k].pending.is_empty() || templates {
                 self.flush_link(k);
             }
             self.pump_stream(k);
@@ -483,6 +498,103 @@ impl Exporter {
             link.counts.down_now = link.down;
             self.counts.links[k].clone_from(&link.counts);
         }
+    }
+
+    /// TCP/TLS: marks links down (no connection for [`DOWN_AFTER`], or the last attempt to
+    /// connect failed) and up again (connected), as UDP's ICMP errors and probes do, and
+    /// hands what a down link's queue holds unsent to the living collectors.
+    fn watch_streams(&mut self) {
+        for link in &mut self.links {
+            let Wire::Stream(stream) = &link.wire else {
+                continue;
+            };
+            let down = stream.is_down();
+            if down && !link.down {
+                tracing::warn!(
+                    "collector {}: no connection (the last attempt failed, or none for {} s); down: its flows go to the other collectors until it connects again",
+                    link.to,
+                    DOWN_AFTER.as_secs()
+                );
+            } else if !down && link.down {
+                tracing::info!(
+                    "collector {}: connected again; its flows come back to it",
+                    link.to
+                );
+            }
+            link.down = down;
+        }
+        if self.links.iter().all(|l| l.down) {
+            return;
+        }
+        for k in 0..self.links.len() {
+            let unsent = match &self.links[k].wire {
+                Wire::Stream(s) => self.links[k].down && s.has_unsent(),
+                Wire::Udp(_) => false,
+            };
+            if unsent {
+                self.reroute(k);
+            }
+        }
+    }
+
+    /// TCP/TLS: the messages queued for down link `k` that never went out on any
+    /// connection go to the living collectors, packet by packet by the same rendezvous
+    /// hash as new packets (counted as failed over). Messages that went out and were not
+    /// acknowledged stay queued for `k`: its collector may hold them, and sending them
+    /// elsewhere could store them twice.
+    fn reroute(&mut self, k: usize) {
+        let Wire::Stream(stream) = &mut self.links[k].wire else {
+            return;
+        };
+        let unsent = stream.take_unsent();
+        let Some(first) = unsent.first().and_then(|u| read_header(&u.bytes)) else {
+            return;
+        };
+        // Their records were never numbered on any connection: the line goes back.
+        self.links[k].sequence = first.sequence;
+        let moved: u64 = unsent.iter().map(|u| u.packets).sum();
+        tracing::info!(
+            "collector {}: {moved} packets queued for it and never sent go to the other collectors",
+            self.links[k].to
+        );
+        let mut decoder = self.own_decoder(k);
+        let peer = SocketAddr::from(([0, 0, 0, 0], 0));
+        for Unsent { bytes, packets } in &unsent {
+            let decoded = decoder.decode_each(peer, bytes, |r| {
+                if let Record::Packet(p) = r {
+                    self.place(&Packet {
+                        ts_ns: p.time_ns,
+                        iface: p.interface,
+                        orig_len: u32::try_from(p.frame_size).unwrap_or(u32::MAX),
+                        flags: None,
+                        data: p.frame_section,
+                    });
+                }
+            });
+            if let Err(e) = decoded {
+                // Our own messages always decode; if one did not, its packets are counted.
+                tracing::error!("collector {}: a queued message does not decode ({e}); its {packets} packets are counted as not sent", self.links[k].to);
+                self.links[k].counts.not_sent += packets;
+            }
+        }
+    }
+
+    /// A decoder that knows this exporter's templates, to read its own queued messages.
+    fn own_decoder(&self, k: usize) -> Decoder {
+        let mut decoder = Decoder::new();
+        let len = self.links[k].message_len;
+        let mut buf = vec![0u8; len];
+        let header = MessageHeader {
+            domain: self.id.domain,
+            ..MessageHeader::default()
+        };
+        if let Ok(mut b) = MessageBuilder::new(&mut buf, len, header) {
+            let _ = b.add_templates();
+            let built = b.finish();
+            let peer = SocketAddr::from(([0, 0, 0, 0], 0));
+            let _ = decoder.decode(peer, &buf[..built.len], &mut Vec::new());
+        }
+        decoder
     }
 
     /// A TCP/TLS link: writes what the socket takes, opens a new connection with the
@@ -809,6 +921,14 @@ impl PacketSink for Exporter {
         if too_short_to_exclude(p) {
             self.counts.too_short_to_exclude += 1;
         }
+        self.place(p);
+    }
+}
+
+impl Exporter {
+    /// Cuts a packet and puts it in its collector's batch (or counts it not sent, when every
+    /// UDP collector is down).
+    fn place(&mut self, p: &Packet<'_>) {
         let mut keep = p.data.len();
         if let Some(depth) = self.headers {
             let linktype = self
@@ -822,8 +942,9 @@ impl PacketSink for Exporter {
             self.links[own].counts.failed_over += 1;
         }
         let link = &mut self.links[k];
-        if link.down {
+        if link.down && matches!(link.wire, Wire::Udp(_)) {
             // Every collector is down: nothing is sent (only probes), and it is counted.
+            // (Over TCP/TLS the packets queue for their own collector, within --buffer.)
             link.counts.down += 1;
             link.counts.not_sent += 1;
             return;
@@ -1409,6 +1530,228 @@ mod tests {
             got, live.records,
             "the living collector got every record sent to it"
         );
+    }
+
+    /// A stream exporter (TCP, no TLS) to `to`, `buffer` bytes of queue per link.
+    fn stream_exporter(to: &[SocketAddr], buffer: usize) -> Exporter {
+        let mut e = exporter(&[], Balance::FlowHash, 1472);
+        e.links = to
+            .iter()
+            .map(|&a| {
+                let target = StreamTarget {
+                    to: a,
+                    tls: None,
+                    buffer,
+                };
+                Link::open_stream(target, None).unwrap()
+            })
+            .collect();
+        e.counts.links = e.links.iter().map(|l| l.counts.clone()).collect();
+        e
+    }
+
+    /// A collector over TCP on a port of its own; stopping it closes its port.
+    struct TcpCollector {
+        listener: crate::tcp::StreamListener,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl TcpCollector {
+        fn listen(at: SocketAddr) -> TcpCollector {
+            let ledger = Arc::new(Mutex::new(crate::Ledger::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let listener =
+                crate::tcp::StreamListener::open(at, None, &[], &ledger, Arc::clone(&stop))
+                    .unwrap();
+            TcpCollector { listener, stop }
+        }
+
+        /// The packet reports' times received so far.
+        fn times(&self, d: &mut Decoder) -> Vec<u64> {
+            let mut out = Vec::new();
+            while let Ok((peer, m)) = self.listener.messages.try_recv() {
+                d.decode_each(peer, &m, |r| {
+                    if let Record::Packet(p) = r {
+                        out.push(p.time_ns);
+                    }
+                })
+                .unwrap();
+            }
+            out
+        }
+    }
+
+    /// `n` ports on loopback where nothing listens (the kernel answers with a reset).
+    fn closed_ports(n: usize) -> Vec<SocketAddr> {
+        let held: Vec<_> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        held.iter().map(|l| l.local_addr().unwrap()).collect()
+    }
+
+    /// `rounds` packets of each of 40 flows, times from `t0` up.
+    fn feed(e: &mut Exporter, t0: u64, rounds: u64) -> u64 {
+        let mut t = t0;
+        for _ in 0..rounds {
+            for i in 0..40u16 {
+                let f = frame(
+                    [198, 18, 1, (i % 5) as u8],
+                    [198, 18, 2, 1],
+                    3000 + i,
+                    2049,
+                    90,
+                );
+                e.packet(&Packet {
+                    ts_ns: t,
+                    iface: 0,
+                    orig_len: 90,
+                    flags: None,
+                    data: &f,
+                });
+                t += 1;
+            }
+            e.flush();
+        }
+        t - t0
+    }
+
+    fn pump_until(e: &mut Exporter, what: &str, done: impl Fn(&Exporter) -> bool) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !done(e) {
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            e.flush();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn all_acked(e: &Exporter) -> bool {
+        e.links.iter().all(|l| match &l.wire {
+            Wire::Stream(s) => s.is_empty() || l.down,
+            Wire::Udp(_) => true,
+        })
+    }
+
+    /// Over TCP a collector that refuses is down from its first failed attempt: its flows go
+    /// to the living collector (counted as failed over); once it listens and the link
+    /// connects, its flows come back. Every packet reaches exactly one collector.
+    #[test]
+    fn a_down_stream_collectors_flows_fail_over_and_come_back() {
+        let a = TcpCollector::listen("127.0.0.1:0".parse().unwrap());
+        let b_addr = closed_ports(1)[0];
+        let mut e = stream_exporter(&[a.listener.local, b_addr], 1 << 20);
+        pump_until(&mut e, "the refusing collector to be down", |e| {
+            e.links[1].down && e.links[0].counts.connects == 1
+        });
+        let first = feed(&mut e, 1, 20);
+        pump_until(&mut e, "the living collector to acknowledge", all_acked);
+        let (live, dead) = (&e.links[0].counts, &e.links[1].counts);
+        assert_eq!((live.packets, live.buffered), (first, 0), "{live:?}");
+        assert_eq!(
+            (dead.packets, dead.buffered, dead.not_sent),
+            (0, 0, 0),
+            "{dead:?}"
+        );
+        assert!(dead.failed_over > 0 && dead.down_now, "{dead:?}");
+        assert_eq!(live.failed_over, 0);
+        let failed_over = dead.failed_over;
+        // The collector comes: the link connects (backoff at most 5 s) and is up again.
+        let b = TcpCollector::listen(b_addr);
+        pump_until(&mut e, "the second collector to be up", |e| {
+            !e.links[1].down
+        });
+        let second = feed(&mut e, 1 + first, 20);
+        pump_until(&mut e, "both collectors to acknowledge", all_acked);
+        let (live, back) = (&e.links[0].counts, &e.links[1].counts);
+        assert_eq!(
+            back.failed_over, failed_over,
+            "nothing moved while it was up"
+        );
+        assert!(back.packets > 0, "its flows came back: {back:?}");
+        assert_eq!(live.packets + back.packets, first + second);
+        assert_eq!(live.not_sent + back.not_sent, 0);
+        // What the collectors read: every packet once, at one of them.
+        let mut d = Decoder::new();
+        let mut times = a.times(&mut d);
+        let at_b = b.times(&mut d);
+        assert_eq!(at_b.len() as u64, back.packets);
+        times.extend(at_b);
+        times.sort_unstable();
+        assert_eq!(times, (1..=first + second).collect::<Vec<_>>());
+    }
+
+    /// Messages queued for a collector that closed and did not come back, and that never
+    /// went out, go to the living collector once it is down (counted as failed over): none
+    /// is lost and none is sent twice.
+    #[test]
+    fn unsent_messages_of_a_down_stream_collector_move_to_the_living_one() {
+        let a = TcpCollector::listen("127.0.0.1:0".parse().unwrap());
+        let b = TcpCollector::listen("127.0.0.1:0".parse().unwrap());
+        let mut e = stream_exporter(&[a.listener.local, b.listener.local], 1 << 20);
+        pump_until(&mut e, "both connected", |e| {
+            e.links.iter().all(|l| l.counts.connects == 1)
+        });
+        let first = feed(&mut e, 1, 10);
+        pump_until(&mut e, "both to acknowledge", all_acked);
+        let at_b_before = e.links[1].counts.packets;
+        assert!(at_b_before > 0);
+        // The second collector stops (a clean close; its port closes with it).
+        b.stop.store(true, Ordering::Relaxed);
+        pump_until(&mut e, "the link to see the close", |e| {
+            e.links[1].counts.disconnects == 1
+        });
+        assert!(!e.links[1].down, "not down yet: it may be restarting");
+        let second = feed(&mut e, 1 + first, 10);
+        let Wire::Stream(s) = &e.links[1].wire else {
+            unreachable!()
+        };
+        let queued = s.queued_packets();
+        assert!(queued > 0, "its flows' packets queue for it meanwhile");
+        pump_until(&mut e, "the closed collector to be down", |e| {
+            e.links[1].down
+        });
+        pump_until(&mut e, "the living collector to acknowledge", all_acked);
+        let (live, gone) = (&e.links[0].counts, &e.links[1].counts);
+        assert_eq!((gone.packets, gone.buffered), (at_b_before, 0), "{gone:?}");
+        assert_eq!(gone.failed_over, queued, "what was queued moved: {gone:?}");
+        assert_eq!(live.packets + gone.packets, first + second);
+        let mut d = Decoder::new();
+        let mut times = a.times(&mut d);
+        times.extend(b.times(&mut d));
+        times.sort_unstable();
+        assert_eq!(times, (1..=first + second).collect::<Vec<_>>());
+    }
+
+    /// With every collector down, packets queue for their own; the first to come back
+    /// also takes what the others' queues hold unsent.
+    #[test]
+    fn when_all_are_down_the_first_back_takes_the_others_unsent_messages() {
+        let [a_addr, b_addr] = closed_ports(2)[..] else {
+            unreachable!()
+        };
+        let mut e = stream_exporter(&[a_addr, b_addr], 1 << 20);
+        pump_until(&mut e, "both down", |e| e.links.iter().all(|l| l.down));
+        let total = feed(&mut e, 1, 10);
+        let queued = |e: &Exporter, k: usize| match &e.links[k].wire {
+            Wire::Stream(s) => s.queued_packets(),
+            Wire::Udp(_) => unreachable!(),
+        };
+        let at_b = queued(&e, 1);
+        assert!(queued(&e, 0) > 0 && at_b > 0, "each queues its own flows");
+        assert_eq!(queued(&e, 0) + at_b, total);
+        assert_eq!(e.links[1].counts.failed_over, 0);
+        let a = TcpCollector::listen(a_addr);
+        pump_until(&mut e, "the first collector to take everything", |e| {
+            !e.links[0].down && e.links[0].counts.packets == total
+        });
+        let (live, down) = (&e.links[0].counts, &e.links[1].counts);
+        assert_eq!(
+            (down.failed_over, down.buffered, down.packets),
+            (at_b, 0, 0)
+        );
+        assert_eq!(live.buffered, 0);
+        let mut times = a.times(&mut Decoder::new());
+        times.sort_unstable();
+        assert_eq!(times, (1..=total).collect::<Vec<_>>());
     }
 
     #[test]

@@ -61,6 +61,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// TLS 1.3: how long the exporter waits for the collector's first record after the
 /// handshake (its verdict on our certificate).
 const ACCEPT_WAIT: Duration = Duration::from_secs(2);
+/// A link is down once it has had no connection this long, or at once when an attempt to
+/// connect failed (refused, unreachable, timed out, handshake refused): with several
+/// collectors its flows then go to the living ones. Long enough for a collector's clean
+/// restart (its close, our 500 ms pause, a new connection) to pass unnoticed.
+pub const DOWN_AFTER: Duration = Duration::from_secs(2);
 
 /// Bytes of this connection the peer acknowledged (TCP_INFO `tcpi_bytes_acked`, Linux 4.2+;
 /// a FIN counts one more). Kept by the kernel after a reset, so it can be read after the
@@ -100,6 +105,15 @@ struct Queued {
     records: u32,
     /// Offset on the current connection's wire just past its last byte, once encoded.
     end: Option<u64>,
+    /// Encoded for some connection, now or before: the collector may hold it, so it may
+    /// go to no other collector.
+    went_out: bool,
+}
+
+/// A queued message that never went out, taken back from a down link.
+pub struct Unsent {
+    pub bytes: Vec<u8>,
+    pub packets: u64,
 }
 
 /// What the collector acknowledged since the last [`StreamLink::take_acked`].
@@ -246,6 +260,10 @@ pub struct StreamLink {
     /// Asks the connector for a connection, after the given pause.
     reconnect_tx: SyncSender<Duration>,
     closed: Arc<AtomicBool>,
+    /// Set by the connector while its attempts fail, cleared when one succeeds.
+    connect_failing: Arc<AtomicBool>,
+    /// Since when the link has had no connection (`None` while it has one).
+    unconnected_since: Option<Instant>,
     acked: Acked,
     /// Connections made, and lost (or closed by the collector).
     pub connects: u64,
@@ -258,11 +276,13 @@ impl StreamLink {
         let (connected_tx, connected_rx) = mpsc::sync_channel(1);
         let (reconnect_tx, reconnect_rx) = mpsc::sync_channel(1);
         let closed = Arc::new(AtomicBool::new(false));
+        let connect_failing = Arc::new(AtomicBool::new(false));
         let t = target.clone();
         let c = Arc::clone(&closed);
+        let f = Arc::clone(&connect_failing);
         thread::Builder::new()
             .name("export-connect".into())
-            .spawn(move || connector(t, connected_tx, reconnect_rx, c))?;
+            .spawn(move || connector(t, connected_tx, reconnect_rx, c, f))?;
         let _ = reconnect_tx.try_send(Duration::ZERO);
         Ok(StreamLink {
             target,
@@ -273,6 +293,8 @@ impl StreamLink {
             connected_rx,
             reconnect_tx,
             closed,
+            connect_failing,
+            unconnected_since: Some(Instant::now()),
             acked: Acked::default(),
             connects: 0,
             disconnects: 0,
@@ -281,6 +303,10 @@ impl StreamLink {
 
     pub fn to(&self) -> SocketAddr {
         self.target.to
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.target.tls.is_some()
     }
 
     /// Queues a built message; false (and nothing queued) when the queue has no room.
@@ -294,8 +320,49 @@ impl StreamLink {
             packets,
             records,
             end: None,
+            went_out: false,
         });
         true
+    }
+
+    /// Down: no connection, and either the last attempt to connect failed or there has been
+    /// none for [`DOWN_AFTER`]. A connection that stalls (the collector stops reading) is
+    /// not down: its queue fills and the rest is counted over the buffer.
+    pub fn is_down(&self) -> bool {
+        self.conn.is_none()
+            && (self.connect_failing.load(Ordering::Relaxed)
+                || self
+                    .unconnected_since
+                    .is_some_and(|t| t.elapsed() >= DOWN_AFTER))
+    }
+
+    /// Takes back the queued messages that never went out on any connection (the queue's
+    /// tail after the last one that did), oldest first, for other collectors. Only while
+    /// there is no connection.
+    pub fn take_unsent(&mut self) -> Vec<Unsent> {
+        if self.conn.is_some() {
+            return Vec::new();
+        }
+        let keep = self
+            .queue
+            .iter()
+            .rposition(|q| q.went_out)
+            .map_or(0, |i| i + 1);
+        let taken: Vec<Unsent> = self
+            .queue
+            .drain(keep..)
+            .map(|q| Unsent {
+                bytes: q.bytes,
+                packets: q.packets,
+            })
+            .collect();
+        self.queued_bytes -= taken.iter().map(|u| u.bytes.len()).sum::<usize>();
+        taken
+    }
+
+    /// Queued messages that never went out on any connection.
+    pub fn has_unsent(&self) -> bool {
+        self.queue.back().is_some_and(|q| !q.went_out)
     }
 
     /// Packets queued and not yet acknowledged.
@@ -336,6 +403,7 @@ impl StreamLink {
             packets: 0,
             records,
             end: None,
+            went_out: false,
         });
         self.awaiting_start = false;
     }
@@ -359,6 +427,7 @@ impl StreamLink {
                         shut: false,
                     });
                     self.awaiting_start = true;
+                    self.unconnected_since = None;
                     self.connects += 1;
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
@@ -386,6 +455,7 @@ impl StreamLink {
                         break;
                     }
                     q.end = Some(conn.encoded);
+                    q.went_out = true;
                     conn.next += 1;
                 }
             } else {
@@ -430,6 +500,7 @@ impl StreamLink {
             self.release(acked);
         }
         self.conn = None;
+        self.unconnected_since = Some(Instant::now());
         for q in &mut self.queue {
             q.end = None;
         }
@@ -512,6 +583,7 @@ fn connector(
     connected: SyncSender<Connected>,
     asked: Receiver<Duration>,
     closed: Arc<AtomicBool>,
+    failing_now: Arc<AtomicBool>,
 ) {
     let to = target.to;
     while let Ok(pause) = asked.recv() {
@@ -531,12 +603,14 @@ fn connector(
                         "collector {to}: connected over {}",
                         if target.tls.is_some() { "TLS" } else { "TCP" }
                     );
+                    failing_now.store(false, Ordering::Relaxed);
                     if connected.send(c).is_err() {
                         return;
                     }
                     break;
                 }
                 Err(e) => {
+                    failing_now.store(true, Ordering::Relaxed);
                     if !failing {
                         failing = true;
                         tracing::warn!(

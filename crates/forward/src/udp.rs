@@ -58,7 +58,12 @@ fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc:
 
 /// A UDP socket connected to `to`, with the Don't Fragment bit set (path MTU discovery):
 /// a message sized to the path never travels as fragments, and a connected socket hears
-/// the collector's ICMP errors (ECONNREFUSED on a later send).
+/// the collector's ICMP errors (ECONNREFUSED on a later send). IP_RECVERR makes it hear
+/// every ICMP error: without it Linux reports only "hard" ones (port unreachable), not the
+/// host or network unreachable a router sends for a collector it cannot reach. (It also
+/// keeps a copy of each error in the socket's error queue, never read: the kernel stops
+/// queueing when the receive buffer is full, and still reports each error. Reading the
+/// queue would clear the pending error.)
 pub fn connect(to: SocketAddr) -> io::Result<UdpSocket> {
     let any: SocketAddr = if to.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
@@ -75,6 +80,7 @@ pub fn connect(to: SocketAddr) -> io::Result<UdpSocket> {
             libc::IP_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
         )?;
+        set_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
     } else {
         set_int(
             fd,
@@ -82,6 +88,7 @@ pub fn connect(to: SocketAddr) -> io::Result<UdpSocket> {
             libc::IPV6_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
         )?;
+        set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)?;
     }
     // A deep send queue absorbs a burst of batches; best effort (capped by wmem_max).
     let _ = set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
