@@ -105,10 +105,11 @@ def hnet(procs):
     n.close()
 
 
-def start_collector(tapdeck, net, store, procs, *extra, staging="64MiB"):
+def start_collector(tapdeck, net, store, procs, *extra, staging="64MiB", chunk="1MiB",
+                    flush="0.2"):
     p = net.popen("c", tapdeck.bin, "collect", "--listen", f"{COLLECTOR}:{PORT}", "--store",
                   store, "--allow", EXPORTER, "--stats-interval", "0.3", "--flush-interval",
-                  "0.2", "--codec", "zstd:1", "--staging", staging, "--chunk-size", "1MiB",
+                  flush, "--codec", "zstd:1", "--staging", staging, "--chunk-size", chunk,
                   "--no-direct", *extra, stdout=subprocess.DEVNULL)
     procs.append(p)
     wait_for(lambda: (Path(store) / "manifest.json").exists() or p.poll() is not None, 10,
@@ -282,29 +283,27 @@ FLOOD_PER = 8  # packet reports per flood message, 1000 random octets each
 def test_a_flood_from_another_exporter_is_shed_as_its_own_loss(tapdeck, hnet, procs, tmp_path):
     """A second allowed exporter floods valid data (8 reports of 1000 random octets per
     message, 2000 messages/s: 16 MB/s) against an 8 MiB staging pool whose store takes 3 MB/s
-    (--bench-disk-limit), while the real exporter forwards 3000 frames at 1000/s. The flood
+    (--bench-disk-limit), while the real exporter forwards 3000 frames at 750/s. The flood
     is over its share of what the pool drains and the real exporter within it, so: every real
     frame is stored (bytes equal to the frames replayed, cut to the snap length), the real
     stream sheds nothing and loses nothing, the flood's losses are its own (`shed`, logged
     once), the store drops nothing as staging_full, and per exporter what it sent equals what
     was stored plus its counted losses."""
     store = tmp_path / "store"
+    # 16 segments of 512 KiB; a partial chunk goes out each second (each holds a segment).
     c = start_collector(tapdeck, hnet, store, procs, "--allow", FLOODER, "--bench-disk-limit",
-                        "3MB", staging="8MiB")
+                        "3MB", staging="8MiB", chunk="512KiB", flush="1")
     flood_messages = 8000
     sent = []
 
     def flood():
-        def real_packets():
-            try:
-                return real_stream(store)["packets"]
-            except (FileNotFoundError, ValueError):
-                return 0
-        wait_for(real_packets, QUICK, "the first real packets")
+        # Once the real exporter forwards, for as long as the replay lasts (4 s).
+        wait_for(lambda: last_stats(tmp_path / "export.jsonl")["sent"] > 0, QUICK,
+                 "the real exporter to forward")
         sent.append(hnet.forge("data", "--count", flood_messages, "--pps", 2000, "--per",
                                FLOOD_PER, src=FLOODER))
 
-    pkts, final = run_real_exporter(tapdeck, hnet, procs, tmp_path, store, 3000, 1000, flood)
+    pkts, final = run_real_exporter(tapdeck, hnet, procs, tmp_path, store, 3000, 750, flood)
     flood_packets = sent[0] * FLOOD_PER
 
     def flood_stream():

@@ -5,14 +5,16 @@
 //! `staging_full`. The rule (max-min fairness, computed every [`TICK`]):
 //!
 //! 1. Each exporter address's *rate* is the bytes its packets take in staging over the last
-//!    second; the pool's *drain* is the bytes it handed on over the last second.
+//!    second; the pool's *drain* is the bytes it handed on over the last three seconds, per
+//!    second.
 //! 2. The fair *share* is the water level `L` with `Σ min(rate_i, L) = capacity`, where the
-//!    capacity is the drain; in the first second of pressure (when the drain of the calm
-//!    before still counts) it is at least what the exporters send with the heaviest counted
-//!    at the second heaviest's rate, so then only the heaviest is above its share.
+//!    capacity is the drain; in the first three seconds of pressure (when the drain of the
+//!    calm before still counts) it is at least what the exporters send with the heaviest
+//!    counted at the second heaviest's rate, so then only the heaviest is above its share.
 //! 3. While the pool is more than [`PRESSURE_FILL`] full, every message of an exporter whose
 //!    rate is above `L` is shed (counted as its own loss, not stored); below that fill, with
-//!    a single exporter, or when every rate fits the capacity, nothing is.
+//!    a single exporter present (one that sent any message in the last 10 s), or when every
+//!    rate fits the capacity, nothing is.
 //!
 //! The capture loop pays one map lookup and two additions per message; the share is
 //! recomputed once per tick, off the per-message path.
@@ -27,12 +29,21 @@ use std::time::{Duration, Instant};
 pub const PRESSURE_FILL: f64 = 0.5;
 /// How often rates, drain and share are brought up to date.
 pub const TICK: Duration = Duration::from_millis(100);
-/// Ticks in the window rates are measured over (one second).
-const WINDOW_TICKS: usize = 10;
-/// Pressure episodes younger than this use the floor capacity (see the module comment).
-const YOUNG_PRESSURE: Duration = Duration::from_secs(1);
+/// Ticks in the window exporters' rates are measured over (one second).
+const RATE_TICKS: usize = 10;
+/// Ticks in the window the drain is measured over (three seconds): a pool drains in steps
+/// (a writer frees the segments of several chunks at once, when its buffer goes out), and a
+/// second can hold none.
+const DRAIN_TICKS: usize = 30;
+/// Pressure episodes younger than the drain window use the floor capacity (see the module
+/// comment).
+const YOUNG_PRESSURE: Duration = Duration::from_secs(3);
 /// An exporter's shedding episode ends (and is logged as ended) after this long unshed.
 const EPISODE_QUIET: Duration = Duration::from_secs(5);
+/// An exporter that sent any message (templates, statistics) this recently is present: it
+/// counts for a share (of zero bytes while it sends no packets), so a flood that is alone
+/// for a moment still leaves it the headroom.
+const PRESENT: Duration = Duration::from_secs(10);
 /// Exporter addresses tracked; the ledger's caps admit fewer, so this only guards the map.
 const TRACKED: usize = 4096;
 /// Bytes a pcapng enhanced packet block adds to a packet's data (header and trailer).
@@ -74,26 +85,39 @@ fn all_but_heaviest(rates: &[f64]) -> f64 {
     rates.iter().map(|r| r.min(top[1])).sum()
 }
 
-/// Bytes per tick over the last [`WINDOW_TICKS`] ticks.
-#[derive(Debug, Default, Clone)]
-struct Window {
-    ticks: [u64; WINDOW_TICKS],
+fn ticks_in(d: Duration) -> u64 {
+    (d.as_nanos() / TICK.as_nanos()) as u64
+}
+
+/// Bytes per tick over the last `N` ticks.
+#[derive(Debug, Clone)]
+struct Window<const N: usize> {
+    ticks: [u64; N],
     at: usize,
 }
 
-impl Window {
+impl<const N: usize> Default for Window<N> {
+    fn default() -> Self {
+        Window {
+            ticks: [0; N],
+            at: 0,
+        }
+    }
+}
+
+impl<const N: usize> Window<N> {
     fn add(&mut self, n: u64) {
         self.ticks[self.at] += n;
     }
 
     /// Bytes per second over the window.
     fn rate(&self) -> f64 {
-        self.ticks.iter().sum::<u64>() as f64 / (WINDOW_TICKS as f64 * TICK.as_secs_f64())
+        self.ticks.iter().sum::<u64>() as f64 / (N as f64 * TICK.as_secs_f64())
     }
 
     fn advance(&mut self, ticks: u64) {
-        for _ in 0..ticks.min(WINDOW_TICKS as u64) {
-            self.at = (self.at + 1) % WINDOW_TICKS;
+        for _ in 0..ticks.min(N as u64) {
+            self.at = (self.at + 1) % N;
             self.ticks[self.at] = 0;
         }
     }
@@ -105,7 +129,9 @@ impl Window {
 
 #[derive(Debug, Default)]
 struct Exporter {
-    window: Window,
+    window: Window<RATE_TICKS>,
+    /// The tick of its last message.
+    seen_tick: u64,
     /// Above the share at the last tick.
     over: bool,
     /// A shedding episode is open: since its first shed message, packets shed, and the
@@ -133,7 +159,7 @@ pub enum Admission {
 #[derive(Debug, Default)]
 pub struct FairShare {
     exporters: HashMap<IpAddr, Exporter>,
-    drain: Window,
+    drain: Window<DRAIN_TICKS>,
     drained_before: Option<u64>,
     next_tick: Option<Instant>,
     ticks: u64,
@@ -166,6 +192,7 @@ impl FairShare {
         }
         let e = self.exporters.entry(ip).or_default();
         e.window.add(bytes);
+        e.seen_tick = self.ticks;
         if !(pressure && e.over) {
             return Admission::Store;
         }
@@ -200,8 +227,10 @@ impl FairShare {
             e.window.advance(elapsed);
         }
         // Exporters that went quiet are forgotten (their episodes have ended).
-        self.exporters
-            .retain(|_, e| !e.window.is_empty() || e.episode.is_some());
+        let (ticks, present) = (self.ticks, ticks_in(PRESENT));
+        self.exporters.retain(|_, e| {
+            !e.window.is_empty() || e.episode.is_some() || ticks - e.seen_tick < present
+        });
     }
 
     fn note_pressure(&mut self, now: Instant, fill: f64) {
@@ -216,12 +245,7 @@ impl FairShare {
     }
 
     fn update_share(&mut self, now: Instant) {
-        let rates: Vec<f64> = self
-            .exporters
-            .values()
-            .map(|e| e.window.rate())
-            .filter(|&r| r > 0.0)
-            .collect();
+        let rates: Vec<f64> = self.exporters.values().map(|e| e.window.rate()).collect();
         let drain = self.drain.rate();
         let young = self
             .pressure
@@ -232,7 +256,7 @@ impl FairShare {
             drain
         };
         // A single exporter has the pool to itself: its bursts may fill it, as in `record`.
-        self.share = if rates.len() < 2 {
+        self.share = if rates.len() < 2 || rates.iter().all(|&r| r == 0.0) {
             None
         } else {
             water_level(&rates, capacity)
@@ -243,7 +267,7 @@ impl FairShare {
     }
 
     fn end_quiet_episodes(&mut self) {
-        let quiet_ticks = (EPISODE_QUIET.as_nanos() / TICK.as_nanos()) as u64;
+        let quiet_ticks = ticks_in(EPISODE_QUIET);
         for (ip, e) in &mut self.exporters {
             if let Some(ep) = e.episode {
                 if self.ticks - ep.last_tick >= quiet_ticks {
@@ -315,7 +339,8 @@ mod tests {
                 let now = self.t0 + TICK * t as u32;
                 self.share.tick(now, fill(t), self.drained);
                 for (k, (ip, bytes)) in [(FLOOD, flood), (REAL, real)].into_iter().enumerate() {
-                    for _ in 0..10 {
+                    // Zero bytes: the exporter sends nothing at all.
+                    for _ in 0..if bytes > 0 { 10 } else { 0 } {
                         let a = self.share.admit(IpAddr::from(ip), bytes / 10, 1, fill(t));
                         out[k][usize::from(a != Admission::Store)] += bytes / 10;
                     }
@@ -347,13 +372,15 @@ mod tests {
         });
         assert_eq!(out[1][1], 0, "the real exporter lost nothing: {out:?}");
         assert!(out[0][1] > out[0][0], "the flood was mostly shed: {out:?}");
-        // After a second of pressure the share is the drain less the real exporter's rate.
+        // After three seconds of pressure the share is the drain less the real exporter's
+        // rate.
         let s = sim.share.share().expect("the flood is above its share");
         assert!((s - (4_000_000.0 - 160_000.0)).abs() < 1.0, "{s}");
-        // Alone, the flood is never shed: the pool is its own.
-        let out = sim.run(30, (1_600_000, 0, 400_000), |_| 0.9);
+        // The real exporter falls silent: for 10 s it is still present (with a share of
+        // nothing) and the flood is shed; then the flood is alone, and the pool its own.
+        let out = sim.run(100, (1_600_000, 0, 400_000), |_| 0.9);
         let alone = sim.run(10, (1_600_000, 0, 400_000), |_| 0.9);
-        assert!(out[0][1] > 0, "shed while the real exporter's second was still counted");
+        assert!(out[0][1] > out[0][0], "{out:?}");
         assert_eq!(alone[0][1], 0, "{alone:?}");
     }
 

@@ -1234,9 +1234,14 @@ mod tests {
             .build();
         let source = SyntheticSource::new(SyntheticProfile::Small, None, 7).with_rate(Some(2000.0));
         let mut seen = Vec::new();
-        let summary = record(cfg, vec![source], Arc::new(Control::default()), |r, done| {
-            seen.push((r.totals.stored, r.totals.durable, done));
-        })
+        let summary = record(
+            cfg,
+            vec![source],
+            Arc::new(Control::default()),
+            |r, done| {
+                seen.push((r.totals.stored, r.totals.durable, done));
+            },
+        )
         .unwrap();
         assert!(seen.iter().all(|&(s, d, _)| d <= s), "{seen:?}");
         assert!(

@@ -187,7 +187,13 @@ impl StatsHub {
         let mut streams = Vec::new();
         for (i, s) in self.streams.iter().enumerate() {
             // Before `stored` is read: a record never shows more durable than stored.
-            total.durable += s.writer.lock().unwrap().iter().map(|w| w.durable).sum::<u64>();
+            total.durable += s
+                .writer
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|w| w.durable)
+                .sum::<u64>();
             let capture = s.capture.lock().unwrap().clone();
             for c in &capture {
                 total.staged_bytes += c.staged_bytes;

@@ -813,7 +813,8 @@ impl StreamWriter {
         });
         match self.cfg.sync_interval {
             Some(every) if pending => {
-                let due = (self.last_sync + every).saturating_duration_since(std::time::Instant::now());
+                let due =
+                    (self.last_sync + every).saturating_duration_since(std::time::Instant::now());
                 due.clamp(std::time::Duration::from_millis(10), RETRY_AFTER)
             }
             _ => RETRY_AFTER,
