@@ -835,7 +835,8 @@ impl StreamWriter {
             return;
         };
         let on_disk = cur.out.on_disk();
-        if !cur.unsynced.front().is_some_and(|(end, _)| *end <= on_disk) {
+        // Nothing the kernel holds is waiting for a sync.
+        if cur.unsynced.front().is_none_or(|(end, _)| *end > on_disk) {
             return;
         }
         self.last_sync = std::time::Instant::now();
