@@ -11,12 +11,15 @@ Modes:
   domains     one header-only message per new observation domain
   interfaces  packet reports on a new interface id in every message (templates included)
   names       interface options records (template 259) naming new interface ids
+  data        valid data: templates and --per packet reports of --size random octets each,
+              sequence numbers in line (a flood from an allowed exporter of its own)
 Prints the number of datagrams sent.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import struct
 import sys
@@ -55,12 +58,14 @@ def interface_template(tid: int = 259) -> bytes:
 def report(ts_ns: int, iface: int, data: bytes) -> bytes:
     sec, ns = divmod(ts_ns, 1_000_000_000)
     frac = -(-(ns << 32) // 1_000_000_000)
-    return struct.pack(">IIIIH", sec + NTP_OFFSET, frac, iface, 1, len(data)) + bytes(
-        [len(data)]) + data
+    return struct.pack(">IIIIH", sec + NTP_OFFSET, frac, iface, 1, len(data)) + varlen(data)
 
 
 def varlen(b: bytes) -> bytes:
-    return bytes([len(b)]) + b
+    """RFC 7011 §7: one length octet below 255, else 255 and two length octets."""
+    if len(b) < 255:
+        return bytes([len(b)]) + b
+    return b"\xff" + struct.pack(">H", len(b)) + b
 
 
 def udp_ip(src: str, sport: int, dst: str, dport: int, payload: bytes) -> bytes:
@@ -70,9 +75,17 @@ def udp_ip(src: str, sport: int, dst: str, dport: int, payload: bytes) -> bytes:
     return ip + udp  # the kernel fills in the IP checksum with IP_HDRINCL
 
 
-def messages(mode: str, count: int, domain: int, start_ms: int):
+def messages(mode: str, count: int, domain: int, start_ms: int, per: int = 8, size: int = 1000):
     """(source port, message) pairs."""
     now_ns = time.time_ns()
+    if mode == "data":
+        # Random payloads: a store compresses them no better than the disk takes them.
+        for i in range(count):
+            blob = os.urandom(per * size)
+            recs = b"".join(report(now_ns + i * per + k, 0, blob[k * size:(k + 1) * size])
+                            for k in range(per))
+            yield 45000, header(i * per, domain, set_(2, packet_template()) + set_(256, recs))
+        return
     if mode == "headers":
         for i in range(count):
             yield 40000 + i % 7, header(0x4000_0000 + i * 0x0100_0003, domain, b"")
@@ -114,13 +127,15 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--domain", type=int, default=1)
     ap.add_argument("--start-ms", type=int, default=int(time.time() * 1000))
+    ap.add_argument("--per", type=int, default=8, help="data: packet reports per message")
+    ap.add_argument("--size", type=int, default=1000, help="data: octets per report")
     ap.add_argument("--pps", type=float, default=0, help="rate limit (0: as fast as possible)")
     a = ap.parse_args()
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
     sent = 0
     t0 = time.monotonic()
-    for sport, m in messages(a.mode, a.count, a.domain, a.start_ms):
+    for sport, m in messages(a.mode, a.count, a.domain, a.start_ms, a.per, a.size):
         while True:
             try:
                 s.sendto(udp_ip(a.src, sport, a.dst, a.port, m), (a.dst, 0))

@@ -41,7 +41,9 @@ from conftest import (
 from fwdtools import last_stats, ledger, ledger_packets, ledger_records, sh, stop
 
 SNAP = 128
-PORT = 4739
+# Engineers sharing a machine give each run its own namespace prefix and port.
+PORT = int(os.environ.get("TAPDECK_EXPORT_PORT", "4739"))
+NS_PREFIX = os.environ.get("TAPDECK_EXPORT_NS", "tdx")
 E_UP = {1: "198.18.41.1", 2: "198.18.42.1"}
 C_ADDR = {1: "198.18.41.2", 2: "198.18.42.2"}
 
@@ -58,7 +60,7 @@ class Net(fwdtools.Namespaces):
 
     def __init__(self, collectors: int = 2):
         self.collectors = collectors
-        super().__init__("tdx", ["g", "e", "c1", "c2"][:2 + collectors])
+        super().__init__(NS_PREFIX, ["g", "e", "c1", "c2"][:2 + collectors])
 
     def build(self):
         self.pair("gen", self.ns["g"], "cap", self.ns["e"])

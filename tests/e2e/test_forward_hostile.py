@@ -29,7 +29,9 @@ from fwdtools import last_stats, ledger, sh, stop
 
 HERE = Path(__file__).resolve().parent
 SNAP = 128
-PORT = 4739
+# Engineers sharing a machine give each run its own namespace prefix and port.
+PORT = int(os.environ.get("TAPDECK_HOSTILE_PORT", "4739"))
+NS_PREFIX = os.environ.get("TAPDECK_HOSTILE_NS", "tdh")
 EXPORTER = "198.18.51.1"
 COLLECTOR = "198.18.52.2"
 ATTACKER = "198.18.53.1"
@@ -41,7 +43,7 @@ class HostileNet:
 
     def __init__(self):
         tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {k: f"tdh{tag}{k}" for k in "gerac"}
+        self.ns = {k: f"{NS_PREFIX}{tag}{k}" for k in "gerac"}
         try:
             for ns in self.ns.values():
                 sh("ip", "netns", "add", ns)
@@ -80,10 +82,11 @@ class HostileNet:
         return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],
                                 stdout=stdout, stderr=stderr)
 
-    def forge(self, mode, *args, timeout=SLOW):
-        """Runs the forger in the attacker's namespace; returns the datagrams it sent."""
+    def forge(self, mode, *args, src=EXPORTER, timeout=SLOW):
+        """Runs the forger in the attacker's namespace (with the exporter's address unless
+        `src` says otherwise); returns the datagrams it sent."""
         r = self.ns_sh(self.ns["a"], sys.executable, HERE / "ipfix_forge.py", mode, "--src",
-                       EXPORTER, "--dst", COLLECTOR, "--port", str(PORT), *map(str, args),
+                       src, "--dst", COLLECTOR, "--port", str(PORT), *map(str, args),
                        timeout=timeout)
         assert r.returncode == 0, r.describe()
         return int(r.stdout.strip().splitlines()[-1])
@@ -102,10 +105,11 @@ def hnet(procs):
     n.close()
 
 
-def start_collector(tapdeck, net, store, procs, *extra):
+def start_collector(tapdeck, net, store, procs, *extra, staging="64MiB", chunk="1MiB",
+                    flush="0.2"):
     p = net.popen("c", tapdeck.bin, "collect", "--listen", f"{COLLECTOR}:{PORT}", "--store",
                   store, "--allow", EXPORTER, "--stats-interval", "0.3", "--flush-interval",
-                  "0.2", "--codec", "zstd:1", "--staging", "64MiB", "--chunk-size", "1MiB",
+                  flush, "--codec", "zstd:1", "--staging", staging, "--chunk-size", chunk,
                   "--no-direct", *extra, stdout=subprocess.DEVNULL)
     procs.append(p)
     wait_for(lambda: (Path(store) / "manifest.json").exists() or p.poll() is not None, 10,
@@ -270,6 +274,66 @@ def test_state_floods_stay_bounded_and_cost_no_real_packet(tapdeck, hnet, procs,
     else:
         assert refused.get("names", 0) > 0, led
     assert err.count("over the caps") <= 1 and err.count("logged once") <= 6, err[-3000:]
+
+
+FLOODER = "198.18.53.1"  # the attacker's own address, allowed: a second exporter
+FLOOD_PER = 8  # packet reports per flood message, 1000 random octets each
+
+
+def test_a_flood_from_another_exporter_is_shed_as_its_own_loss(tapdeck, hnet, procs, tmp_path):
+    """A second allowed exporter floods valid data (8 reports of 1000 random octets per
+    message, 2000 messages/s: 16 MB/s) against an 8 MiB staging pool whose store takes 3 MB/s
+    (--bench-disk-limit), while the real exporter forwards 3000 frames at 750/s. The flood
+    is over its share of what the pool drains and the real exporter within it, so: every real
+    frame is stored (bytes equal to the frames replayed, cut to the snap length), the real
+    stream sheds nothing and loses nothing, the flood's losses are its own (`shed`, logged
+    once), the store drops nothing as staging_full, and per exporter what it sent equals what
+    was stored plus its counted losses."""
+    store = tmp_path / "store"
+    # 16 segments of 512 KiB; a partial chunk goes out each second (each holds a segment).
+    c = start_collector(tapdeck, hnet, store, procs, "--allow", FLOODER, "--bench-disk-limit",
+                        "3MB", staging="8MiB", chunk="512KiB", flush="1")
+    flood_messages = 8000
+    sent = []
+
+    def flood():
+        # Once the real exporter forwards, for as long as the replay lasts (4 s).
+        wait_for(lambda: last_stats(tmp_path / "export.jsonl")["sent"] > 0, QUICK,
+                 "the real exporter to forward")
+        sent.append(hnet.forge("data", "--count", flood_messages, "--pps", 2000, "--per",
+                               FLOOD_PER, src=FLOODER))
+
+    pkts, final = run_real_exporter(tapdeck, hnet, procs, tmp_path, store, 3000, 750, flood)
+    flood_packets = sent[0] * FLOOD_PER
+
+    def flood_stream():
+        return next((s for s in ledger(store)["streams"] if s["exporter"] == FLOODER), None)
+    wait_for(lambda: (s := flood_stream()) and s["records"] + s["lost"] >= flood_packets,
+             QUICK, "the collector to count every flood message")
+    err = stop(c)
+    real, fl = real_stream(store), flood_stream()
+    to = final["collectors"][0]
+    totals = last_stats(Path(store) / "stats.jsonl")["totals"]
+    print(f"share: real sent {to['packets']} packets ({to['records']} records): stored "
+          f"{real['packets']}, shed {real['shed']}, lost {real['lost']}; flood sent "
+          f"{flood_packets}: stored {fl['packets']}, shed {fl['shed']}, lost {fl['lost']}; "
+          f"store: stored {totals['stored']}, staging_full {totals['dropped']['staging_full']}")
+    assert_every_frame_stored(tapdeck, store, tmp_path, pkts)
+    # The real exporter: within its share, nothing shed, nothing lost, every record counted.
+    assert (real["shed"], real["lost"]) == (0, 0), real
+    assert real["records"] == to["records"] and real["packets"] == to["packets"] == len(pkts)
+    # The flood: shed (most of it), counted as its own; sent = stored + shed + lost exactly
+    # (its messages hold packet reports only, so records are packets).
+    assert fl["shed"] > flood_packets // 2, fl
+    assert fl["records"] + fl["lost"] == flood_packets, fl
+    assert fl["packets"] + fl["shed"] + fl["lost"] == flood_packets, fl
+    # The store: no drop a share rule could have avoided; it holds exactly what was handed
+    # to it, and so many flood frames.
+    assert totals["dropped"]["staging_full"] == 0, totals
+    assert totals["stored"] == real["packets"] + fl["packets"], (totals, real, fl)
+    stored = stored_frames(tapdeck, store, tmp_path)
+    assert sum(len(p.data) == 1000 for p in stored) == fl["packets"]
+    assert err.count("more than its share") == 1 and FLOODER in err, err[-3000:]
 
 
 def test_format_pcap_is_refused_at_start(tapdeck, tmp_path):

@@ -22,6 +22,23 @@ pub use tapdeck_pcap::{Interface, Packet};
 /// Receives the packets a source delivers; implemented by the recorder's capture loop.
 pub trait PacketSink {
     fn packet(&mut self, packet: &Packet<'_>);
+
+    /// The staging behind this sink, for a source that shares it out among its senders
+    /// (the IPFIX collector). A sink without a pool reports one that is empty and never
+    /// drains.
+    fn backlog(&self) -> Backlog {
+        Backlog::default()
+    }
+}
+
+/// How full the staging pool behind a [`PacketSink`] is, and how much it has drained.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Backlog {
+    /// Fraction of the pool's segments in use: being filled, compressed or written.
+    pub fill: f64,
+    /// Bytes of staged records the pool has handed on since it was made (segments
+    /// emptied and returned): its drain, as a counter.
+    pub drained_bytes: u64,
 }
 
 /// What one call to [`PacketSource::poll`] achieved.

@@ -976,4 +976,9 @@ pub struct CollectArgs {
     /// Seconds between JSON-lines stats records (and saves of collector.json).
     #[arg(long, default_value = "5", value_name = "SECONDS")]
     pub stats_interval: f64,
+
+    /// Benchmarks and tests only: the writer writes at most this much per second (e.g.
+    /// 4MB), as a slower disk would, so the staging pool fills as it would in front of one.
+    #[arg(long, value_name = "SIZE")]
+    pub bench_disk_limit: Option<String>,
 }

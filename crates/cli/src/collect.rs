@@ -9,13 +9,16 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tapdeck_forward::collect::{CollectorSource, LiveStream, MessageFile, Outputs};
-use tapdeck_forward::ledger::{Ledger, LedgerFile, LEDGER_FILE};
+use tapdeck_forward::ledger::{DurableSaves, Ledger, LedgerFile, LEDGER_FILE};
 use tapdeck_forward::tls::{self, TlsFiles};
 use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{self, StatsWriter};
 
 use crate::args::CollectArgs;
+
+/// How often the writers sync the open files, so that ledger snapshots can be saved.
+const LEDGER_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 use crate::record::{install_signals, print_summary};
 
 /// The transports `--listen` names by its scheme.
@@ -115,10 +118,13 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             compressors: Some(1),
             duration: if stream { None } else { args.duration },
             stats_interval: args.stats_interval,
+            bench_disk_limit: args.bench_disk_limit.clone(),
             ..RecordOptions::default()
         },
     );
-    let mut cfg = opts.builder()?;
+    // The ledger is saved only once the packets it counts are synced (see below): sync the
+    // open files every second, so it lags the store by about that much.
+    let mut cfg = opts.builder()?.sync_interval(Some(LEDGER_SYNC_INTERVAL));
     std::fs::create_dir_all(&args.store)
         .with_context(|| format!("cannot create store {}", args.store.display()))?;
     let ledger_path = args.store.join(LEDGER_FILE);
@@ -201,33 +207,19 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         args.store.display()
     );
     let mut last = LedgerFile::default();
-    let mut pending = std::collections::VecDeque::new();
+    let mut saves = DurableSaves::new();
     // Packets a resumed ledger counted in earlier runs: the recorder counts this run's.
-    let packets = |l: &LedgerFile| l.streams.iter().map(|s| s.packets).sum::<u64>();
-    let earlier = packets(&ledger.lock().unwrap().snapshot());
+    let earlier = ledger.lock().unwrap().snapshot().packets();
     let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
-        // The ledger on disk never counts a packet the store does not hold: each stats
-        // record snapshots it with the packets delivered so far, and a snapshot is saved
-        // only once the recorder has written (or counted as dropped) that many, so after a
-        // kill -9 the ledger is at most what the store holds; what was stored after the
-        // last save is counted as lost by the restarted collector (its sequence numbers
-        // are past the saved ones). With several sockets the streams drain apart and this
-        // holds for the totals only. The history goes beside stats.jsonl.
-        let ledger = ledger.lock().unwrap();
-        let snap = ledger.snapshot();
-        drop(ledger);
-        let delivered = packets(&snap) - earlier;
-        pending.push_back((delivered, snap.clone()));
-        let resolved = record.totals.stored + record.totals.dropped.total();
-        let mut durable = None;
-        while pending.front().is_some_and(|(d, _)| *d <= resolved) {
-            durable = pending.pop_front();
-        }
-        if pending.len() > 64 {
-            pending.pop_front();
-        }
-        if let Some((_, saved)) = durable {
+        // Each stats record snapshots the ledger with the packets delivered so far; a
+        // snapshot is saved only once the recorder has that many synced to the disk (or
+        // counted as dropped): see `DurableSaves`. With several sockets the streams drain
+        // apart and this holds for the totals only. The history goes beside stats.jsonl.
+        let snap = ledger.lock().unwrap().snapshot();
+        saves.taken(snap.packets() - earlier, snap.clone());
+        let settled = record.totals.durable + record.totals.dropped.total();
+        if let Some(saved) = saves.ready(settled) {
             if let Err(e) = saved.save(&ledger_path) {
                 tracing::warn!("{e}");
             }
@@ -316,8 +308,8 @@ fn history_line(
 fn print_ledger(l: &LedgerFile) {
     for s in &l.streams {
         eprintln!(
-            "  exporter {} domain {}: stored {} packets; {} messages, {} records, lost in transit {} ({} reordered back), {} duplicates, {} restarts; dropped: {} without template, {} malformed",
-            s.exporter, s.domain, s.packets, s.messages, s.records, s.lost, s.reordered, s.duplicates, s.restarts, s.no_template, s.malformed
+            "  exporter {} domain {}: stored {} packets; {} messages, {} records, lost in transit {} ({} reordered back), {} duplicates, {} restarts; dropped: {} without template, {} malformed; {} packets shed (over its share of the staging pool)",
+            s.exporter, s.domain, s.packets, s.messages, s.records, s.lost, s.reordered, s.duplicates, s.restarts, s.no_template, s.malformed, s.shed
         );
         if let Some(e) = &s.exporter_counts {
             eprintln!(

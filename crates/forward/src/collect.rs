@@ -12,16 +12,17 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tapdeck_capture::{
-    Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError,
+    Backlog, Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError,
 };
 use tapdeck_ipfix::{ie, read_header, Decoder, Record, SequenceEvent};
 use tapdeck_pcap::{Format, SectionInfo};
 
 use crate::error::ForwardError;
 use crate::ledger::{Ledger, Refusal};
+use crate::share::{staged_len, Admission, FairShare};
 use crate::tcp::{StreamListener, StreamMessage};
 use crate::udp::{self, RecvBatch};
 
@@ -179,6 +180,11 @@ pub enum Outcome {
     NoTemplate,
     /// New state (an observation domain, templates) over a cap: counted, dropped.
     Refused,
+    /// Counted by sequence number, its packets shed: the exporter is over its share of a
+    /// staging pool under pressure (`crate::share`).
+    Shed {
+        packets: u64,
+    },
 }
 
 /// Allow list, decoder and accounting: takes messages, hands out packets.
@@ -186,6 +192,7 @@ pub struct Intake {
     decoder: Decoder,
     allow: Vec<IpAddr>,
     ledger: Arc<Mutex<Ledger>>,
+    share: FairShare,
 }
 
 impl Intake {
@@ -195,21 +202,43 @@ impl Intake {
             decoder: Decoder::new(),
             allow,
             ledger,
+            share: FairShare::new(),
         }
+    }
+
+    /// Brings the exporters' shares of the staging pool up to date (once a tick; call it
+    /// once per batch of messages).
+    pub fn tick(&mut self, now: Instant, backlog: Backlog) {
+        self.share.tick(now, backlog.fill, backlog.drained_bytes);
     }
 
     pub fn ledger(&self) -> &Arc<Mutex<Ledger>> {
         &self.ledger
     }
 
-    /// Takes one message from `peer`: refused, counted and dropped, or counted and its
-    /// packets handed to `deliver` (never a malformed or an unknown template's; a
-    /// duplicate's or an out-of-line message's are, as their sequence number proves nothing).
+    /// Takes one message from `peer` as [`Intake::take_at`] does with a staging pool that is
+    /// never under pressure (nothing is shed).
     pub fn take<'m>(
         &mut self,
         peer: SocketAddr,
         message: &'m [u8],
         table: &mut InterfaceTable,
+        deliver: impl FnMut(Packet<'m>),
+    ) -> Outcome {
+        self.take_at(peer, message, table, 0.0, deliver)
+    }
+
+    /// Takes one message from `peer`: refused, counted and dropped, or counted and its
+    /// packets handed to `deliver` (never a malformed or an unknown template's; a
+    /// duplicate's or an out-of-line message's are, as their sequence number proves
+    /// nothing), or counted and its packets shed when the staging pool is `fill` full and
+    /// the exporter over its share.
+    pub fn take_at<'m>(
+        &mut self,
+        peer: SocketAddr,
+        message: &'m [u8],
+        table: &mut InterfaceTable,
+        fill: f64,
         mut deliver: impl FnMut(Packet<'m>),
     ) -> Outcome {
         let ip = canonical_ip(peer.ip());
@@ -314,6 +343,26 @@ impl Intake {
                 info.header.sequence
             ),
             _ => {}
+        }
+        let (reports, bytes) = records.iter().fold((0, 0), |(n, b), r| match r {
+            Record::Packet(p) => (n + 1, b + staged_len(p.frame_section.len())),
+            _ => (n, b),
+        });
+        if let Admission::Shed { first } = self.share.admit(ip, bytes, reports, fill) {
+            for r in &records {
+                if let Record::ExporterStats(s) = r {
+                    ledger.exporter_stats(ip, domain, s);
+                }
+            }
+            ledger.shed(ip, domain, reports);
+            if first {
+                let share = self.share.share().unwrap_or(0.0);
+                tracing::warn!(
+                    "collector: {ip} sends more than its share ({:.1} MB/s) of a staging pool under pressure; its packets are shed and counted as its own (`shed`) while it does (logged once per episode)",
+                    share / 1e6
+                );
+            }
+            return Outcome::Shed { packets: reports };
         }
         let mut packets = 0;
         let mut caught = 0;
@@ -614,7 +663,9 @@ impl Taker<'_> {
         let delivered = &mut *self.delivered;
         let want_live = self.live.is_some();
         let mut pending_live: Vec<Packet<'_>> = Vec::new();
-        let outcome = self.intake.take(peer, bytes, self.table, |p| {
+        // Two atomic loads per message: the pool's fill decides whether shares apply.
+        let fill = sink.backlog().fill;
+        let outcome = self.intake.take_at(peer, bytes, self.table, fill, |p| {
             let i = p.iface as usize;
             if delivered.len() <= i {
                 delivered.resize(i + 1, 0);
@@ -645,6 +696,7 @@ impl PacketSource for CollectorSource {
     }
 
     fn poll<K: PacketSink>(&mut self, sink: &mut K) -> Result<Poll, SourceError> {
+        self.intake.tick(Instant::now(), sink.backlog());
         let outputs = Arc::clone(&self.outputs);
         let mut live = outputs.live.as_ref().map(|l| l.lock().unwrap());
         let mut file = outputs.file.as_ref().map(|f| f.lock().unwrap());
@@ -936,6 +988,64 @@ mod tests {
         let s = &ledger.lock().unwrap().snapshot().streams[0];
         assert_eq!((s.restarts, s.lost, s.duplicates, s.packets), (1, 0, 0, 3));
         assert_eq!(table.interfaces.len(), 1);
+    }
+
+    /// Two exporters into one pool under pressure: the one over its share of the drain is
+    /// shed, its packets counted as its own (`shed`, and by sequence number, so not
+    /// `lost`); the one within its share keeps every packet; without pressure nobody is shed.
+    #[test]
+    fn over_its_share_under_pressure_an_exporter_is_shed_and_counted() {
+        let ledger = Arc::new(Mutex::new(Ledger::new()));
+        let mut intake = Intake::new(vec![], Arc::clone(&ledger));
+        let mut table = InterfaceTable::default();
+        let flood: SocketAddr = "198.18.53.1:45000".parse().unwrap();
+        let real: SocketAddr = "198.18.51.1:40000".parse().unwrap();
+        let (big, small): (&[u8], &[u8]) = (&[0x55; 1000], &[1; 60]);
+        for peer in [flood, real] {
+            let (o, _) = take_all(&mut intake, &mut table, peer, &message(0, true, &[], 77));
+            assert_eq!(o, Outcome::Accepted { packets: 0 });
+        }
+        // Sequence numbers: the first message held two data records (interface, statistics).
+        let mut next = [2u32, 2u32];
+        let mut offer = |intake: &mut Intake, k: usize, fill: f64| {
+            let (peer, data) = [(flood, big), (real, small)][k];
+            let m = message(next[k], false, &[(1, data)], 0);
+            next[k] += 1;
+            let o = intake.take_at(peer, &m, &mut table, fill, |_| {});
+            if o != Outcome::NewInterfaces {
+                return o;
+            }
+            // As the source does: offered again once the recorder knows the interface.
+            intake.take_at(peer, &m, &mut table, fill, |_| {})
+        };
+        let t0 = Instant::now();
+        let mut sent = [0u64; 2];
+        // Three seconds: the pool drains 20 kB/s and stays over half full; the flood offers
+        // 51.6 kB/s, the real exporter 0.9 kB/s.
+        for t in 0..30u32 {
+            let backlog = Backlog {
+                fill: 0.9,
+                drained_bytes: 2_000 * u64::from(t),
+            };
+            intake.tick(t0 + crate::share::TICK * t, backlog);
+            for _ in 0..5 {
+                offer(&mut intake, 0, 0.9);
+                sent[0] += 1;
+            }
+            assert_eq!(offer(&mut intake, 1, 0.9), Outcome::Accepted { packets: 1 });
+            sent[1] += 1;
+        }
+        let stream = |ip: &str| {
+            let snap = ledger.lock().unwrap().snapshot();
+            snap.streams.into_iter().find(|s| s.exporter == ip).unwrap()
+        };
+        let (f, r) = (stream("198.18.53.1"), stream("198.18.51.1"));
+        assert!(f.shed > sent[0] / 2, "{f:?}");
+        assert_eq!((f.packets + f.shed, f.lost), (sent[0], 0), "{f:?}");
+        assert_eq!((r.packets, r.shed, r.lost), (sent[1], 0, 0), "{r:?}");
+        // Below half full nothing is shed, however far over its share the flood is.
+        assert_eq!(offer(&mut intake, 0, 0.5), Outcome::Accepted { packets: 1 });
+        assert_eq!(stream("198.18.53.1").shed, f.shed);
     }
 
     fn report_on(domain: u32, interface: u32, seq: u32) -> Vec<u8> {

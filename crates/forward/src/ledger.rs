@@ -175,6 +175,10 @@ pub struct StreamLedger {
     pub malformed: u64,
     /// Packet reports handed to the store.
     pub packets: u64,
+    /// Packet reports shed, not stored: the exporter sent more than its share of the
+    /// staging pool while the pool was under pressure (`crate::share`). Its own loss.
+    #[serde(default)]
+    pub shed: u64,
     /// The exporter's own counts, from its last statistics record.
     pub exporter_counts: Option<ExporterCounts>,
 }
@@ -198,6 +202,7 @@ struct Extra {
     no_template: u64,
     malformed: u64,
     packets: u64,
+    shed: u64,
     exporter_counts: Option<ExporterCounts>,
     /// Counts of a saved stream that could not be resumed (no expected number).
     carried: SequenceCounts,
@@ -270,6 +275,7 @@ impl Ledger {
                 no_template: s.no_template,
                 malformed: s.malformed,
                 packets: s.packets,
+                shed: s.shed,
                 exporter_counts: s.exporter_counts,
                 ..Extra::default()
             };
@@ -388,6 +394,11 @@ impl Ledger {
         self.extra.entry((ip, domain)).or_default().packets += packets;
     }
 
+    /// Packets shed for being over the exporter's share of the staging pool.
+    pub fn shed(&mut self, ip: IpAddr, domain: u32, packets: u64) {
+        self.extra.entry((ip, domain)).or_default().shed += packets;
+    }
+
     /// Everything, as saved in the store (streams sorted by exporter and domain).
     pub fn snapshot(&self) -> LedgerFile {
         let mut streams: Vec<StreamLedger> = self
@@ -414,6 +425,7 @@ impl Ledger {
                     no_template: x.no_template,
                     malformed: x.malformed,
                     packets: x.packets,
+                    shed: x.shed,
                     exporter_counts: x.exporter_counts,
                 }
             })
@@ -436,17 +448,76 @@ impl Ledger {
 }
 
 impl LedgerFile {
-    /// Writes this snapshot to `path` (under a temporary name first, so a reader never sees
-    /// half of it).
+    /// Writes this snapshot to `path` durably: under a temporary name, synced, renamed into
+    /// place and the directory synced, so a reader never sees half of it and a power loss
+    /// leaves the old ledger or the new one.
     pub fn save(&self, path: &Path) -> Result<(), ForwardError> {
         let json = serde_json::to_vec_pretty(self).expect("ledger serializes");
         let tmp = path.with_extension("json.partial");
-        std::fs::write(&tmp, json)
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|cause| ForwardError::LedgerWrite {
-                path: path.into(),
-                cause,
-            })
+        write_durably(&tmp, &json, path).map_err(|cause| ForwardError::LedgerWrite {
+            path: path.into(),
+            cause,
+        })
+    }
+
+    /// Packets the ledger says were handed to the store, in all streams.
+    pub fn packets(&self) -> u64 {
+        self.streams.iter().map(|s| s.packets).sum()
+    }
+}
+
+fn write_durably(tmp: &Path, bytes: &[u8], dest: &Path) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(tmp)?;
+    std::io::Write::write_all(&mut f, bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(tmp, dest)?;
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Snapshots of the ledger waiting for the store to hold what they count durably.
+///
+/// The ledger on disk never counts a packet the store could lose: each snapshot is taken
+/// with the packets delivered to the recorder so far, and may be saved only once the
+/// recorder has that many packets on disk and synced (or counted as dropped). So after a
+/// `kill -9` or a power loss the saved ledger says at most what the store holds; what was
+/// stored after the last save is counted as lost by the restarted collector (its sequence
+/// numbers are past the saved ones).
+#[derive(Default)]
+pub struct DurableSaves {
+    /// (packets delivered when taken, snapshot), oldest first.
+    pending: std::collections::VecDeque<(u64, LedgerFile)>,
+}
+
+/// Snapshots kept waiting at most (the oldest go first: a later one replaces them).
+const PENDING_SNAPSHOTS: usize = 64;
+
+impl DurableSaves {
+    pub fn new() -> DurableSaves {
+        DurableSaves::default()
+    }
+
+    /// A snapshot taken when `delivered` packets had been handed to the recorder.
+    pub fn taken(&mut self, delivered: u64, snapshot: LedgerFile) {
+        self.pending.push_back((delivered, snapshot));
+        if self.pending.len() > PENDING_SNAPSHOTS {
+            self.pending.pop_front();
+        }
+    }
+
+    /// The newest snapshot whose packets the recorder has made durable, now that `settled`
+    /// packets are on disk and synced or counted as dropped; it and the older ones leave
+    /// the queue.
+    pub fn ready(&mut self, settled: u64) -> Option<LedgerFile> {
+        let mut ready = None;
+        while self.pending.front().is_some_and(|(d, _)| *d <= settled) {
+            ready = self.pending.pop_front().map(|(_, s)| s);
+        }
+        ready
     }
 }
 
@@ -476,6 +547,39 @@ mod tests {
             (3, 30, 30, 20, Some(60))
         );
         assert_eq!(l.snapshot().not_allowed["198.18.9.9"], 2);
+    }
+
+    fn with_packets(n: u64) -> LedgerFile {
+        LedgerFile {
+            streams: vec![StreamLedger {
+                packets: n,
+                ..StreamLedger::default()
+            }],
+            ..LedgerFile::default()
+        }
+    }
+
+    /// A snapshot waits until the recorder reports its packets durable (synced, or dropped
+    /// and counted), however many it has written; then the newest such one is saved.
+    #[test]
+    fn a_snapshot_waits_for_its_packets_to_be_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LEDGER_FILE);
+        let mut saves = DurableSaves::new();
+        saves.taken(100, with_packets(100));
+        saves.taken(250, with_packets(250));
+        // 250 written, but only 99 synced: nothing may be saved yet.
+        assert!(saves.ready(99).is_none());
+        let first = saves.ready(180).expect("100 are durable");
+        assert_eq!(first.packets(), 100);
+        assert!(saves.ready(180).is_none(), "saved once");
+        saves.taken(300, with_packets(300));
+        let newest = saves.ready(300).expect("both are durable");
+        assert_eq!(newest.packets(), 300, "the newest durable snapshot wins");
+        newest.save(&path).unwrap();
+        let back: LedgerFile = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(back.packets(), 300);
+        assert!(!path.with_extension("json.partial").exists());
     }
 
     #[test]

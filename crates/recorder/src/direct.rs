@@ -198,6 +198,14 @@ impl DirectFile {
         Ok(())
     }
 
+    /// Syncs what the kernel has taken ([`DirectFile::on_disk`]) to the device
+    /// (`fdatasync`); returns how much that is.
+    pub fn sync_data(&self) -> io::Result<u64> {
+        let on_disk = self.on_disk;
+        self.file.sync_data()?;
+        Ok(on_disk)
+    }
+
     /// Flushes, cuts the padding off, and syncs the data and the file size.
     pub fn finish(mut self) -> io::Result<u64> {
         self.flush()?;

@@ -409,6 +409,7 @@ impl RecorderConfig {
                 flow_index: true,
                 discard: false,
                 disk_limit: None,
+                sync_interval: None,
                 fixed_codec: false,
                 flush_interval: Duration::from_secs(2),
                 stats_interval: Duration::from_secs(5),
@@ -449,6 +450,8 @@ impl RecorderConfigBuilder {
         flow_index: bool,
         discard: bool,
         disk_limit: Option<u64>,
+        /// Sync the open files this often (see `WriterConfig::sync_interval`).
+        sync_interval: Option<Duration>,
         /// Benchmarks only: every chunk takes the ladder's first rung (see
         /// `LadderController::fixed`).
         fixed_codec: bool,

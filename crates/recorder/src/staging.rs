@@ -3,7 +3,7 @@
 //! encoded records and hands it on; the segment comes back to the free list only when its
 //! chunk is in the writer's hands, so the pool's fill level is the whole pipeline's backlog.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -35,6 +35,8 @@ pub struct StagingPool {
     free_rx: Receiver<u32>,
     in_use: AtomicUsize,
     awaiting_compression: AtomicUsize,
+    /// Bytes of the segments returned so far (see [`StagingPool::drained_bytes`]).
+    drained: AtomicU64,
     locked: Arc<AtomicBool>,
     prefault_stop: Arc<AtomicBool>,
     prefault: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -86,6 +88,7 @@ impl StagingPool {
             free_rx,
             in_use: AtomicUsize::new(0),
             awaiting_compression: AtomicUsize::new(0),
+            drained: AtomicU64::new(0),
             locked: Arc::new(AtomicBool::new(false)),
             prefault_stop: Arc::new(AtomicBool::new(false)),
             prefault: Mutex::new(None),
@@ -137,6 +140,13 @@ impl StagingPool {
     /// Fraction of segments not free: filled, being compressed, or waiting for the disk.
     pub fn fill(&self) -> f64 {
         self.in_use.load(Ordering::Relaxed) as f64 / self.segments as f64
+    }
+
+    /// Filled bytes of every segment that came back to the free list (its chunk written,
+    /// or dropped): the pool's drain as a counter, whose rate is what the pipeline behind
+    /// it takes.
+    pub fn drained_bytes(&self) -> u64 {
+        self.drained.load(Ordering::Relaxed)
     }
 
     /// Fraction of segments waiting for (or in) a compressor: the backlog the codec ladder
@@ -273,6 +283,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        self.pool
+            .drained
+            .fetch_add(self.len as u64, Ordering::Relaxed);
         self.pool.in_use.fetch_sub(1, Ordering::Relaxed);
         // The free list has room for every segment, so this never blocks.
         let _ = self.pool.free_tx.try_send(self.index);
@@ -327,5 +340,6 @@ mod tests {
         assert!(d.is_empty());
         drop((a, c, d));
         assert_eq!(pool.fill(), 0.0);
+        assert_eq!(pool.drained_bytes(), 5, "what came back filled");
     }
 }

@@ -35,6 +35,9 @@ pub struct CaptureCounts {
 pub struct WriterCounts {
     pub stored: u64,
     pub dropped_write_error: u64,
+    /// Of `stored`, the packets whose file data has been synced to the device (a finished
+    /// file, or a periodic sync of the open one: `WriterConfig::sync_interval`).
+    pub durable: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -183,6 +186,14 @@ impl StatsHub {
         let mut total = Totals::default();
         let mut streams = Vec::new();
         for (i, s) in self.streams.iter().enumerate() {
+            // Before `stored` is read: a record never shows more durable than stored.
+            total.durable += s
+                .writer
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|w| w.durable)
+                .sum::<u64>();
             let capture = s.capture.lock().unwrap().clone();
             for c in &capture {
                 total.staged_bytes += c.staged_bytes;
@@ -252,6 +263,10 @@ pub struct Totals {
     pub seen: u64,
     pub received: u64,
     pub stored: u64,
+    /// Of `stored`, the packets synced to the device: a power loss cannot take them. Only
+    /// as current as the writers' syncs (`RecorderConfig::sync_interval`; without one, a
+    /// file's packets become durable when it is finished).
+    pub durable: u64,
     pub dropped: Drops,
     /// Packets seen but neither stored nor dropped yet (in the kernel's ring, staging, the
     /// compressors or the write buffer): every record balances, seen = stored + dropped +

@@ -150,6 +150,10 @@ pub struct WriterConfig {
     /// Benchmarks only: write at most this many bytes per second, as a slower disk would
     /// (our machines have no cgroup io.max).
     pub disk_limit: Option<u64>,
+    /// Sync the open file's data (`fdatasync`) at most this often while it holds packets
+    /// not yet synced, so they are counted `durable` without waiting for the file to be
+    /// finished (which syncs it). `None`: only finished files are synced.
+    pub sync_interval: Option<std::time::Duration>,
     /// Sequence number of this stream's first file: one past the store's highest, so a
     /// second run into a store never reuses a name.
     pub first_seq: u64,
@@ -194,6 +198,11 @@ struct CurrentFile {
     unconfirmed: std::collections::VecDeque<(u64, Chunk, Encoded)>,
     /// Packet frame bytes appended, as retention counts the open file (`open_grew`).
     counted_bytes: u64,
+    /// Chunks stored in this file and not yet synced: where each frame ends, and its
+    /// packets per interface (counted `durable` once synced).
+    unsynced: std::collections::VecDeque<(u64, Vec<u32>)>,
+    /// The directory has been synced since the file was created (its name survives).
+    dir_synced: bool,
 }
 
 pub struct StreamWriter {
@@ -216,6 +225,8 @@ pub struct StreamWriter {
     abandoned: Vec<(usize, PathBuf)>,
     /// Chunks of the file just abandoned that never reached it, for `rewrite_lost`.
     lost: Vec<(Chunk, Encoded)>,
+    /// When the open file was last synced (see `WriterConfig::sync_interval`).
+    last_sync: std::time::Instant,
 }
 
 impl StreamWriter {
@@ -245,6 +256,7 @@ impl StreamWriter {
             controller: None,
             abandoned: Vec::new(),
             lost: Vec::new(),
+            last_sync: std::time::Instant::now(),
         }
     }
 
@@ -258,7 +270,7 @@ impl StreamWriter {
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
         loop {
-            let done = match rx.recv_timeout(RETRY_AFTER) {
+            let done = match rx.recv_timeout(self.idle_wait()) {
                 Ok(done) => done,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     // A quiet link writes nothing that would find a failed directory
@@ -266,6 +278,7 @@ impl StreamWriter {
                     if self.dirs.probe_failed(self.cfg.stream) {
                         self.salvage_abandoned();
                     }
+                    self.sync_when_due();
                     continue;
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -282,6 +295,7 @@ impl StreamWriter {
             if rx.is_empty() {
                 self.flush_when_idle();
             }
+            self.sync_when_due();
         }
         debug_assert!(pending.is_empty(), "sequence gap at {next}");
         if self.current.is_some() {
@@ -367,6 +381,8 @@ impl StreamWriter {
                 packets: 0,
                 unconfirmed: Default::default(),
                 counted_bytes: 0,
+                unsynced: Default::default(),
+                dir_synced: false,
             });
             match self.append_raw(&header, FrameKind::Header, 0, (0, 0)) {
                 Ok(_) => {
@@ -411,7 +427,9 @@ impl StreamWriter {
                 .add_decision(codec, chunk.decision.reason, data_len);
             self.grow_counts(chunk.per_iface.len());
             for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+                // Nothing to lose: what is discarded is as durable as it will ever be.
                 c.stored += u64::from(n);
+                c.durable += u64::from(n);
             }
             self.publish();
             return;
@@ -500,6 +518,8 @@ impl StreamWriter {
             // Moved, not copied: a chunk written again elsewhere is indexed again.
             *last = std::mem::take(&mut chunk.flows);
         }
+        cur.unsynced
+            .push_back((cur.out.len(), chunk.per_iface.clone()));
         cur.unconfirmed.push_back((cur.out.len(), chunk, encoded));
         let on_disk = cur.out.on_disk();
         while cur
@@ -607,7 +627,12 @@ impl StreamWriter {
             );
             // Chunks still in the write buffer never reached the file: not stored after all,
             // they are written again elsewhere (`rewrite_lost`), or dropped and counted.
+            // Those it holds stay stored, and durable if a sync still succeeds.
             let on_disk = cur.out.on_disk();
+            if cur.out.sync_data().is_ok() {
+                let synced = cur.unsynced.iter().filter(|(end, _)| *end <= on_disk);
+                Self::count_durable(&mut self.counts, synced.map(|(_, p)| p));
+            }
             self.retention.open_shrank(cur.counted_bytes);
             for (end, chunk, encoded) in cur.unconfirmed {
                 if end > on_disk {
@@ -749,6 +774,7 @@ impl StreamWriter {
         };
         let final_path = self.dirs.paths[cur.dir].join(&cur.name);
         let (counted_bytes, packets) = (cur.counted_bytes, cur.packets);
+        let unsynced = std::mem::take(&mut cur.unsynced);
         self.retention.open_shrank(counted_bytes);
         let result = finalize(
             cur.out,
@@ -765,6 +791,9 @@ impl StreamWriter {
             self.abandoned.push((cur.dir, cur.partial));
             return;
         }
+        // `finalize` synced the file and its directory.
+        Self::count_durable(&mut self.counts, unsynced.iter().map(|(_, p)| p));
+        self.publish();
         self.stats.files_written.fetch_add(1, Ordering::Relaxed);
         self.stats
             .last_file_completed_ns
@@ -772,6 +801,72 @@ impl StreamWriter {
         tracing::debug!("completed {}", final_path.display());
         self.retention.add(cur.dir, &final_path, Some(packets));
         self.retention.enforce(&self.stats);
+    }
+
+    /// How long the writer may wait for the next item: until a sync is due, if the open
+    /// file holds packets not yet synced.
+    fn idle_wait(&self) -> std::time::Duration {
+        let pending = self.current.as_ref().is_some_and(|c| {
+            c.unsynced
+                .front()
+                .is_some_and(|(end, _)| *end <= c.out.on_disk())
+        });
+        match self.cfg.sync_interval {
+            Some(every) if pending => {
+                let due =
+                    (self.last_sync + every).saturating_duration_since(std::time::Instant::now());
+                due.clamp(std::time::Duration::from_millis(10), RETRY_AFTER)
+            }
+            _ => RETRY_AFTER,
+        }
+    }
+
+    /// Syncs the open file when `sync_interval` has passed and packets the kernel holds are
+    /// waiting for it; they are then counted durable. The file's directory is synced once
+    /// too, so a file created since survives a power loss under its name.
+    fn sync_when_due(&mut self) {
+        let Some(every) = self.cfg.sync_interval else {
+            return;
+        };
+        if self.last_sync.elapsed() < every {
+            return;
+        }
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        let on_disk = cur.out.on_disk();
+        // Nothing the kernel holds is waiting for a sync.
+        if cur.unsynced.front().is_none_or(|(end, _)| *end > on_disk) {
+            return;
+        }
+        self.last_sync = std::time::Instant::now();
+        let synced = cur.out.sync_data().and_then(|synced| {
+            if !cur.dir_synced {
+                std::fs::File::open(&self.dirs.paths[cur.dir])?.sync_all()?;
+                cur.dir_synced = true;
+            }
+            Ok(synced)
+        });
+        match synced {
+            Ok(synced) => {
+                let n = cur.unsynced.partition_point(|(end, _)| *end <= synced);
+                let done: Vec<_> = cur.unsynced.drain(..n).collect();
+                Self::count_durable(&mut self.counts, done.iter().map(|(_, p)| p));
+                self.publish();
+            }
+            Err(e) => {
+                self.abandon_current(&format!("syncing failed: {e}"));
+                self.rewrite_lost();
+            }
+        }
+    }
+
+    fn count_durable<'a>(counts: &mut [WriterCounts], chunks: impl Iterator<Item = &'a Vec<u32>>) {
+        for per_iface in chunks {
+            for (c, &n) in counts.iter_mut().zip(per_iface) {
+                c.durable += u64::from(n);
+            }
+        }
     }
 
     fn interface_counts(&mut self, close: &CloseFile) -> Vec<meta::InterfaceCounts> {
