@@ -76,6 +76,16 @@ class Namespaces:
             run(["ip", "netns", "del", ns], check=False)
 
 
+def reference(net, tmp_path, procs):
+    """tcpdump on the exporter namespace's `cap` interface into `ref.pcap` (nanosecond
+    times, whole frames): the oracle of what the exporter saw. Returns (path, process)."""
+    ref = tmp_path / "ref.pcap"
+    dump = net.tcpdump("e", tmp_path / "cap.log", "-i", "cap", "-s", "0", "-U",
+                       "--time-stamp-precision", "nano", "-w", ref)
+    procs.append(dump)
+    return ref, dump
+
+
 def start_exporter(tapdeck, net, stats, procs, snap, *args):
     """`tapdeck export` on the exporter namespace's `cap` interface, once it has written its
     first stats record."""

@@ -89,14 +89,6 @@ def start_collector(tapdeck, net, store, procs, port, log: Path):
     return p
 
 
-def reference(net, tmp_path, procs):
-    ref = tmp_path / "ref.pcap"
-    dump = net.tcpdump("e", tmp_path / "cap.log", "-i", "cap", "-s", "0", "-U",
-                       "--time-stamp-precision", "nano", "-w", ref)
-    procs.append(dump)
-    return ref, dump
-
-
 def flows_frames(n: int, flows: int, seed: int, start_ns: int) -> list[Pkt]:
     """`n` frames of `flows` UDP/TCP flows in turn (so every flow has frames in every part
     of the list), 1 ms apart, half-random payloads."""
@@ -198,7 +190,7 @@ def test_tcp_failover_every_frame_reaches_exactly_one_collector(tapdeck, rnet, p
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     col_a = start_collector(tapdeck, rnet, stores[0], procs, PORT_A, logs[0])
     col_b = start_collector(tapdeck, rnet, stores[1], procs, PORT_B, logs[1])
-    ref, dump = reference(rnet, tmp_path, procs)
+    ref, dump = fwdtools.reference(rnet, tmp_path, procs)
     stats = tmp_path / "export.jsonl"
     exp = fwdtools.start_exporter(tapdeck, rnet, stats, procs, str(SNAP), "--to",
                                   f"tcp://{C_ADDR}:{PORT_A}", "--to", f"tcp://{C_ADDR}:{PORT_B}")

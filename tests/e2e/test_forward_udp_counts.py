@@ -30,14 +30,6 @@ from test_forward_tcp import (  # noqa: F401 (net, pki: fixtures)
 DEAD_PORT = PORT + 1
 
 
-def reference(net, tmp_path, procs):
-    ref = tmp_path / "ref.pcap"
-    dump = net.tcpdump("e", tmp_path / "cap.log", "-i", "cap", "-s", "0", "-U",
-                       "--time-stamp-precision", "nano", "-w", ref)
-    procs.append(dump)
-    return ref, dump
-
-
 def test_a_refusing_collectors_flows_fail_over(tapdeck, net, procs, tmp_path):
     """Two collectors, the second refusing (nothing listens on its port, so the collector's
     host answers with ICMP port unreachable): the exporter counts nothing as sent to it, its
@@ -48,7 +40,7 @@ def test_a_refusing_collectors_flows_fail_over(tapdeck, net, procs, tmp_path):
     store = tmp_path / "store"
     clog = tmp_path / "collector.log"
     col = start_collector(tapdeck, net, store, procs, "udp", log=clog)
-    ref, dump = reference(net, tmp_path, procs)
+    ref, dump = fwdtools.reference(net, tmp_path, procs)
     stats = tmp_path / "export.jsonl"
     exp = fwdtools.start_exporter(tapdeck, net, stats, procs, str(SNAP), "--to",
                                   f"{C_ADDR}:{PORT}", "--to", f"{C_ADDR}:{DEAD_PORT}")
@@ -86,7 +78,7 @@ def test_a_late_collector_is_not_counted_as_received(tapdeck, net, procs, tmp_pa
     second = write_pcap(tmp_path / "second.pcap", frames[half:])
     store = tmp_path / "store"
     clog = tmp_path / "collector.log"
-    ref, dump = reference(net, tmp_path, procs)
+    ref, dump = fwdtools.reference(net, tmp_path, procs)
     stats = tmp_path / "export.jsonl"
     exp = fwdtools.start_exporter(tapdeck, net, stats, procs, str(SNAP), "--to",
                                   f"{C_ADDR}:{PORT}")
