@@ -488,11 +488,16 @@ impl LadderController {
             && self.raw_fits(now, speed)
     }
 
+    /// The compressors as whole CPUs: their number times the share of a CPU each gets.
+    fn effective_compressors(&self) -> f64 {
+        self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0)
+    }
+
     /// Some rung's compressors take the offered rate (judged over `TAU_FAST` too) with the
     /// margin.
     fn compressors_keep_up(&self, now: f64) -> bool {
         let need = self.offered_now(now) * (1.0 + MARGIN);
-        let n = self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0);
+        let n = self.effective_compressors();
         self.rungs.iter().any(|r| n * r.speed() >= need)
     }
 
@@ -506,7 +511,7 @@ impl LadderController {
     /// estimates that are a few per cent off either way.
     fn raw_fits(&self, now: f64, speed: f64) -> bool {
         let offered = self.offered_now(now);
-        let n = self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0);
+        let n = self.effective_compressors();
         self.rungs.iter().any(|r| {
             let (cap, q) = (n * r.speed(), r.ratio());
             let needed = (offered - cap).max(0.0);
@@ -545,7 +550,7 @@ impl LadderController {
     fn plan_for(&self, offered: f64) -> Option<usize> {
         let need = offered * (1.0 + MARGIN);
         let disk = self.disk_speed.0.unwrap_or(f64::INFINITY);
-        let n = self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0);
+        let n = self.effective_compressors();
         // (index, sustainable input rate, disk bytes per second at `need`)
         let mut options: Vec<(Option<usize>, f64, f64)> = vec![(None, disk, need)];
         for (i, r) in self.rungs.iter().enumerate() {
@@ -586,7 +591,7 @@ impl LadderController {
     fn plan_burst(&self, offered: f64) -> usize {
         let need = offered * (1.0 + MARGIN);
         let disk = self.disk_speed.0.unwrap_or(f64::INFINITY);
-        let n = self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0);
+        let n = self.effective_compressors();
         let stores = |r: &Rung| (n * r.speed()).min(disk / r.ratio());
         let compressing = || {
             self.rungs
