@@ -271,6 +271,16 @@ impl FrameEncoder {
         }
     }
 
+    /// Whether `codec` has been used by this encoder before, so that its context and buffers
+    /// exist: a codec's first frame costs several times what the next ones do.
+    pub fn is_warm(&self, codec: Codec) -> bool {
+        match (self.container, codec) {
+            (Container::Plain, _) | (_, Codec::Raw) => true,
+            (Container::Lz4, Codec::Zstd(_)) | (_, Codec::Lz4) => self.lz4_block.capacity() > 0,
+            (_, Codec::Zstd(level)) => self.zstd.iter().any(|(l, _)| *l == level),
+        }
+    }
+
     /// Appends `data` to `out` as one frame encoded with `codec`; returns the codec that was
     /// really used (a compressing codec the container cannot hold falls back to raw).
     pub fn encode(
@@ -351,6 +361,9 @@ fn lz4_header(flags: u8, len: usize) -> [u8; 15] {
 /// independent 4 MiB blocks, each compressed by lz4_flex into the reusable `block` buffer,
 /// or stored as it is where compressing does not shrink it; with the content checksum.
 fn lz4_frame(data: &[u8], block: &mut Vec<u8>, out: &mut Vec<u8>) {
+    // Room for the frame at its largest (every block stored), so `out` never regrows and
+    // copies what it holds.
+    out.reserve(15 + data.len() + data.len().div_ceil(LZ4_MAX_BLOCK).max(1) * 4 + 8);
     out.extend_from_slice(&lz4_header(0x6C, data.len()));
     for piece in data.chunks(LZ4_MAX_BLOCK) {
         let bound = lz4_flex::block::get_maximum_output_size(piece.len());
@@ -1157,6 +1170,25 @@ mod tests {
     /// warm encoder makes the same bytes as a fresh one, lz4_flex's frame reader (the one
     /// `decode_frame` uses, and a second implementation of the format) reads them with their
     /// checksums, and a block that does not shrink is stored as it is.
+    /// The recorder times a rung only once its encoder is warm (see `is_warm`).
+    #[test]
+    fn an_encoder_is_warm_for_a_codec_once_it_has_used_it() {
+        let mut e = FrameEncoder::new(Container::Zstd);
+        let data = sample(100_000);
+        assert!(e.is_warm(Codec::Raw));
+        for codec in [Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4] {
+            assert!(!e.is_warm(codec), "{codec}");
+            e.encode(codec, &data, &mut Vec::new()).unwrap();
+            assert!(e.is_warm(codec), "{codec}");
+        }
+        assert!(!e.is_warm(Codec::Zstd(2)));
+        // An LZ4 container stores zstd rungs as LZ4: warm together.
+        let mut e = FrameEncoder::new(Container::Lz4);
+        assert!(!e.is_warm(Codec::Zstd(3)));
+        e.encode(Codec::Lz4, &data, &mut Vec::new()).unwrap();
+        assert!(e.is_warm(Codec::Zstd(3)));
+    }
+
     #[test]
     fn lz4_frames_from_a_warm_encoder_equal_a_fresh_ones_and_read_back() {
         let mut warm = FrameEncoder::new(Container::Lz4);

@@ -4,26 +4,31 @@
 //!
 //! It is fed measurements (each compressed chunk: rung, bytes in and out, CPU and wall
 //! seconds; each written chunk: bytes and seconds in the write) and, per chunk, the time, the
-//! pool's fill and how many chunks wait for a compressor. From these it keeps decaying
-//! averages of the offered rate, each rung's speed per CPU second and ratio, the compressors'
-//! share of the CPU, the disk's speed and how busy it is, the bytes recently sent to it, and
-//! the pool's trend. The decision, in order:
+//! bytes dropped since the last chunk because the pool was full, the pool's fill and how many
+//! chunks wait for a compressor. From these it keeps decaying averages of the offered rate
+//! (dropped bytes included: a full pool takes in only what leaves it, and judged by its
+//! intake an overload looks like a load the compressors keep up with), each rung's speed per
+//! CPU second and ratio, the compressors' share of the CPU, the disk's speed and how busy it
+//! is, the bytes recently sent to it, and the pool's trend. The decision, in order:
 //!
 //! 1. *Plan*: for each rung, predict what the disk would get if the compressors took what they
 //!    can at that rung and the rest went raw. Of the rungs that keep up with the offered rate
 //!    (with a margin) the one that writes the fewest bytes wins; if none keeps up, the one that
 //!    stores the most. Raw is a rung too (infinitely fast, ratio 1).
-//! 2. *Probe*: a rung not measured for `PROBE_EVERY` gets one chunk (unless the pool is
-//!    nearly full), so that its estimate follows the traffic, under load too.
+//! 2. *Probe*: a rung not measured for `PROBE_EVERY` (longer for a slow rung, so that probes
+//!    cost at most `PROBE_SHARE` of a compressor) gets one chunk, so that its estimate
+//!    follows the traffic, under load too. A rung's first chunk on each compressor is not
+//!    timed: it builds the codec's context and buffers, and took 3–4 times a warm chunk's
+//!    time on our machines; a rung with no timed chunk yet is probed again at once.
 //! 3. *Compressors behind* (more chunks queued than they can start, the pool projected full
 //!    within a horizon at its trend or half full, or the backlog ladder at its raw rung): raw
 //!    when raw helps (no rung's compressors take the offered rate, or the pool is half full
-//!    anyway) and the disk has headroom (measured, busy less than `DISK_BUSY_MAX` of the time, the bytes recently
-//!    sent its way below that share of its speed, and the offered rate — over `TAU_FAST` too —
-//!    fitting it beside what the compressors take) — at once, not only when the pool is
-//!    nearly full; otherwise the chunk queues for a compressor, at the rung that keeps up
-//!    with the burst, and the pool absorbs it (raw would only flood a disk that is already
-//!    the limit).
+//!    anyway) and the disk has headroom (measured, busy less than `DISK_BUSY_MAX` of the
+//!    time, the bytes recently sent its way below that share of its speed, and room left
+//!    there beside what the compressors write at the burst's rung, at the offered rate over
+//!    `TAU_FAST` too) — at once, not only when the pool is nearly full; otherwise the chunk
+//!    queues for a compressor, at the rung that stores the most of the burst, and the pool
+//!    absorbs it (raw would only flood a disk that is already the limit).
 //! 4. Otherwise the planned rung, but never stronger than the backlog ladder allows (its
 //!    thresholds, `zstd:1@0.5`, still cap the rung, as before the controller).
 //!
@@ -57,7 +62,16 @@ const HORIZON_S: f64 = 1.0;
 const BEHIND_FILL: f64 = 0.5;
 /// A rung not measured for this long gets a chunk (seconds)...
 const PROBE_EVERY: f64 = 2.0;
-/// ...while the pool is less full than this.
+/// ...or for longer, so that probing a slow rung costs at most this share of a compressor.
+const PROBE_SHARE: f64 = 0.01;
+/// A rung timed on fewer chunks than this is young: probed again after `PROBE_YOUNG`
+/// seconds. A recorder's first chunks run on memory the machine has not touched yet (in a VM
+/// the host backs each page on first touch), and were timed at a third of the speed of the
+/// same rung a second later.
+const WARM_SAMPLES: u32 = 4;
+const PROBE_YOUNG: f64 = 0.25;
+/// While the pool is this full, only young rungs are probed: a probe of a weaker rung then
+/// costs disk bytes, of a slower one compressor time, and both cost packets.
 const PROBE_BELOW_FILL: f64 = 0.9;
 
 /// Why a chunk took its rung: the columns of the per-rung stats.
@@ -103,14 +117,17 @@ pub struct Decision {
     pub reason: Reason,
 }
 
-/// An amount per second, decaying over about `TAU`: a rate that forgets smoothly. Times
-/// count from the controller's start; while that is younger than a few `TAU` the sum is
-/// divided by the shorter window it covers, so a young rate is not underestimated (a raw
-/// flood at the start went to a slow disk while the bytes sent to it still looked few).
+/// An amount per second, decaying over about `TAU`: a rate that forgets smoothly. While
+/// its first amount is younger than a few `TAU` the sum is divided by the shorter window it
+/// covers, so a young rate is not underestimated (a raw flood at the start went to a slow
+/// disk while the bytes sent to it still looked few). The window counts from the first
+/// amount, not the controller's start: a recorder may take most of a second to lock its
+/// staging pool before the first packet.
 #[derive(Debug, Clone, Copy)]
 struct DecayingRate {
     sum: f64,
     last: f64,
+    first: Option<f64>,
     tau: f64,
 }
 
@@ -125,6 +142,7 @@ impl DecayingRate {
         DecayingRate {
             sum: 0.0,
             last: 0.0,
+            first: None,
             tau,
         }
     }
@@ -132,10 +150,12 @@ impl DecayingRate {
     fn add(&mut self, now: f64, amount: f64) {
         self.sum = self.sum * (-(now - self.last).max(0.0) / self.tau).exp() + amount;
         self.last = self.last.max(now);
+        self.first.get_or_insert(now);
     }
 
     fn at(&self, now: f64) -> f64 {
-        let window = self.tau * (1.0 - (-now.max(1e-3) / self.tau).exp());
+        let age = self.first.map_or(0.0, |t| now - t).max(0.01);
+        let window = self.tau * (1.0 - (-age / self.tau).exp());
         self.sum * (-(now - self.last).max(0.0) / self.tau).exp() / window
     }
 }
@@ -176,6 +196,8 @@ struct Rung {
     ratio: Estimate,
     /// When last measured, or last sent a probe.
     seen_at: Option<f64>,
+    /// Chunks timed so far.
+    timed: u32,
 }
 
 impl Rung {
@@ -185,6 +207,21 @@ impl Rung {
 
     fn ratio(&self) -> f64 {
         self.ratio.0.unwrap_or(0.5)
+    }
+
+    /// Whether a chunk of `bytes` at `now`, the pool `fill` full, should measure this rung:
+    /// never sent one; young and not for `PROBE_YOUNG`; or, the pool not nearly full, not
+    /// for `PROBE_EVERY` and for long enough that the chunk costs a compressor at most
+    /// `PROBE_SHARE` of the time since.
+    fn probe_due(&self, now: f64, bytes: usize, fill: f64) -> bool {
+        let interval = if self.timed < WARM_SAMPLES {
+            PROBE_YOUNG
+        } else if fill < PROBE_BELOW_FILL {
+            PROBE_EVERY.max(bytes as f64 / self.speed() / PROBE_SHARE)
+        } else {
+            return false;
+        };
+        self.seen_at.is_none_or(|t| now - t > interval)
     }
 }
 
@@ -257,6 +294,7 @@ impl LadderController {
                 prior_speed: prior_speed(codec),
                 ratio: Estimate::default(),
                 seen_at: None,
+                timed: 0,
             })
             .collect();
         LadderController {
@@ -300,11 +338,25 @@ impl LadderController {
             if bytes_in > 0 && cpu > 0.0 {
                 r.speed.update_speed(bytes_in as f64 / cpu);
                 r.ratio.update(bytes_out as f64 / bytes_in as f64);
+                r.timed += 1;
             }
             r.seen_at = Some(now);
         }
         if wall > 0.0 {
             self.cpu_share.update((cpu / wall).clamp(0.05, 1.0));
+        }
+    }
+
+    /// A compressor's first chunk at `codec`, not timed (see the module comment): only its
+    /// ratio counts. A rung with no timed chunk yet is probed again at the next chunk.
+    pub fn compressed_cold(&mut self, codec: Codec, (bytes_in, bytes_out): (usize, usize)) {
+        if let Some(r) = self.rungs.iter_mut().find(|r| r.codec == codec) {
+            if bytes_in > 0 {
+                r.ratio.update(bytes_out as f64 / bytes_in as f64);
+            }
+            if r.speed.0.is_none() {
+                r.seen_at = None;
+            }
         }
     }
 
@@ -331,22 +383,36 @@ impl LadderController {
         self.fill_at = Some(now);
     }
 
-    /// The codec for a chunk of `bytes` submitted at `now`, with the pool `fill` full and
-    /// `queued` chunks (this one not included) waiting for or in a compressor.
-    pub fn decide(&mut self, now: f64, bytes: usize, fill: f64, queued: usize) -> Decision {
+    /// The codec for a chunk of `bytes` submitted at `now`, `dropped` bytes having been
+    /// refused by the full pool since the last chunk, with the pool `fill` full and `queued`
+    /// chunks (this one not included) waiting for or in a compressor.
+    pub fn decide(
+        &mut self,
+        now: f64,
+        (bytes, dropped): (usize, u64),
+        fill: f64,
+        queued: usize,
+    ) -> Decision {
         let d = match self.fixed {
             Some(codec) => Decision {
                 codec,
                 reason: Reason::Fixed,
             },
-            None => self.choose(now, bytes, fill, queued),
+            None => self.choose(now, (bytes, dropped), fill, queued),
         };
         self.commit(now, bytes, d)
     }
 
-    fn choose(&mut self, now: f64, bytes: usize, fill: f64, queued: usize) -> Decision {
-        self.offered.add(now, bytes as f64);
-        self.offered_fast.add(now, bytes as f64);
+    fn choose(
+        &mut self,
+        now: f64,
+        (bytes, dropped): (usize, u64),
+        fill: f64,
+        queued: usize,
+    ) -> Decision {
+        let offered = bytes as f64 + dropped as f64;
+        self.offered.add(now, offered);
+        self.offered_fast.add(now, offered);
         self.observe_fill(now, fill);
         let backlog = queued as f64 / self.pool_segments as f64;
         let capped = self.ladder.choose(backlog);
@@ -358,20 +424,19 @@ impl LadderController {
             };
         };
         // Probes go on under load too: estimates must follow the traffic (a rung measured
-        // once while the compressors were starved must not stay condemned).
-        if fill < PROBE_BELOW_FILL {
-            if let Some(r) = self
-                .rungs
-                .iter_mut()
-                .find(|r| r.seen_at.is_none_or(|t| now - t > PROBE_EVERY))
-            {
-                r.seen_at = Some(now);
-                if r.codec != plan_codec {
-                    return Decision {
-                        codec: r.codec,
-                        reason: Reason::Probe,
-                    };
-                }
+        // once while the compressors were starved, or on cold memory, must not stay
+        // condemned), and a probe costs at most `PROBE_SHARE` of a compressor.
+        if let Some(r) = self
+            .rungs
+            .iter_mut()
+            .find(|r| r.probe_due(now, bytes, fill))
+        {
+            r.seen_at = Some(now);
+            if r.codec != plan_codec {
+                return Decision {
+                    codec: r.codec,
+                    reason: Reason::Probe,
+                };
             }
         }
         let filling_soon = self.trend > 0.0 && (1.0 - fill) / self.trend < HORIZON_S;
@@ -501,27 +566,23 @@ impl LadderController {
         self.rungs.iter().any(|r| n * r.speed() >= need)
     }
 
-    /// Whether raw copies fit a disk of `speed` at the offered rate: with the compressors
-    /// taking what they can at some rung (their capacity `cap`, ratio `q`), the rest,
-    /// `offered − cap`, goes raw, and the disk then gets `(offered − x)·q + x` for `x` raw
-    /// bytes a second. Raw fits if the `x` needed is at most the `x` the disk has room for
-    /// within `DISK_BUSY_MAX` of its speed. If not, every raw byte displaces compressed ones
-    /// that would have stored more packets; the margin keeps a disk that compressed data
-    /// alone nearly fills (a burst at twice its speed, 2:1 data) from being judged by
-    /// estimates that are a few per cent off either way.
+    /// Whether raw copies fit a disk of `speed` at the offered rate: the compressors, at
+    /// the rung that stores the most of it (`plan_burst`), write `min(offered, cap)·q` a
+    /// second, and raw copies may have what is left of `DISK_BUSY_MAX` of the disk's speed.
+    /// If nothing is left, every raw byte displaces compressed ones that would have stored
+    /// more packets (a burst at twice a disk's speed, 2:1 data); if something is, raw stores
+    /// packets that no compressor had time for (a fast disk, traffic beyond the CPU).
     fn raw_fits(&self, now: f64, speed: f64) -> bool {
         let offered = self.offered_now(now);
-        let n = self.effective_compressors();
-        self.rungs.iter().any(|r| {
-            let (cap, q) = (n * r.speed(), r.ratio());
-            let needed = (offered - cap).max(0.0);
-            if q >= 1.0 {
-                // Incompressible: raw costs the disk no more than compressing.
-                return offered <= DISK_BUSY_MAX * speed;
-            }
-            let room = (DISK_BUSY_MAX * speed - offered * q) / (1.0 - q);
-            room > 0.0 && needed <= room
-        })
+        let Some(r) = self.rungs.get(self.plan_burst(offered)) else {
+            return true; // nothing to compress with: raw is all there is
+        };
+        if r.speed.0.is_none() {
+            // Not timed yet: a guess must not send raw copies to a disk that may be the limit.
+            return false;
+        }
+        let compressed = offered.min(self.effective_compressors() * r.speed()) * r.ratio();
+        compressed < DISK_BUSY_MAX * speed
     }
 
     /// Counts what a decision sends to the disk.
@@ -656,7 +717,7 @@ impl SharedController {
         self.start.elapsed().as_secs_f64()
     }
 
-    pub fn decide(&self, bytes: usize, fill: f64, queued: usize) -> Decision {
+    pub fn decide(&self, bytes: (usize, u64), fill: f64, queued: usize) -> Decision {
         let now = self.now();
         self.inner.lock().unwrap().decide(now, bytes, fill, queued)
     }
@@ -667,6 +728,10 @@ impl SharedController {
             .lock()
             .unwrap()
             .at_compressor(now, planned, backlog, fill)
+    }
+
+    pub fn compressed_cold(&self, codec: Codec, bytes: (usize, usize)) {
+        self.inner.lock().unwrap().compressed_cold(codec, bytes)
     }
 
     pub fn compressed(&self, codec: Codec, bytes: (usize, usize), cpu: f64, wall: f64) {
@@ -789,6 +854,8 @@ mod tests {
         let mut out = Outcome::default();
         let mut items: VecDeque<Item> = VecDeque::new();
         let (mut partial, mut write_left) = (0.0, None::<f64>);
+        // Bytes the full pool refused since the last chunk it took.
+        let mut refused = 0u64;
         let steps = (seconds / dt) as usize;
         for step in 0..steps {
             let t = step as f64 * dt;
@@ -799,6 +866,7 @@ mod tests {
                 partial -= CHUNK;
                 if items.len() >= segments {
                     out.dropped += CHUNK;
+                    refused += CHUNK as u64;
                     continue;
                 }
                 let queued = items.iter().filter(|i| i.work > 0.0).count();
@@ -806,7 +874,12 @@ mod tests {
                 let fill = (items.len() + 1) as f64 / segments as f64;
                 let codec = match policy {
                     Policy::Controller => {
-                        let d = ctl.decide(t, CHUNK as usize, fill, queued);
+                        let d = ctl.decide(
+                            t,
+                            (CHUNK as usize, std::mem::take(&mut refused)),
+                            fill,
+                            queued,
+                        );
                         let key = format!("{} {} @{t:.1}", d.codec, d.reason.name());
                         *out.by_reason.entry(key).or_default() += CHUNK;
                         d.codec
@@ -1092,6 +1165,9 @@ mod tests {
             codec: Codec::Zstd(1),
             reason: Reason::Plan,
         };
+        // Compressors timed at 100 MB/s, so that raw copies would store what they cannot.
+        ctl.compressed(0.4, Codec::Zstd(1), (1 << 20, 1 << 19), 0.01, 0.01);
+        ctl.compressed(0.4, Codec::Lz4, (1 << 20, 1 << 19), 0.01, 0.01);
         // An idle disk: a backlog past 90 % still sends the chunk raw, as before.
         ctl.written(0.5, 1 << 20, 0.001);
         let d = ctl.at_compressor(0.5, planned, 0.95, 0.95);
@@ -1115,7 +1191,7 @@ mod tests {
         let mut ctl = LadderController::new(ladder, 1, 100).fixed(true);
         ctl.written(0.5, 1 << 20, 0.001); // an idle disk: the ladder would go raw when behind
         for (fill, queued) in [(0.0, 0), (0.6, 50), (0.99, 99)] {
-            let d = ctl.decide(1.0, 1 << 20, fill, queued);
+            let d = ctl.decide(1.0, (1 << 20, 0), fill, queued);
             assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Fixed));
             assert_eq!(ctl.at_compressor(1.0, d, fill, fill), d);
         }
@@ -1128,8 +1204,8 @@ mod tests {
         // Let every rung be measured (fast), so no probe interferes.
         ctl.compressed(0.0, Codec::Zstd(1), (1 << 20, 1 << 19), 0.001, 0.001);
         ctl.compressed(0.0, Codec::Lz4, (1 << 20, 1 << 19), 0.001, 0.001);
-        assert_eq!(ctl.decide(0.1, 1 << 20, 0.05, 0).codec, Codec::Zstd(1));
-        let d = ctl.decide(0.2, 1 << 20, 0.2, 15);
+        assert_eq!(ctl.decide(0.1, (1 << 20, 0), 0.05, 0).codec, Codec::Zstd(1));
+        let d = ctl.decide(0.2, (1 << 20, 0), 0.2, 15);
         assert_eq!(
             d,
             Decision {
@@ -1144,7 +1220,7 @@ mod tests {
         let ladder = CodecLadder::parse("zstd:3,zstd:1,lz4,raw").unwrap();
         let mut ctl = LadderController::new(ladder, 1, 100);
         // A second after the start: a trickle, so the plan is the strongest rung.
-        let first = ctl.decide(1.0, 1 << 20, 0.0, 0);
+        let first = ctl.decide(1.0, (1 << 20, 0), 0.0, 0);
         assert_eq!(
             first,
             Decision {
@@ -1152,8 +1228,104 @@ mod tests {
                 reason: Reason::Plan
             }
         );
-        assert_eq!(ctl.decide(1.01, 1 << 20, 0.0, 0).codec, Codec::Zstd(1));
-        assert_eq!(ctl.decide(1.02, 1 << 20, 0.0, 0).codec, Codec::Lz4);
-        assert_eq!(ctl.decide(1.03, 1 << 20, 0.0, 0).reason, Reason::Plan);
+        assert_eq!(ctl.decide(1.01, (1 << 20, 0), 0.0, 0).codec, Codec::Zstd(1));
+        assert_eq!(ctl.decide(1.02, (1 << 20, 0), 0.0, 0).codec, Codec::Lz4);
+        assert_eq!(ctl.decide(1.03, (1 << 20, 0), 0.0, 0).reason, Reason::Plan);
+    }
+
+    #[test]
+    fn raw_copies_wait_for_a_timed_rung() {
+        // An idle, measured disk and a full pool, but no chunk timed yet: the priors (500 MB/s
+        // for lz4 here, a third of what our machines do) must not send raw copies to a disk
+        // that compressed data alone may fill.
+        let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 100);
+        ctl.written(0.0, 1 << 20, 0.001);
+        let planned = Decision {
+            codec: Codec::Lz4,
+            reason: Reason::Burst,
+        };
+        assert_eq!(ctl.at_compressor(0.01, planned, 0.95, 0.95), planned);
+        // Timed, and too slow for the offered rate: now raw has the disk's spare time.
+        ctl.compressed(0.02, Codec::Lz4, (1 << 20, 1 << 19), 0.01, 0.01);
+        ctl.compressed(0.02, Codec::Zstd(1), (1 << 20, 1 << 19), 0.02, 0.02);
+        let d = ctl.at_compressor(0.03, planned, 0.95, 0.95);
+        assert_eq!((d.codec, d.reason), (Codec::Raw, Reason::DiskHeadroom));
+    }
+
+    #[test]
+    fn an_overload_is_judged_by_what_was_offered_not_by_what_the_pool_took() {
+        // A full pool takes in only what leaves it. 2 GB/s offered, a 400 MB/s disk and
+        // compressors at 1 GB/s (2:1): their output alone fills the disk, so no raw copy.
+        // Judged by its intake (the 800 MB/s the compressors drain), the same load looks
+        // like one that leaves the disk half idle.
+        let run = |report_drops: bool| {
+            let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
+            let mut ctl = LadderController::new(ladder, 1, 64);
+            ctl.compressed(0.0, Codec::Zstd(1), (1 << 22, 1 << 21), 0.004, 0.004);
+            ctl.compressed(0.0, Codec::Lz4, (1 << 22, 1 << 21), 0.004, 0.004);
+            let mut raw = 0;
+            // Every 5 ms a chunk enters (800 MB/s); 6 MB are refused meanwhile (1.2 GB/s).
+            for i in 0..400 {
+                let t = 0.01 + f64::from(i) * 0.005;
+                ctl.written(t, 1 << 21, 0.005);
+                let dropped = if report_drops { 6_000_000 } else { 0 };
+                if ctl.decide(t, (1 << 22, dropped), 0.97, 60).codec == Codec::Raw {
+                    raw += 1;
+                }
+            }
+            raw
+        };
+        assert_eq!(run(true), 0);
+        assert!(run(false) > 0, "the test no longer tells the two apart");
+    }
+
+    #[test]
+    fn a_cold_first_chunk_is_not_timed_and_young_rungs_are_probed_again_soon() {
+        let ladder = CodecLadder::parse("zstd:3,zstd:1,lz4").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 100);
+        let speed = |ctl: &LadderController, i: usize| ctl.view(9.0).rungs[i].bytes_per_s;
+        // The first chunk of each rung: probed, cold, not timed, and so probed again at once.
+        let first = ctl.decide(0.0, (1 << 22, 0), 0.0, 0);
+        assert_eq!(first.codec, Codec::Zstd(3));
+        ctl.compressed_cold(Codec::Zstd(3), (1 << 22, 1 << 21));
+        assert_eq!(speed(&ctl, 0), None);
+        assert_eq!(ctl.decide(0.01, (1 << 22, 0), 0.0, 0).codec, Codec::Zstd(3));
+        // Timed on cold memory at a third of its speed: young, so probed again after
+        // `PROBE_YOUNG`, even with the pool nearly full, and believed once faster.
+        ctl.compressed(0.02, Codec::Zstd(3), (1 << 22, 1 << 21), 0.03, 0.03);
+        for r in [Codec::Zstd(1), Codec::Lz4] {
+            ctl.compressed(0.02, r, (1 << 22, 1 << 21), 0.004, 0.004);
+        }
+        let probes_of_zstd3 = |ctl: &mut LadderController, from: f64, fill: f64| {
+            (0..100)
+                .filter(|i| {
+                    let t = from + f64::from(*i) * 0.01;
+                    ctl.decide(t, (1 << 22, 0), fill, 0)
+                        == Decision {
+                            codec: Codec::Zstd(3),
+                            reason: Reason::Probe,
+                        }
+                })
+                .count()
+        };
+        assert_eq!(
+            probes_of_zstd3(&mut ctl, 0.03, 0.95),
+            3,
+            "one per 0.25 s in a second"
+        );
+        ctl.compressed(1.1, Codec::Zstd(3), (1 << 22, 1 << 21), 0.01, 0.01);
+        assert!((speed(&ctl, 0).unwrap() - 4.194304e8).abs() < 1.0);
+        // Warm (timed `WARM_SAMPLES` times): no probes while the pool is nearly full.
+        for i in 0..4 {
+            ctl.compressed(
+                1.2 + f64::from(i) * 0.01,
+                Codec::Zstd(3),
+                (1 << 22, 1 << 21),
+                0.01,
+                0.01,
+            );
+        }
+        assert_eq!(probes_of_zstd3(&mut ctl, 1.3, 0.95), 0);
     }
 }

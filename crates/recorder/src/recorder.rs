@@ -622,6 +622,9 @@ fn compress_loop(
     stats: Arc<StatsHub>,
 ) {
     let mut encoder = FrameEncoder::new(ladder.container());
+    if let Some(pool) = pools.first() {
+        warm_up(&mut encoder, &ladder, pool.segment_size());
+    }
     for Sequenced {
         stream,
         seq,
@@ -642,16 +645,23 @@ fn compress_loop(
             Codec::Raw => Encoded::Raw,
             codec => {
                 let mut bytes = Vec::new();
+                // A codec's first chunk on this thread builds its context: not a measure of
+                // its speed.
+                let warm = encoder.is_warm(codec);
                 let (started, cpu_before) = (Instant::now(), thread_cpu_seconds());
                 match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
                     Ok(codec) => {
                         let data = chunk.segment.data().len();
-                        controller.compressed(
-                            codec,
-                            (data, bytes.len()),
-                            thread_cpu_seconds() - cpu_before,
-                            started.elapsed().as_secs_f64(),
-                        );
+                        if warm {
+                            controller.compressed(
+                                codec,
+                                (data, bytes.len()),
+                                thread_cpu_seconds() - cpu_before,
+                                started.elapsed().as_secs_f64(),
+                            );
+                        } else {
+                            controller.compressed_cold(codec, (data, bytes.len()));
+                        }
                         Encoded::Frame { bytes, codec }
                     }
                     Err(e) => {
@@ -677,6 +687,33 @@ fn compress_loop(
     }
 }
 
+/// Builds each fast rung's context and buffers on a chunk-sized block of half-random bytes,
+/// before the first packet's chunk: a codec's first frame costs several times the next
+/// ones, which would delay the first chunks and, timed, mislead the controller. Slower
+/// zstd levels would take too long here; their first chunk is left untimed instead.
+fn warm_up(encoder: &mut FrameEncoder, ladder: &CodecLadder, chunk: usize) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let block: Vec<u8> = (0..chunk)
+        .map(|i| {
+            if (i / 512) % 2 == 0 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            } else {
+                (i % 251) as u8
+            }
+        })
+        .collect();
+    let mut out = Vec::new();
+    for codec in ladder.rungs() {
+        if matches!(codec, Codec::Lz4) || matches!(codec, Codec::Zstd(l) if l <= 3) {
+            out.clear();
+            let _ = encoder.encode(codec, &block, &mut out);
+        }
+    }
+}
+
 /// The per-stream capture loop: copies packets into staging segments, cuts chunks and
 /// files, and never waits for anything downstream.
 struct CaptureLoop {
@@ -697,6 +734,9 @@ struct CaptureLoop {
     seg_packets: u32,
     seg_per_iface: Vec<u32>,
     seg_started: Instant,
+    /// Bytes of packets the full pool refused since the last chunk: the controller counts
+    /// them as offered.
+    dropped_bytes: u64,
 
     file_open: bool,
     file_first_ts: u64,
@@ -747,6 +787,7 @@ impl CaptureLoop {
             seg_packets: 0,
             seg_per_iface: Vec::new(),
             seg_started: Instant::now(),
+            dropped_bytes: 0,
             file_open: false,
             file_first_ts: 0,
             file_bytes: 0,
@@ -956,7 +997,10 @@ impl CaptureLoop {
         // at idle priority they may be the very thing that is behind.
         let decision = if self.live {
             self.controller.decide(
-                segment.data().len(),
+                (
+                    segment.data().len(),
+                    std::mem::take(&mut self.dropped_bytes),
+                ),
                 self.pool.fill(),
                 self.pool.awaiting_compression(),
             )
@@ -1155,6 +1199,7 @@ impl PacketSink for CaptureLoop {
             let Some(segment) = taken.filter(|s| s.room() >= len) else {
                 // The current file stays open, so its statistics block counts this drop.
                 self.counts[i].dropped_staging_full += 1;
+                self.dropped_bytes += len as u64;
                 return;
             };
             if rotate {
