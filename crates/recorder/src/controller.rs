@@ -398,22 +398,18 @@ impl LadderController {
                 codec,
                 reason: Reason::Fixed,
             },
-            None => self.choose(now, (bytes, dropped), fill, queued),
+            None => {
+                let offered = bytes as f64 + dropped as f64;
+                self.offered.add(now, offered);
+                self.offered_fast.add(now, offered);
+                self.observe_fill(now, fill);
+                self.choose(now, bytes, fill, queued)
+            }
         };
         self.commit(now, bytes, d)
     }
 
-    fn choose(
-        &mut self,
-        now: f64,
-        (bytes, dropped): (usize, u64),
-        fill: f64,
-        queued: usize,
-    ) -> Decision {
-        let offered = bytes as f64 + dropped as f64;
-        self.offered.add(now, offered);
-        self.offered_fast.add(now, offered);
-        self.observe_fill(now, fill);
+    fn choose(&mut self, now: f64, bytes: usize, fill: f64, queued: usize) -> Decision {
         let backlog = queued as f64 / self.pool_segments as f64;
         let capped = self.ladder.choose(backlog);
         let plan = self.plan(now);
