@@ -20,7 +20,9 @@ Measured: stored / offered, effective ratio (capture bytes / bytes written), MB/
 data stored, the ladder's bytes per rung and reason. Medians of --reps runs with min..max.
 The verdict per point is the issue's target: the ladder's stored fraction at least the best
 other choice's minus 0.1 %, 100 % wherever any choice stored 100 %, and an effective ratio of
-at least 1.5 wherever the disk is the limit (raw did not store everything on that disk).
+at least 1.5 wherever the disk is the limit (raw did not store everything on that disk) and
+the CPU is not (some fixed rung stored everything on `discard` at that rate). Where both are
+limits a higher ratio would cost packets; the verdict says so instead of calling it a miss.
 Results go to bench/results/ladder-<UTC time>.{json,md,png}.
 
 Usage: python3 bench/ladder.py [--quick] [--reps N] [--disks disk,throttled,discard]
