@@ -1166,10 +1166,6 @@ mod tests {
         assert_eq!(&out[..4], b"kept");
     }
 
-    /// LZ4 frames are written around lz4_flex's block compressor with a reused buffer: a
-    /// warm encoder makes the same bytes as a fresh one, lz4_flex's frame reader (the one
-    /// `decode_frame` uses, and a second implementation of the format) reads them with their
-    /// checksums, and a block that does not shrink is stored as it is.
     /// The recorder times a rung only once its encoder is warm (see `is_warm`).
     #[test]
     fn an_encoder_is_warm_for_a_codec_once_it_has_used_it() {
@@ -1189,6 +1185,10 @@ mod tests {
         assert!(e.is_warm(Codec::Zstd(3)));
     }
 
+    /// LZ4 frames are written around lz4_flex's block compressor with a reused buffer: a
+    /// warm encoder makes the same bytes as a fresh one, lz4_flex's frame reader (the one
+    /// `decode_frame` uses, and a second implementation of the format) reads them with their
+    /// checksums, and a block that does not shrink is stored as it is.
     #[test]
     fn lz4_frames_from_a_warm_encoder_equal_a_fresh_ones_and_read_back() {
         let mut warm = FrameEncoder::new(Container::Lz4);

@@ -334,7 +334,7 @@ impl LadderController {
         cpu: f64,
         wall: f64,
     ) {
-        if let Some(r) = self.rungs.iter_mut().find(|r| r.codec == codec) {
+        if let Some(r) = self.rung_mut(codec) {
             if bytes_in > 0 && cpu > 0.0 {
                 r.speed.update_speed(bytes_in as f64 / cpu);
                 r.ratio.update(bytes_out as f64 / bytes_in as f64);
@@ -350,7 +350,7 @@ impl LadderController {
     /// A compressor's first chunk at `codec`, not timed (see the module comment): only its
     /// ratio counts. A rung with no timed chunk yet is probed again at the next chunk.
     pub fn compressed_cold(&mut self, codec: Codec, (bytes_in, bytes_out): (usize, usize)) {
-        if let Some(r) = self.rungs.iter_mut().find(|r| r.codec == codec) {
+        if let Some(r) = self.rung_mut(codec) {
             if bytes_in > 0 {
                 r.ratio.update(bytes_out as f64 / bytes_in as f64);
             }
@@ -501,12 +501,17 @@ impl LadderController {
         }
     }
 
-    /// The cheaper (later) of the plan's rung and the backlog ladder's; with `compress`,
-    /// never raw.
+    /// Where `codec` is among the compressing rungs (`None` for raw).
     fn rung_index(&self, codec: Codec) -> Option<usize> {
         self.rungs.iter().position(|r| r.codec == codec)
     }
 
+    fn rung_mut(&mut self, codec: Codec) -> Option<&mut Rung> {
+        self.rung_index(codec).map(|i| &mut self.rungs[i])
+    }
+
+    /// The cheaper (later) of the plan's rung and the backlog ladder's; with `compress`,
+    /// never raw.
     fn cheaper(&self, plan: Codec, capped: Codec, compress: bool) -> Codec {
         let index = |c: Codec| self.rung_index(c);
         match (index(plan), index(capped)) {
@@ -584,10 +589,8 @@ impl LadderController {
     /// Counts what a decision sends to the disk.
     fn commit(&mut self, now: f64, bytes: usize, d: Decision) -> Decision {
         let ratio = self
-            .rungs
-            .iter()
-            .find(|r| r.codec == d.codec)
-            .map_or(1.0, |r| r.ratio());
+            .rung_index(d.codec)
+            .map_or(1.0, |i| self.rungs[i].ratio());
         self.committed.add(now, bytes as f64 * ratio);
         d
     }
