@@ -281,6 +281,15 @@ impl FrameEncoder {
         }
     }
 
+    /// The most bytes `encode` reserves in `out` for `len` bytes of data, whatever the codec:
+    /// an output buffer this large never grows.
+    pub fn frame_bound(len: usize) -> usize {
+        let raw = len + 64 + len / ZSTD_MAX_BLOCK * 3;
+        let zstd = zstd::zstd_safe::compress_bound(len);
+        let lz4 = 15 + len + len.div_ceil(LZ4_MAX_BLOCK).max(1) * 4 + 8;
+        raw.max(zstd).max(lz4)
+    }
+
     /// Appends `data` to `out` as one frame encoded with `codec`; returns the codec that was
     /// really used (a compressing codec the container cannot hold falls back to raw).
     pub fn encode(

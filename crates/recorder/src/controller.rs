@@ -19,7 +19,9 @@
 //!    cost at most `PROBE_SHARE` of a compressor) gets one chunk, so that its estimate
 //!    follows the traffic, under load too. A rung's first chunk on each compressor is not
 //!    timed: it builds the codec's context and buffers, and took 3–4 times a warm chunk's
-//!    time on our machines; a rung with no timed chunk yet is probed again at once.
+//!    time on our machines; nor is a chunk that took a page fault (the recorder tells), which
+//!    measured the kernel. A rung with no timed chunk yet is probed again at once, and
+//!    meanwhile guessed at its prior speed scaled as the timed rungs compare with theirs.
 //! 3. *Compressors behind* (more chunks queued than they can start, the pool projected full
 //!    within a horizon at its trend or half full, or the backlog ladder at its raw rung): raw
 //!    when raw helps (no rung's compressors take the offered rate, or the pool is half full
@@ -27,8 +29,10 @@
 //!    time, the bytes recently sent its way below that share of its speed, and room left
 //!    there beside what the compressors write at the burst's rung, at the offered rate over
 //!    `TAU_FAST` too) — at once, not only when the pool is nearly full; otherwise the chunk
-//!    queues for a compressor, at the rung that stores the most of the burst, and the pool
-//!    absorbs it (raw would only flood a disk that is already the limit).
+//!    queues for a compressor, at the rung that stores the most of the burst (its
+//!    compressors keeping the margin), and the pool absorbs it (raw would only flood a disk
+//!    that is already the limit). The compressor that takes the chunk chooses that rung
+//!    again, on what is known by then.
 //! 4. Otherwise the planned rung, but never stronger than the backlog ladder allows (its
 //!    thresholds, `zstd:1@0.5`, still cap the rung, as before the controller).
 //!
@@ -456,10 +460,7 @@ impl LadderController {
             // cap: that rung already weighs the compressors' speed, and when the disk holds
             // the chunks up they queue for the compressors too, which the cap would take
             // for slow compressors and answer with a cheaper rung that writes more.
-            return Decision {
-                codec: self.rungs[self.plan_burst(self.offered_now(now))].codec,
-                reason: Reason::Burst,
-            };
+            return self.burst(now);
         }
         let codec = self.cheaper(plan_codec, capped, false);
         Decision {
@@ -472,14 +473,29 @@ impl LadderController {
         }
     }
 
+    /// The burst's rung (see `plan_burst`) at the offered rate of now.
+    fn burst(&self, now: f64) -> Decision {
+        Decision {
+            codec: self.rungs[self.plan_burst(self.offered_now(now))].codec,
+            reason: Reason::Burst,
+        }
+    }
+
     /// A compressor takes a chunk `planned` at submission; the backlog may have grown while it
     /// waited, so the backlog ladder caps it again. Its raw rung, or a pool more than half
     /// full, sends the chunk raw, but only while the disk has headroom: a raw copy to a disk
-    /// that is the limit would only slow the drain.
+    /// that is the limit would only slow the drain. A burst's rung is chosen again, on what
+    /// is known now: a full pool keeps chunks a few hundred milliseconds before a compressor
+    /// takes them, and the first of a recording were decided on the first writes' speed,
+    /// half the disk's.
     pub fn at_compressor(&self, now: f64, planned: Decision, backlog: f64, fill: f64) -> Decision {
         if self.fixed.is_some() {
             return planned;
         }
+        let planned = match planned.reason {
+            Reason::Burst => self.burst(now),
+            _ => planned,
+        };
         let capped = self.ladder.choose(backlog);
         if capped == Codec::Raw || fill >= BEHIND_FILL {
             if self.disk_has_headroom(now) {
@@ -554,6 +570,26 @@ impl LadderController {
             && self.raw_fits(now, speed)
     }
 
+    /// A rung's speed per compressor: measured, or else its prior scaled as the timed rungs
+    /// compare with theirs. Priors are a guess at a machine; once one rung is timed, the
+    /// others are guessed on this one (zstd:3 timed at 470 MB/s, against zstd:1's prior of
+    /// 400, had made zstd:3 look the faster and take a burst it could not keep up with).
+    fn speed(&self, r: &Rung) -> f64 {
+        r.speed.0.unwrap_or_else(|| {
+            let timed: Vec<f64> = self
+                .rungs
+                .iter()
+                .filter_map(|t| t.speed.0.map(|s| (s / t.prior_speed).ln()))
+                .collect();
+            let scale = if timed.is_empty() {
+                1.0
+            } else {
+                (timed.iter().sum::<f64>() / timed.len() as f64).exp()
+            };
+            r.prior_speed * scale
+        })
+    }
+
     /// The compressors as whole CPUs: their number times the share of a CPU each gets.
     fn effective_compressors(&self) -> f64 {
         self.compressors as f64 * self.cpu_share.0.unwrap_or(1.0)
@@ -564,7 +600,7 @@ impl LadderController {
     fn compressors_keep_up(&self, now: f64) -> bool {
         let need = self.offered_now(now) * (1.0 + MARGIN);
         let n = self.effective_compressors();
-        self.rungs.iter().any(|r| n * r.speed() >= need)
+        self.rungs.iter().any(|r| n * self.speed(r) >= need)
     }
 
     /// Whether raw copies fit a disk of `speed` at the offered rate: the compressors, at
@@ -582,7 +618,7 @@ impl LadderController {
             // Not timed yet: a guess must not send raw copies to a disk that may be the limit.
             return false;
         }
-        let compressed = offered.min(self.effective_compressors() * r.speed()) * r.ratio();
+        let compressed = offered.min(self.effective_compressors() * self.speed(r)) * r.ratio();
         compressed < DISK_BUSY_MAX * speed
     }
 
@@ -614,7 +650,7 @@ impl LadderController {
         // (index, sustainable input rate, disk bytes per second at `need`)
         let mut options: Vec<(Option<usize>, f64, f64)> = vec![(None, disk, need)];
         for (i, r) in self.rungs.iter().enumerate() {
-            let (cap, q) = (n * r.speed(), r.ratio());
+            let (cap, q) = (n * self.speed(r), r.ratio());
             let sustainable = if cap * q >= disk {
                 disk / q
             } else {
@@ -647,12 +683,19 @@ impl LadderController {
     /// The compressing rung for a burst at `offered` that nothing goes raw from: each rung
     /// stores `min(cap, disk / q)` a second (its compressors' capacity, or what the disk
     /// takes of its output). Of those that keep up with the margin, the one that writes the
-    /// fewest bytes; if none does, the one that stores the most, the stronger on a tie.
+    /// fewest bytes; if none does, the one that stores the most with its compressors
+    /// keeping the margin (`cap / (1 + MARGIN)`), the stronger on a tie. Without that
+    /// margin, on a disk that is the limit, a rung the compressors only just keep up with
+    /// (zstd:3 at 500 MB/s for a disk taking 502 MB/s of its input) tied with one they
+    /// have time to spare for (zstd:1 at 1.2 GB/s, 0.3 % more bytes), won, and starved the
+    /// writer whenever the compressors lost the CPU for a moment.
     fn plan_burst(&self, offered: f64) -> usize {
         let need = offered * (1.0 + MARGIN);
         let disk = self.disk_speed.0.unwrap_or(f64::INFINITY);
         let n = self.effective_compressors();
-        let stores = |r: &Rung| (n * r.speed()).min(disk / r.ratio());
+        let stores = |r: &Rung| (n * self.speed(r)).min(disk / r.ratio());
+        let stores_with_margin =
+            |r: &Rung| (n * self.speed(r) / (1.0 + MARGIN)).min(disk / r.ratio());
         let compressing = || {
             self.rungs
                 .iter()
@@ -667,8 +710,8 @@ impl LadderController {
         }
         compressing()
             .fold(None::<(usize, f64)>, |best, (i, r)| match best {
-                Some((_, s)) if s >= stores(r) => best,
-                _ => Some((i, stores(r))),
+                Some((_, s)) if s >= stores_with_margin(r) => best,
+                _ => Some((i, stores_with_margin(r))),
             })
             .map_or(0, |(i, _)| i)
     }
@@ -1244,7 +1287,10 @@ mod tests {
             codec: Codec::Lz4,
             reason: Reason::Burst,
         };
-        assert_eq!(ctl.at_compressor(0.01, planned, 0.95, 0.95), planned);
+        assert_ne!(
+            ctl.at_compressor(0.01, planned, 0.95, 0.95).codec,
+            Codec::Raw
+        );
         // Timed, and too slow for the offered rate: now raw has the disk's spare time.
         ctl.compressed(0.02, Codec::Lz4, (1 << 20, 1 << 19), 0.01, 0.01);
         ctl.compressed(0.02, Codec::Zstd(1), (1 << 20, 1 << 19), 0.02, 0.02);
@@ -1326,5 +1372,104 @@ mod tests {
             );
         }
         assert_eq!(probes_of_zstd3(&mut ctl, 1.3, 0.95), 0);
+    }
+
+    #[test]
+    fn an_untimed_rung_is_guessed_on_this_machine_not_on_the_reference_one() {
+        // zstd:3 timed at 470 MB/s, 2.35 times its prior: this machine is fast, and zstd:1,
+        // not timed yet, is guessed at 2.35 times its prior of 400 MB/s too. Against the bare
+        // prior, zstd:3 looked the faster and took the burst.
+        let ladder = CodecLadder::parse("zstd:3,zstd:1").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 64);
+        let chunk = 1 << 22;
+        let secs = chunk as f64 / 470e6;
+        ctl.compressed(0.0, Codec::Zstd(3), (chunk, chunk / 2), secs, secs);
+        let probe = ctl.decide(0.01, (chunk, 0), 0.6, 0);
+        assert_eq!((probe.codec, probe.reason), (Codec::Zstd(1), Reason::Probe));
+        let burst = ctl.decide(0.02, (chunk, 0), 0.6, 0);
+        assert_eq!((burst.codec, burst.reason), (Codec::Zstd(1), Reason::Burst));
+    }
+
+    #[test]
+    fn a_burst_on_a_disk_bound_link_leaves_the_compressors_time_to_spare() {
+        // A 238 MB/s disk takes 498.5 MB/s of zstd:3's input and 497 of zstd:1's; the one
+        // compressor does 500 MB/s at zstd:3 and 1.2 GB/s at zstd:1. zstd:3 would store 0.3 %
+        // more, with no time to spare; zstd:1 keeps the margin.
+        let ladder = CodecLadder::parse("zstd:3,zstd:1").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 64);
+        let chunk = 1 << 22;
+        for i in 0..4 {
+            let t = f64::from(i) * 0.01;
+            let out3 = (chunk as f64 * 0.4774) as usize;
+            let out1 = (chunk as f64 * 0.4787) as usize;
+            ctl.compressed(
+                t,
+                Codec::Zstd(3),
+                (chunk, out3),
+                chunk as f64 / 500e6,
+                0.0084,
+            );
+            ctl.compressed(
+                t,
+                Codec::Zstd(1),
+                (chunk, out1),
+                chunk as f64 / 1.2e9,
+                0.0035,
+            );
+            ctl.written(t, 1 << 21, (1 << 21) as f64 / 238e6);
+        }
+        // 1.2 GB/s offered, the pool 95 % full, the disk busy all the time.
+        for i in 0..50 {
+            let t = 0.05 + f64::from(i) * 0.0035;
+            ctl.written(t, 833_000, 0.0035);
+            let d = ctl.decide(t, (chunk, 0), 0.95, 60);
+            assert_eq!(
+                (d.codec, d.reason),
+                (Codec::Zstd(1), Reason::Burst),
+                "at {t}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_burst_chunk_takes_the_rung_known_best_when_a_compressor_takes_it() {
+        // Decided on a disk measured at 155 MB/s (a recording's first writes), the burst's
+        // chunks went to zstd:3, which stores 0.3 % more where the disk is the limit. By the
+        // time a compressor takes them the disk is known to take 310 MB/s, which zstd:3's
+        // 450 MB/s cannot feed: zstd:1 then.
+        let ladder = CodecLadder::parse("zstd:3,zstd:1").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 64);
+        let chunk = 1 << 22;
+        let out3 = (chunk as f64 * 0.4774) as usize;
+        let out1 = (chunk as f64 * 0.4788) as usize;
+        ctl.compressed(
+            0.0,
+            Codec::Zstd(3),
+            (chunk, out3),
+            chunk as f64 / 450e6,
+            0.0094,
+        );
+        ctl.compressed(
+            0.0,
+            Codec::Zstd(1),
+            (chunk, out1),
+            chunk as f64 / 1.1e9,
+            0.0038,
+        );
+        ctl.written(0.0, 1 << 21, (1 << 21) as f64 / 155e6);
+        let planned = ctl.decide(0.01, (chunk, 0), 0.95, 60);
+        assert_eq!(
+            (planned.codec, planned.reason),
+            (Codec::Zstd(3), Reason::Burst)
+        );
+        // 1.2 GB/s offered (a chunk every 3.5 ms), the disk busy all the time at 310 MB/s.
+        let mut t = 0.01;
+        for _ in 0..50 {
+            t += 0.0035;
+            ctl.written(t, 1_085_000, 0.0035);
+            ctl.decide(t, (chunk, 0), 0.95, 60);
+        }
+        let taken = ctl.at_compressor(t, planned, 0.9, 0.95);
+        assert_eq!((taken.codec, taken.reason), (Codec::Zstd(1), Reason::Burst));
     }
 }

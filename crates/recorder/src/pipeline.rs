@@ -57,7 +57,7 @@ pub struct CloseFile {
 /// How a compressor left a chunk.
 pub enum Encoded {
     Frame {
-        bytes: Vec<u8>,
+        bytes: FrameBuf,
         codec: Codec,
     },
     /// Store as is: the writer frames the segment's bytes while copying them out.
@@ -110,5 +110,115 @@ impl Control {
     /// The running recorder's view, once it has started.
     pub fn live(&self) -> Option<Arc<LiveView>> {
         self.live.lock().unwrap().clone()
+    }
+}
+
+/// Output buffers for compressed frames, recycled from the writers back to the compressors.
+/// A buffer fresh from the allocator costs page faults, and on our VMs a fault on a huge page
+/// took up to 11 ms (the kernel compacting memory for it): three times the chunk's
+/// compression. Recycled, a buffer faults once; the first few are touched before capture
+/// starts.
+pub struct FrameBuffers {
+    free: Mutex<Vec<Vec<u8>>>,
+    /// Buffers kept at most: one per chunk that can be in flight.
+    keep: usize,
+    /// Bytes each buffer holds: the largest frame of a chunk, so that none ever grows (a
+    /// grown buffer is fresh memory again).
+    capacity: usize,
+}
+
+impl FrameBuffers {
+    pub fn new(keep: usize, capacity: usize) -> Arc<FrameBuffers> {
+        Arc::new(FrameBuffers {
+            free: Mutex::new(Vec::new()),
+            keep,
+            capacity,
+        })
+    }
+
+    /// An empty buffer of the pool's capacity, recycled if one is free.
+    pub fn take(self: &Arc<Self>) -> FrameBuf {
+        let mut bytes = self.free.lock().unwrap().pop().unwrap_or_default();
+        bytes.reserve_exact(self.capacity);
+        FrameBuf {
+            bytes,
+            home: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Adds a buffer with every page written, so that it never faults.
+    pub fn add_touched(&self) {
+        let mut bytes = vec![1u8; self.capacity];
+        bytes.clear();
+        self.put(bytes);
+    }
+
+    fn put(&self, mut bytes: Vec<u8>) {
+        let mut free = self.free.lock().unwrap();
+        if free.len() < self.keep {
+            bytes.clear();
+            free.push(bytes);
+        }
+    }
+
+    /// Buffers free now.
+    pub fn free(&self) -> usize {
+        self.free.lock().unwrap().len()
+    }
+}
+
+/// A compressed frame's bytes; back to its [`FrameBuffers`] when dropped.
+#[derive(Default)]
+pub struct FrameBuf {
+    bytes: Vec<u8>,
+    home: Option<Arc<FrameBuffers>>,
+}
+
+impl std::ops::Deref for FrameBuf {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.bytes
+    }
+}
+
+impl std::ops::DerefMut for FrameBuf {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
+}
+
+impl Drop for FrameBuf {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.put(std::mem::take(&mut self.bytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dropped frame's buffer comes back, capacity and all, emptied; beyond `keep` it is
+    /// freed instead.
+    #[test]
+    fn frame_buffers_come_back_when_frames_are_dropped() {
+        let pool = FrameBuffers::new(2, 1 << 16);
+        pool.add_touched();
+        assert_eq!(pool.free(), 1);
+        let mut a = pool.take();
+        assert_eq!((a.len(), a.capacity() >= 1 << 16), (0, true));
+        a.extend_from_slice(b"frame");
+        let (b, c) = (pool.take(), pool.take());
+        assert!(
+            c.capacity() >= 1 << 16,
+            "a new buffer is made as large as a recycled one"
+        );
+        assert_eq!(pool.free(), 0);
+        drop(a);
+        let again = pool.take();
+        assert_eq!((again.len(), again.capacity() >= 1 << 16), (0, true));
+        drop((again, b, c));
+        assert_eq!(pool.free(), 2, "kept up to `keep`, the third one freed");
     }
 }

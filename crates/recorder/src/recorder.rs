@@ -20,7 +20,9 @@ use crate::controller::{Decision, LadderController, Reason, SharedController};
 use crate::error::RecordError;
 use crate::ladder::CodecLadder;
 use crate::live::LiveView;
-use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
+use crate::pipeline::{
+    Chunk, CloseFile, Control, Done, Encoded, FrameBuffers, OpenFile, Sequenced,
+};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::{Segment, StagingPool};
 use crate::stats::{CaptureCounts, StatsHub, StatsRecord};
@@ -271,12 +273,20 @@ pub fn record<S: PacketSource + 'static>(
     } else {
         0
     };
+    // One buffer per chunk that can be in flight, and one per compressor at work.
+    let frame_buffers = FrameBuffers::new(
+        pools.iter().map(|p| p.segments()).sum::<usize>() + cfg.compressors.max(1),
+        FrameEncoder::frame_bound(pools.iter().map(|p| p.segment_size()).max().unwrap_or(0)),
+    );
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(cfg.compressors.max(1));
     for i in 0..cfg.compressors.max(1) {
         let rx = work_rx.clone();
+        let ready = ready_tx.clone();
         let txs = writer_txs.clone();
         let pools = pools.clone();
         let ladder = cfg.ladder.clone();
         let controllers = controllers.clone();
+        let buffers = Arc::clone(&frame_buffers);
         let hub = Arc::clone(&stats);
         let format = cfg.flow_index.then_some(cfg.format);
         let cpus = cfg.pinning.compressors.clone();
@@ -284,10 +294,28 @@ pub fn record<S: PacketSource + 'static>(
             // Compression yields to live capture: a burst must never starve the capture loop.
             set_nice(compress_nice);
             pin(&cpus);
-            compress_loop(rx, txs, (pools, controllers), (ladder, format), hub)
+            compress_loop(
+                rx,
+                ready,
+                txs,
+                (pools, controllers, buffers),
+                (ladder, format),
+                hub,
+            )
         }));
     }
-    drop(work_rx);
+    drop((work_rx, ready_tx));
+    // Capture starts once the compressors are warm (`warm_up`): a compressor still building
+    // its contexts when the first chunks arrive holds up the writer, which takes chunks in
+    // order, and on a disk-bound link the disk's idle time is never made up (98 ms of it
+    // cost the ladder 2 % of a 4 s benchmark run). Bounded: a recording never waits long
+    // for a warm-up.
+    let warm_by = Instant::now() + WARM_UP_WAIT;
+    for _ in 0..cfg.compressors.max(1) {
+        if ready_rx.recv_deadline(warm_by).is_err() {
+            break;
+        }
+    }
 
     let deadline = cfg.duration.map(|d| Instant::now() + d);
     let mut capture_threads = Vec::new();
@@ -568,6 +596,19 @@ fn thread_cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
+/// Page faults this thread has taken (minor and major): counts, so the rusage clock's
+/// staleness does not matter here.
+fn thread_page_faults() -> i64 {
+    // SAFETY: rusage is plain integers; getrusage only writes into the struct we pass (and
+    // leaves it zero if it fails).
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    usage.ru_minflt + usage.ru_majflt
+}
+
 /// The kernel's view of its clock, or `None` where adjtimex is refused.
 // c_long is i64 only on 64-bit targets: the conversion is needed elsewhere.
 #[allow(clippy::useless_conversion)]
@@ -614,17 +655,34 @@ fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), Recor
     meta::write_manifest(&cfg.store, manifest).map_err(RecordError::Manifest)
 }
 
+/// Frame buffers each compressor writes into every page of before its first chunk (see
+/// `FrameBuffers`); more are made as chunks queue for the writer, and kept.
+const TOUCHED_FRAME_BUFFERS: usize = 4;
+/// The longest capture waits for the compressors' warm-up (on our machines it takes
+/// 10–100 ms).
+const WARM_UP_WAIT: Duration = Duration::from_secs(2);
+
 fn compress_loop(
     rx: Receiver<Sequenced<Chunk>>,
+    ready: Sender<()>,
     txs: Vec<Sender<Sequenced<Done>>>,
-    (pools, controllers): (Vec<Arc<StagingPool>>, Vec<Arc<SharedController>>),
+    (pools, controllers, buffers): (
+        Vec<Arc<StagingPool>>,
+        Vec<Arc<SharedController>>,
+        Arc<FrameBuffers>,
+    ),
     (ladder, index_format): (CodecLadder, Option<Format>),
     stats: Arc<StatsHub>,
 ) {
     let mut encoder = FrameEncoder::new(ladder.container());
     if let Some(pool) = pools.first() {
         warm_up(&mut encoder, &ladder, pool.segment_size());
+        for _ in 0..TOUCHED_FRAME_BUFFERS {
+            buffers.add_touched();
+        }
     }
+    let _ = ready.send(());
+    drop(ready);
     for Sequenced {
         stream,
         seq,
@@ -644,15 +702,16 @@ fn compress_loop(
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,
             codec => {
-                let mut bytes = Vec::new();
-                // A codec's first chunk on this thread builds its context: not a measure of
-                // its speed.
+                let mut bytes = buffers.take();
+                // A codec's first chunk on this thread builds its context, and a chunk that
+                // took a page fault measured the kernel: neither is a measure of its speed.
                 let warm = encoder.is_warm(codec);
+                let faults_before = thread_page_faults();
                 let (started, cpu_before) = (Instant::now(), thread_cpu_seconds());
                 match encoder.encode(codec, chunk.segment.data(), &mut bytes) {
                     Ok(codec) => {
                         let data = chunk.segment.data().len();
-                        if warm {
+                        if warm && thread_page_faults() == faults_before {
                             controller.compressed(
                                 codec,
                                 (data, bytes.len()),

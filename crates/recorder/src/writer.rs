@@ -267,6 +267,9 @@ impl StreamWriter {
 
     /// Consumes the stream's items until the compressors hang up.
     pub fn run(mut self, rx: Receiver<Sequenced<Done>>) {
+        if !self.cfg.discard {
+            crate::direct::prepare_buffer(self.cfg.write_buffer);
+        }
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
         loop {
