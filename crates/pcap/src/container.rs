@@ -284,10 +284,9 @@ impl FrameEncoder {
     /// The most bytes `encode` reserves in `out` for `len` bytes of data, whatever the codec:
     /// an output buffer this large never grows.
     pub fn frame_bound(len: usize) -> usize {
-        let raw = len + 64 + len / ZSTD_MAX_BLOCK * 3;
-        let zstd = zstd::zstd_safe::compress_bound(len);
-        let lz4 = 15 + len + len.div_ceil(LZ4_MAX_BLOCK).max(1) * 4 + 8;
-        raw.max(zstd).max(lz4)
+        raw_frame_bound(len)
+            .max(zstd::zstd_safe::compress_bound(len))
+            .max(lz4_frame_bound(len))
     }
 
     /// Appends `data` to `out` as one frame encoded with `codec`; returns the codec that was
@@ -305,7 +304,7 @@ impl FrameEncoder {
         };
         match (self.container, codec) {
             (_, Codec::Raw) | (Container::Plain, _) => {
-                out.reserve(data.len() + 64 + data.len() / ZSTD_MAX_BLOCK * 3);
+                out.reserve(raw_frame_bound(data.len()));
                 raw_frame_pieces(self.container, data, |piece| out.extend_from_slice(piece));
             }
             (_, Codec::Lz4) => lz4_frame(data, &mut self.lz4_block, out),
@@ -366,13 +365,25 @@ fn lz4_header(flags: u8, len: usize) -> [u8; 15] {
     header
 }
 
+/// The most bytes a raw frame of `len` bytes of data takes (its header and block headers
+/// included).
+fn raw_frame_bound(len: usize) -> usize {
+    len + 64 + len / ZSTD_MAX_BLOCK * 3
+}
+
+/// An LZ4 frame of `len` bytes at its largest (every block stored): header, block sizes,
+/// end mark and checksum.
+fn lz4_frame_bound(len: usize) -> usize {
+    15 + len + len.div_ceil(LZ4_MAX_BLOCK).max(1) * 4 + 8
+}
+
 /// Appends `data` to `out` as one LZ4 frame (the documented format, lz4_Frame_format.md) of
 /// independent 4 MiB blocks, each compressed by lz4_flex into the reusable `block` buffer,
 /// or stored as it is where compressing does not shrink it; with the content checksum.
 fn lz4_frame(data: &[u8], block: &mut Vec<u8>, out: &mut Vec<u8>) {
     // Room for the frame at its largest (every block stored), so `out` never regrows and
     // copies what it holds.
-    out.reserve(15 + data.len() + data.len().div_ceil(LZ4_MAX_BLOCK).max(1) * 4 + 8);
+    out.reserve(lz4_frame_bound(data.len()));
     out.extend_from_slice(&lz4_header(0x6C, data.len()));
     for piece in data.chunks(LZ4_MAX_BLOCK) {
         let bound = lz4_flex::block::get_maximum_output_size(piece.len());

@@ -351,8 +351,8 @@ impl LadderController {
         }
     }
 
-    /// A compressor's first chunk at `codec`, not timed (see the module comment): only its
-    /// ratio counts. A rung with no timed chunk yet is probed again at the next chunk.
+    /// A chunk at `codec` not timed (a compressor's first at it, or one that took a page
+    /// fault; see the module comment): only its ratio counts. A rung with no timed chunk yet is probed again at the next chunk.
     pub fn compressed_cold(&mut self, codec: Codec, (bytes_in, bytes_out): (usize, usize)) {
         if let Some(r) = self.rung_mut(codec) {
             if bytes_in > 0 {
@@ -576,17 +576,13 @@ impl LadderController {
     /// 400, had made zstd:3 look the faster and take a burst it could not keep up with).
     fn speed(&self, r: &Rung) -> f64 {
         r.speed.0.unwrap_or_else(|| {
-            let timed: Vec<f64> = self
+            // The geometric mean of measured / prior over the timed rungs (1 if none).
+            let (logs, timed) = self
                 .rungs
                 .iter()
                 .filter_map(|t| t.speed.0.map(|s| (s / t.prior_speed).ln()))
-                .collect();
-            let scale = if timed.is_empty() {
-                1.0
-            } else {
-                (timed.iter().sum::<f64>() / timed.len() as f64).exp()
-            };
-            r.prior_speed * scale
+                .fold((0.0, 0.0), |(sum, n), x| (sum + x, n + 1.0));
+            r.prior_speed * (logs / f64::max(timed, 1.0)).exp()
         })
     }
 

@@ -44,6 +44,11 @@ thread_local! {
     static SPARE: Spare = const { Spare(Cell::new(None)) };
 }
 
+/// A file's buffer for `buffer` bytes: whole aligned blocks, at least one.
+fn buffer_cap(buffer: usize) -> usize {
+    buffer.div_ceil(ALIGN).max(1) * ALIGN
+}
+
 fn layout(cap: usize) -> Layout {
     Layout::from_size_align(cap, ALIGN).expect("aligned buffer layout")
 }
@@ -92,7 +97,7 @@ impl Drop for AlignedBuf {
 /// Makes this thread's spare buffer (see `Spare`) one of `buffer` bytes (as `create`
 /// rounds it) with every page written: a writer's first file then takes no page faults.
 pub fn prepare_buffer(buffer: usize) {
-    let mut buf = AlignedBuf::new(buffer.div_ceil(ALIGN).max(1) * ALIGN);
+    let mut buf = AlignedBuf::new(buffer_cap(buffer));
     buf.as_mut().fill(0);
 }
 
@@ -130,7 +135,7 @@ impl DirectFile {
             },
             false => (open(0)?, false),
         };
-        let cap = buffer.div_ceil(ALIGN).max(1) * ALIGN;
+        let cap = buffer_cap(buffer);
         Ok(DirectFile {
             file,
             direct,
@@ -367,7 +372,8 @@ mod tests {
         for direct in [true, false] {
             let path = dir.path().join(format!("b{direct}"));
             let mut next = DirectFile::create(&path, direct, 3 * ALIGN).unwrap();
-            assert_eq!((next.buf.ptr, next.buf.ptr), (prepared, used));
+            assert_eq!(prepared, used);
+            assert_eq!(next.buf.ptr, used);
             next.append(b"ten bytes!").unwrap();
             next.flush().unwrap();
             let on_disk = std::fs::read(&path).unwrap();

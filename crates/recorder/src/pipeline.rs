@@ -148,9 +148,7 @@ impl FrameBuffers {
 
     /// Adds a buffer with every page written, so that it never faults.
     pub fn add_touched(&self) {
-        let mut bytes = vec![1u8; self.capacity];
-        bytes.clear();
-        self.put(bytes);
+        self.put(vec![1u8; self.capacity]);
     }
 
     fn put(&self, mut bytes: Vec<u8>) {
@@ -168,7 +166,6 @@ impl FrameBuffers {
 }
 
 /// A compressed frame's bytes; back to its [`FrameBuffers`] when dropped.
-#[derive(Default)]
 pub struct FrameBuf {
     bytes: Vec<u8>,
     home: Option<Arc<FrameBuffers>>,
