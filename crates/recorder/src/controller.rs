@@ -30,9 +30,10 @@
 //!    there beside what the compressors write at the burst's rung, at the offered rate over
 //!    `TAU_FAST` too) — at once, not only when the pool is nearly full; otherwise the chunk
 //!    queues for a compressor, at the rung that stores the most of the burst (its
-//!    compressors keeping the margin), and the pool absorbs it (raw would only flood a disk
-//!    that is already the limit). The compressor that takes the chunk chooses that rung
-//!    again, on what is known by then.
+//!    compressors keeping the margin), or a mix of two where the stronger alone leaves the
+//!    disk idle and the weaker alone the compressors, and the pool absorbs it (raw would
+//!    only flood a disk that is already the limit). The compressor that takes the chunk
+//!    chooses its rung again, on what is known by then, dealing a mix's shares in turn.
 //! 4. Otherwise the planned rung, but never stronger than the backlog ladder allows (its
 //!    thresholds, `zstd:1@0.5`, still cap the rung, as before the controller).
 //!
