@@ -1608,6 +1608,20 @@ mod tests {
         );
     }
 
+    /// Times each of `rungs` (codec, ratio, bytes per CPU second) on four 4 MiB chunks,
+    /// the disk taking `disk` bytes per second and busy all the time.
+    fn timed_on_a_busy_disk(ctl: &mut LadderController, rungs: &[(Codec, f64, f64)], disk: f64) {
+        let chunk = 1 << 22;
+        for i in 0..4 {
+            let t = f64::from(i) * 0.01;
+            for &(codec, q, speed) in rungs {
+                let (out, secs) = ((chunk as f64 * q) as usize, chunk as f64 / speed);
+                ctl.compressed(t, codec, (chunk, out), secs, secs);
+            }
+            ctl.written(t, (disk * 0.01) as usize, 0.01);
+        }
+    }
+
     #[test]
     fn where_neither_rung_alone_fills_both_limits_the_burst_mixes_them() {
         // bench/ladder.py's throttled disk on our 2-core machines: one compressor does
@@ -1619,14 +1633,11 @@ mod tests {
         let mut ctl = LadderController::new(ladder, 1, 64);
         let chunk = 1 << 22;
         let (q1, ql) = (0.479, 0.493);
-        for i in 0..4 {
-            let t = f64::from(i) * 0.01;
-            for (codec, q, speed) in [(Codec::Zstd(1), q1, 700e6), (Codec::Lz4, ql, 1.15e9)] {
-                let (out, secs) = ((chunk as f64 * q) as usize, chunk as f64 / speed);
-                ctl.compressed(t, codec, (chunk, out), secs, secs);
-            }
-            ctl.written(t, 3_300_000, 0.01); // busy all the time
-        }
+        timed_on_a_busy_disk(
+            &mut ctl,
+            &[(Codec::Zstd(1), q1, 700e6), (Codec::Lz4, ql, 1.15e9)],
+            330e6,
+        );
         let (mut zstd1, mut lz4, n) = (0u32, 0u32, 100);
         for i in 0..n {
             // The disk busy all the time.
@@ -1715,17 +1726,14 @@ mod tests {
         let ladder = CodecLadder::parse("zstd:3,zstd:1").unwrap();
         let mut ctl = LadderController::new(ladder, 1, 64);
         let chunk = 1 << 22;
-        for i in 0..4 {
-            let t = f64::from(i) * 0.01;
-            for (codec, q, speed) in [
+        timed_on_a_busy_disk(
+            &mut ctl,
+            &[
                 (Codec::Zstd(3), 0.477, 257e6),
                 (Codec::Zstd(1), 0.479, 1.066e9),
-            ] {
-                let (out, secs) = ((chunk as f64 * q) as usize, chunk as f64 / speed);
-                ctl.compressed(t, codec, (chunk, out), secs, secs);
-            }
-            ctl.written(t, 3_300_000, 0.01); // busy all the time
-        }
+            ],
+            330e6,
+        );
         for i in 0..100 {
             let t = 0.05 + f64::from(i) * 0.005;
             ctl.written(t, 1_650_000, 0.005);
