@@ -641,12 +641,10 @@ impl LadderController {
             // Not timed yet: a guess must not send raw copies to a disk that may be the limit.
             return false;
         }
-        let n = self.effective_compressors();
         let f = mix.strong_share;
-        // Compressor seconds per byte in, and bytes out per byte in, of the mix.
-        let seconds = f / (n * self.speed(strong)) + (1.0 - f) / (n * self.speed(weak));
         let ratio = f * strong.ratio() + (1.0 - f) * weak.ratio();
-        let compressed = offered.min(1.0 / seconds) * ratio;
+        let capacity = self.effective_compressors() / self.seconds_per_byte(&mix);
+        let compressed = offered.min(capacity) * ratio;
         compressed < DISK_BUSY_MAX * speed
     }
 
@@ -761,18 +759,20 @@ impl LadderController {
         let most = options.iter().map(|o| o.1).fold(0.0, f64::max);
         // Of those within `BURST_TIE` of the most, the one that costs the compressors the
         // least time a byte (strongest first on a tie).
-        let seconds = |m: &BurstMix| {
-            let f = m.strong_share;
-            f / self.speed(&self.rungs[m.strong]) + (1.0 - f) / self.speed(&self.rungs[m.weak])
-        };
         options
             .iter()
             .filter(|o| o.1 >= most * (1.0 - BURST_TIE))
             .fold(None::<&(BurstMix, f64)>, |best, o| match best {
-                Some(b) if seconds(&b.0) <= seconds(&o.0) => Some(b),
+                Some(b) if self.seconds_per_byte(&b.0) <= self.seconds_per_byte(&o.0) => Some(b),
                 _ => Some(o),
             })
             .map_or(BurstMix::one(0), |o| o.0)
+    }
+
+    /// One compressor's seconds per byte in at a burst's mix of rungs.
+    fn seconds_per_byte(&self, m: &BurstMix) -> f64 {
+        let f = m.strong_share;
+        f / self.speed(&self.rungs[m.strong]) + (1.0 - f) / self.speed(&self.rungs[m.weak])
     }
 
     /// The rung of a burst chunk at `now`: the shares of `plan_burst` dealt out in turn (an
