@@ -93,14 +93,16 @@ def start_exporter(tapdeck, net, stats, procs, snap, *args):
                   "--stats-interval", "0.2", "--template-interval", "0.5", *args,
                   stdout=subprocess.DEVNULL)
     procs.append(p)
-    wait_for(lambda: Path(stats).exists() and Path(stats).read_text().strip() or p.poll() is not None,
+    wait_for(lambda: Path(stats).exists() and "\n" in Path(stats).read_text() or p.poll() is not None,
              10, "the exporter's first stats record")
     assert p.poll() is None, p.communicate()[1].decode()
     return p
 
 
 def last_stats(path) -> dict:
-    return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()][-1]
+    """The last complete record: the writer may be mid-line when we read."""
+    text = Path(path).read_text()
+    return [json.loads(x) for x in text[:text.rfind("\n") + 1].splitlines() if x.strip()][-1]
 
 
 def stop(p, timeout=QUICK) -> str:

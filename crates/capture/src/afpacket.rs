@@ -113,6 +113,8 @@ pub struct AfPacketSource {
     /// Packets still to deliver, shared with the other sources of a fanout group.
     remaining: Option<Arc<AtomicU64>>,
     description: String,
+    /// The ring's block timeout: the longest the kernel keeps packets it took in a block.
+    block_timeout: Duration,
 }
 
 impl AfPacketSource {
@@ -145,6 +147,7 @@ impl AfPacketSource {
                 pollfds: Vec::new(),
                 remaining: remaining.clone(),
                 description: String::new(),
+                block_timeout: Duration::from_millis(u64::from(cfg.block_timeout_ms)),
             })
             .collect();
         for name in &cfg.interfaces {
@@ -628,6 +631,11 @@ impl PacketSource for AfPacketSource {
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    /// The ring; a block's timeout, and time for the kernel's timer and the poll to see it.
+    fn buffers_unread(&self) -> Option<Duration> {
+        Some(self.block_timeout + Duration::from_millis(50))
     }
 }
 

@@ -99,4 +99,14 @@ pub trait PacketSource: Send {
     fn live(&self) -> bool {
         true
     }
+
+    /// Whether packets arrive into a buffer of the source's (a capture ring) whether or not
+    /// it is read, and if so the longest one may sit there before a poll can see it (a ring
+    /// block the kernel has not yet handed over). The recorder then reads such a source at
+    /// once, without waiting for its compressors to warm up, and at a stop reads on until the
+    /// buffer is empty, so that nothing the kernel accepted is lost. `None` for sources that
+    /// make packets only when read (files, synthetic traffic).
+    fn buffers_unread(&self) -> Option<std::time::Duration> {
+        None
+    }
 }

@@ -231,7 +231,8 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
             if done {
                 line["final"] = serde_json::json!(true);
             }
-            let _ = writeln!(history, "{line}");
+            // One write a record: a reader tailing the history never sees half a line.
+            let _ = history.write_all(format!("{line}\n").as_bytes());
         }
         last = snap;
     })

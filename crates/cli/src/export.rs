@@ -152,7 +152,9 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
             if last {
                 line["final"] = serde_json::json!(true);
             }
-            let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+            // One write a record: a reader tailing the file never sees half a line.
+            let line = format!("{line}\n");
+            let _ = out.write_all(line.as_bytes()).and_then(|_| out.flush());
         }
     })
     .map_err(|e| anyhow::anyhow!(e))?;

@@ -309,8 +309,16 @@ pub fn record<S: PacketSource + 'static>(
     // its contexts when the first chunks arrive holds up the writer, which takes chunks in
     // order, and on a disk-bound link the disk's idle time is never made up (98 ms of it
     // cost the ladder 2 % of a 4 s benchmark run). Bounded: a recording never waits long
-    // for a warm-up.
-    let warm_by = Instant::now() + WARM_UP_WAIT;
+    // for a warm-up. Not for a capture ring, which the kernel fills meanwhile: on a busy
+    // machine the warm-up, at nice 19, can take seconds, and a ring not read for that long
+    // runs out of blocks and drops.
+    let must_read = sources.iter().any(|s| s.buffers_unread().is_some());
+    let warm_by = Instant::now()
+        + if must_read {
+            Duration::ZERO
+        } else {
+            WARM_UP_WAIT
+        };
     for _ in 0..cfg.compressors.max(1) {
         if ready_rx.recv_deadline(warm_by).is_err() {
             break;
@@ -336,6 +344,12 @@ pub fn record<S: PacketSource + 'static>(
         }));
     }
     drop((work_tx, writer_txs));
+    // Only now: every thread of the recorder has its stack (see `start_prefault`).
+    for pool in &pools {
+        if let Err(e) = pool.start_prefault() {
+            tracing::warn!("cannot start the staging pool's prefault thread: {e}");
+        }
+    }
 
     let start = Instant::now();
     *control.live.lock().unwrap() = Some(Arc::new(LiveView::new(
@@ -658,6 +672,11 @@ fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), Recor
 /// Frame buffers each compressor writes into every page of before its first chunk (see
 /// `FrameBuffers`); more are made as chunks queue for the writer, and kept.
 const TOUCHED_FRAME_BUFFERS: usize = 4;
+/// The longest a stop waits for packets a source may hold back (a ring block's timeout,
+/// `--block-timeout-ms`), and the longest it then reads on a source that keeps delivering
+/// (see `CaptureLoop::read_what_is_held`).
+const STOP_HOLD: Duration = Duration::from_secs(2);
+const STOP_DRAIN: Duration = Duration::from_millis(500);
 /// The longest capture waits for the compressors' warm-up (on our machines it takes
 /// 10–100 ms).
 const WARM_UP_WAIT: Duration = Duration::from_secs(2);
@@ -880,32 +899,12 @@ impl CaptureLoop {
         let mut asked_to_rotate = Instant::now();
         let mut last_publish = Instant::now();
         let result = loop {
-            if control.stopping() || deadline.is_some_and(|d| Instant::now() >= d) {
-                break Ok(());
+            // Before any packet: a file's header lists the interfaces its packets name.
+            if let Err(e) = self.follow_interfaces(&source) {
+                break Err(e);
             }
-            if source.interfaces().len() != self.interfaces.len() {
-                let mut fresh = source.interfaces().to_vec();
-                // Keep the snap lengths this loop raised (see `raise_snaplen`).
-                for (new, old) in fresh.iter_mut().zip(&self.interfaces) {
-                    new.snaplen = old.snaplen;
-                }
-                self.interfaces = fresh;
-                self.linktypes = self.interfaces.iter().map(|f| f.linktype).collect();
-                if let Err(e) = self.fits_format(&source) {
-                    break Err(e);
-                }
-                self.grow(self.interfaces.len());
-                *self.hub.streams[self.stream as usize]
-                    .interface_names
-                    .lock()
-                    .unwrap() = self
-                    .interfaces
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| f.name.clone().unwrap_or_else(|| i.to_string()))
-                    .collect();
-                // A file's header lists its interfaces: new ones start a new file.
-                self.rotate_pending = self.file_open;
+            if control.stopping() || deadline.is_some_and(|d| Instant::now() >= d) {
+                break self.read_what_is_held(&mut source);
             }
             let gen = control.rotate.load(Ordering::Relaxed);
             if gen != rotate_gen {
@@ -969,6 +968,60 @@ impl CaptureLoop {
             );
         }
         result.map(|_| self.interfaces)
+    }
+
+    /// Takes the source's interfaces when it has more than this loop knows (at the start,
+    /// and when a file declares one late).
+    fn follow_interfaces<S: PacketSource>(&mut self, source: &S) -> Result<(), String> {
+        if source.interfaces().len() == self.interfaces.len() {
+            return Ok(());
+        }
+        let mut fresh = source.interfaces().to_vec();
+        // Keep the snap lengths this loop raised (see `raise_snaplen`).
+        for (new, old) in fresh.iter_mut().zip(&self.interfaces) {
+            new.snaplen = old.snaplen;
+        }
+        self.interfaces = fresh;
+        self.linktypes = self.interfaces.iter().map(|f| f.linktype).collect();
+        self.fits_format(source)?;
+        self.grow(self.interfaces.len());
+        *self.hub.streams[self.stream as usize]
+            .interface_names
+            .lock()
+            .unwrap() = self
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.name.clone().unwrap_or_else(|| i.to_string()))
+            .collect();
+        // A file's header lists its interfaces: new ones start a new file.
+        self.rotate_pending = self.file_open;
+        Ok(())
+    }
+
+    /// At a stop, what the source took before it is recorded, not lost uncounted: it is read
+    /// on for as long as it may hold packets back (at most `STOP_HOLD`), and then until a
+    /// poll finds nothing, for at most `STOP_DRAIN` more (a busy link never runs dry).
+    fn read_what_is_held<S: PacketSource>(&mut self, source: &mut S) -> Result<(), String> {
+        let Some(held) = source.buffers_unread() else {
+            return Ok(());
+        };
+        let held = held.min(STOP_HOLD);
+        let stopped = Instant::now();
+        loop {
+            self.follow_interfaces(source)?;
+            let poll = source.poll(self);
+            if self.unfit.is_some() {
+                return self.fits_format(source);
+            }
+            let elapsed = stopped.elapsed();
+            match poll {
+                Ok(Poll::Delivered) if elapsed < held + STOP_DRAIN => {}
+                Ok(Poll::Idle) if elapsed < held => {}
+                Ok(_) => return Ok(()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     }
 
     /// Classic pcap holds one interface and times before 2106: say so as soon as a source

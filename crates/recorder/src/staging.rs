@@ -8,12 +8,15 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 
-/// Bytes locked (and so faulted in) per step of the prefault thread.
-const PREFAULT_STEP: usize = 64 << 20;
+/// Bytes faulted in per step of the prefault thread: one huge page. The kernel holds the
+/// process's memory-map lock through a step, and a thread that maps memory (a new thread's
+/// stack, a large allocation) waits for it; a step must stay short even when the nice-19
+/// prefault thread is preempted inside it on a busy machine.
+const PREFAULT_STEP: usize = 2 << 20;
 
 /// The pool's memory as the prefault thread sees it.
 struct Region(*mut u8, usize);
-// SAFETY: the prefault thread only passes the address to mlock.
+// SAFETY: the prefault thread only passes the address to madvise (and mlock).
 unsafe impl Send for Region {}
 
 impl Region {
@@ -52,9 +55,10 @@ unsafe impl Sync for StagingPool {}
 
 impl StagingPool {
     /// Maps `total` bytes (rounded down to whole segments, at least two). The region is
-    /// backed by huge pages where the kernel allows, and locked and faulted in by a
-    /// background thread: startup does not wait seconds for gigabytes of page zeroing, and
-    /// the capture loop rarely takes a page fault.
+    /// backed by huge pages where the kernel allows, and locked in memory page by page as it
+    /// is first touched; [`StagingPool::start_prefault`] then faults it in from a background
+    /// thread, so that startup does not wait for gigabytes of page zeroing and the capture
+    /// loop rarely takes a page fault.
     pub fn new(total: usize, segment_size: usize) -> std::io::Result<Arc<StagingPool>> {
         let segment_size = segment_size.div_ceil(ALIGN) * ALIGN;
         let segments = (total / segment_size).max(2);
@@ -75,11 +79,16 @@ impl StagingPool {
         }
         // SAFETY: advice on the range just mapped; refusal only costs speed.
         unsafe { libc::madvise(base, len, libc::MADV_HUGEPAGE) };
+        // Locked on fault: one quick call that faults nothing in. It may be refused
+        // (RLIMIT_MEMLOCK): the pool still works, only without the guarantee that it is
+        // never swapped out. Where mlock2 is missing (valgrind), the prefault thread locks.
+        // SAFETY: the range just mapped.
+        let locked = unsafe { libc::mlock2(base, len, libc::MLOCK_ONFAULT) } == 0;
         let (free_tx, free_rx) = crossbeam_channel::bounded(segments);
         for i in 0..segments as u32 {
             free_tx.send(i).expect("free list sized for every segment");
         }
-        let pool = Arc::new(StagingPool {
+        Ok(Arc::new(StagingPool {
             base: base as *mut u8,
             len,
             segment_size,
@@ -89,38 +98,61 @@ impl StagingPool {
             in_use: AtomicUsize::new(0),
             awaiting_compression: AtomicUsize::new(0),
             drained: AtomicU64::new(0),
-            locked: Arc::new(AtomicBool::new(false)),
+            locked: Arc::new(AtomicBool::new(locked)),
             prefault_stop: Arc::new(AtomicBool::new(false)),
             prefault: Mutex::new(None),
-        });
-        let region = Region(pool.base, len);
-        let (stop, locked) = (Arc::clone(&pool.prefault_stop), Arc::clone(&pool.locked));
-        let handle = std::thread::Builder::new()
-            .name("staging-prefault".into())
-            .spawn(move || {
-                // mlock faults every page in, in segment order, as the free list hands them
-                // out; a step at a time, so that a short run is not kept waiting at exit. It may
-                // be refused (RLIMIT_MEMLOCK): the pool still works, only without the guarantee
-                // that it is never swapped out.
-                let (base, len) = region.into_parts();
-                // Zeroing gigabytes is work for a spare core, never the capture thread's.
-                crate::affinity::set_nice(19);
-                let mut ok = true;
-                for start in (0..len).step_by(PREFAULT_STEP) {
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let n = PREFAULT_STEP.min(len - start);
-                    // SAFETY: inside the mapping, which outlives this thread (Drop joins it).
-                    ok &= unsafe { libc::mlock(base.add(start) as *const libc::c_void, n) } == 0;
-                }
-                locked.store(ok, Ordering::Relaxed);
-            })?;
-        *pool.prefault.lock().unwrap() = Some(handle);
-        Ok(pool)
+        }))
     }
 
-    /// Whether the pool is locked in memory (known once the prefault thread finished).
+    /// Faults the whole pool in from a background thread at nice 19, in segment order (the
+    /// order the free list first hands segments out), one short step at a time, so that a
+    /// short run is not kept waiting at exit. The recorder starts it once its own threads
+    /// are running: each was given a stack by mapping memory, which waits for a step.
+    pub fn start_prefault(&self) -> std::io::Result<()> {
+        let mut slot = self.prefault.lock().unwrap();
+        if slot.is_some() {
+            return Ok(());
+        }
+        let region = Region(self.base, self.len);
+        let stop = Arc::clone(&self.prefault_stop);
+        let locked = Arc::clone(&self.locked);
+        let lock_each_step = !self.locked();
+        *slot = Some(
+            std::thread::Builder::new()
+                .name("staging-prefault".into())
+                .spawn(move || {
+                    let (base, len) = region.into_parts();
+                    // Zeroing gigabytes is work for a spare core, never the capture thread's.
+                    crate::affinity::set_nice(19);
+                    let mut each_locked = lock_each_step;
+                    for start in (0..len).step_by(PREFAULT_STEP) {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let n = PREFAULT_STEP.min(len - start);
+                        // SAFETY: inside the mapping, which outlives this thread (Drop joins
+                        // it). Neither call changes a page's contents, so segments in use are
+                        // safe. mlock faults in and locks; MADV_POPULATE_WRITE (Linux 5.14)
+                        // faults in, into a range locked on fault.
+                        unsafe {
+                            let at = base.add(start) as *mut libc::c_void;
+                            let done = lock_each_step && libc::mlock(at, n) == 0;
+                            each_locked &= done;
+                            if !done && libc::madvise(at, n, libc::MADV_POPULATE_WRITE) != 0 {
+                                libc::mlock(at, n);
+                            }
+                        }
+                    }
+                    if lock_each_step {
+                        locked.store(each_locked, Ordering::Relaxed);
+                    }
+                })?,
+        );
+        Ok(())
+    }
+
+    /// Whether the pool is locked in memory (each page as it is faulted in; where that
+    /// cannot be asked for, known once the prefault thread has finished).
     pub fn locked(&self) -> bool {
         self.locked.load(Ordering::Relaxed)
     }
@@ -341,5 +373,60 @@ mod tests {
         drop((a, c, d));
         assert_eq!(pool.fill(), 0.0);
         assert_eq!(pool.drained_bytes(), 5, "what came back filled");
+    }
+
+    /// The prefault thread faults every page in without changing what a segment in use
+    /// holds (it populates; it never writes), and as root the pages are locked as they come.
+    #[test]
+    fn prefaulting_fills_the_pool_in_and_leaves_segments_in_use_as_they_are() {
+        let len = 16 << 20;
+        let pool = StagingPool::new(len, 1 << 20).unwrap();
+        let mut a = pool.try_take().unwrap();
+        a.spare_mut()[..5].copy_from_slice(b"hello");
+        a.advance(5);
+        let page = 4096;
+        let resident = |pool: &StagingPool| {
+            let mut map = vec![0u8; len / page];
+            // SAFETY: the pool's own mapping, and a vector of one byte per page.
+            let r = unsafe { libc::mincore(pool.base.cast(), len, map.as_mut_ptr()) };
+            assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+            map.iter().filter(|&&b| b & 1 == 1).count() * page
+        };
+        assert!(
+            resident(&pool) < len,
+            "only what was written is in before the prefault"
+        );
+        pool.start_prefault().unwrap();
+        pool.start_prefault().unwrap(); // a second call starts nothing more
+        let handle = pool.prefault.lock().unwrap().take().unwrap();
+        handle.join().unwrap();
+        assert_eq!(resident(&pool), len, "every page faulted in");
+        assert_eq!(a.data(), b"hello", "a segment in use keeps its bytes");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(pool.locked());
+            // Locked memory of the mappings inside the pool's range (locking may split it).
+            let (lo, hi) = (pool.base as usize, pool.base as usize + len);
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let (mut inside, mut locked_kb) = (false, 0usize);
+            for line in smaps.lines() {
+                let range = line
+                    .split_whitespace()
+                    .next()
+                    .and_then(|r| r.split_once('-'));
+                if let Some((a, b)) = range.filter(|_| !line.ends_with(':') && !line.contains(": "))
+                {
+                    let (a, b) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16));
+                    if let (Ok(a), Ok(b)) = (a, b) {
+                        inside = a >= lo && b <= hi;
+                        continue;
+                    }
+                }
+                if let Some(kb) = line.strip_prefix("Locked:").filter(|_| inside) {
+                    locked_kb += kb.trim().trim_end_matches(" kB").parse::<usize>().unwrap();
+                }
+            }
+            assert_eq!(locked_kb * 1024, len, "locked bytes of the pool");
+        }
     }
 }
