@@ -9,7 +9,8 @@ For each disk and each offered rate of synthetic half-random frames, runs of eac
            every chunk takes that rung, whatever the load (no controller, no raw copies)
 Disks: `disk` (the work directory, O_DIRECT), `throttled` (the same with the writer's
 benchmark-only token bucket, --bench-disk-limit, default 400 MB/s), `discard` (--discard).
-Then a 3-phase burst on the throttled disk: quiet, 10 s at twice the disk's speed, quiet.
+Then 3-phase bursts on the throttled disk: quiet, 10 s at twice (and three times) the disk's
+speed, quiet.
 
 Every run is offered exactly the same packets: the source follows a rate schedule
 (--rate-schedule) and stops when it has offered all of them, so stored counts compare
@@ -115,14 +116,16 @@ def measure(work, frame, rates, seconds, disks, limit, reps):
     return rows
 
 
-def burst(work, limit: str, reps: int, quiet_s: float, burst_s: float):
-    """Quiet, `burst_s` at twice the throttled disk's speed, quiet again (long enough for
-    a raw backlog to drain if the pool held it)."""
+def burst(work, limit: str, reps: int, quiet_s: float, burst_s: float, factor: float = 2.0):
+    """Quiet, `burst_s` at `factor` times the throttled disk's speed, quiet again (long enough
+    for a raw backlog to drain if the pool held it). At twice the disk, 2:1 data fits the
+    disk compressed (every compressing choice stores everything on the 400 MB/s throttle);
+    at three times, neither the disk nor one compressor keeps up."""
     if not limit.upper().endswith("MB"):
         raise SystemExit(f"bench: --limit {limit}: give it in MB (e.g. 400MB) for the burst's rate")
     disk_bps = float(limit.upper().removesuffix("MB")) * 1e6
     frame = 1514
-    hot = int(2 * disk_bps / record_bytes(frame))
+    hot = int(factor * disk_bps / record_bytes(frame))
     calm = int(0.05 * disk_bps / record_bytes(frame))
     schedule = f"{calm}:{quiet_s},{hot}:{burst_s},{calm}:{quiet_s}"
     choices = measure_point(work, frame, schedule, "throttled", limit, reps, f"burst {schedule}")
@@ -250,6 +253,7 @@ def main():
     ap.add_argument("--limit", default="400MB", help="--bench-disk-limit of the throttled disk (in MB)")
     ap.add_argument("--seconds", type=float, default=6.0, help="seconds of traffic per run")
     ap.add_argument("--no-burst", action="store_true")
+    ap.add_argument("--burst-factors", default="2,3", help="bursts at these multiples of the throttled disk")
     ap.add_argument("--no-small", action="store_true", help="skip the 64-byte frames")
     ap.add_argument("--rates", default="0.1,0.3,0.5,0.8,1.1,1.5",
                     help="Mpps of 1514-byte frames, comma-separated")
@@ -277,7 +281,8 @@ def main():
             res["rows"] += measure(args.work, 64, mpps(args.small_rates), args.seconds, disks, args.limit,
                                    args.reps)
         if not args.no_burst:
-            res["rows"].append(burst(args.work, args.limit, args.reps, 5, 10))
+            for factor in map(float, args.burst_factors.split(",")):
+                res["rows"].append(burst(args.work, args.limit, args.reps, 5, 10, factor))
     res["loadavg_after"] = Path("/proc/loadavg").read_text().split()[0]
     out = ROOT / "bench/results"
     out.mkdir(parents=True, exist_ok=True)
