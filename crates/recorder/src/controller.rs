@@ -30,8 +30,7 @@
 //!    there beside what the compressors write at the burst's rung, at the offered rate over
 //!    `TAU_FAST` too) — at once, not only when the pool is nearly full; otherwise the chunk
 //!    queues for a compressor, at the rung that stores the most of the burst (its
-//!    compressors keeping a margin that follows who waits for whom: `writer_waited`,
-//!    `compressor_waited`, `follow_queue`), or a mix of two where the stronger alone leaves the
+//!    compressors keeping the margin), or a mix of two where the stronger alone leaves the
 //!    disk idle and the weaker alone the compressors, and the pool absorbs it (raw would
 //!    only flood a disk that is already the limit). The compressor that takes the chunk
 //!    chooses its rung again, on what is known by then, dealing a mix's shares in turn.
@@ -57,19 +56,6 @@ const TAU: f64 = 0.5;
 const TAU_FAST: f64 = 0.02;
 /// The plan must keep up with the offered rate plus this fraction.
 const MARGIN: f64 = 0.1;
-/// A burst's margin (`burst_margin`) starts at `MARGIN` and moves by this much per second
-/// the writer waits for the compressors (up) or the compressors wait for the disk (down),
-/// while the pool is behind...
-const MARGIN_GAIN: f64 = 3.0;
-/// ...within these bounds: below zero, the compressors are believed faster than they were
-/// timed (the timing of a chunk counts what the compressors' throughput does not, or the
-/// CPU share rose).
-const MARGIN_MIN: f64 = -0.3;
-const MARGIN_MAX: f64 = 0.6;
-/// The margin moves by this times the change of the compressors' queue (a fraction of the
-/// pool) while the pool is at least `FULL_FILL` full (see `follow_queue`).
-const QUEUE_GAIN: f64 = 2.0;
-const FULL_FILL: f64 = 0.9;
 /// Chunks queued per compressor beyond which the compressors are behind.
 const QUEUE_PER_COMPRESSOR: usize = 2;
 /// The disk has headroom while it is busy less than this fraction of the time.
@@ -275,8 +261,6 @@ pub struct ControllerView {
     pub compressor_cpu_share: Option<f64>,
     /// The planned rung.
     pub plan: String,
-    /// The margin a burst's mix keeps the compressors (tuned by who waits for whom).
-    pub burst_margin: f64,
     /// Per rung: bytes in per CPU second of one compressor, and out/in.
     pub rungs: Vec<RungView>,
 }
@@ -311,10 +295,6 @@ pub struct LadderController {
     fixed: Option<Codec>,
     /// The error diffusion of a mixed burst's rungs (`next_burst_rung`), in -0.5..0.5.
     burst_credit: f64,
-    /// The compressors' margin in a burst's mix (see `writer_waited`).
-    burst_margin: f64,
-    /// The compressors' queue when a compressor last took a chunk, the pool behind.
-    queue_seen: Option<f64>,
 }
 
 impl LadderController {
@@ -347,8 +327,6 @@ impl LadderController {
             trend: 0.0,
             fixed: None,
             burst_credit: 0.0,
-            burst_margin: MARGIN,
-            queue_seen: None,
         }
     }
 
@@ -403,43 +381,6 @@ impl LadderController {
             self.disk_speed.update(bytes as f64 / seconds.max(1e-6));
         }
         self.disk_busy.add(now, seconds);
-    }
-
-    /// The writer waited `seconds` for its next chunk. With the pool behind, the chunk it
-    /// waited for was still at a compressor: the compressors are the limit, and a burst's
-    /// mix keeps them a larger margin. With `compressor_waited`, this tunes the margin by
-    /// what happens rather than by the rungs' timings: where one rung only just meets the
-    /// disk, a fixed 10 % margin on a speed timed 15 % low sent a third of a burst to lz4.
-    pub fn writer_waited(&mut self, seconds: f64) {
-        if self.fill >= BEHIND_FILL {
-            self.burst_margin = (self.burst_margin + MARGIN_GAIN * seconds).min(MARGIN_MAX);
-        }
-    }
-
-    /// A compressor waited `seconds` for a chunk. With the pool behind, its chunks waited
-    /// for the disk instead: the disk is the limit, and a burst's mix can be stronger.
-    pub fn compressor_waited(&mut self, seconds: f64) {
-        if self.fill >= BEHIND_FILL {
-            let step = MARGIN_GAIN * seconds / self.compressors as f64;
-            self.burst_margin = (self.burst_margin - step).max(MARGIN_MIN);
-        }
-    }
-
-    /// With the pool full, chunks come in as fast as the disk frees segments, so the chunks
-    /// queued for the compressors (`backlog`, a fraction of the pool) grow when the
-    /// compressors are the limit and shrink when the disk is, while neither waits yet: the
-    /// burst margin follows the queue. (While the pool fills, the queue grows whatever the
-    /// mix: more comes in than either limit takes.)
-    fn follow_queue(&mut self, backlog: f64, fill: f64) {
-        if fill < FULL_FILL {
-            self.queue_seen = None;
-            return;
-        }
-        if let Some(before) = self.queue_seen {
-            let m = self.burst_margin + QUEUE_GAIN * (backlog - before);
-            self.burst_margin = m.clamp(MARGIN_MIN, MARGIN_MAX);
-        }
-        self.queue_seen = Some(backlog);
     }
 
     /// The pool's fill (0..=1) at `now`; also given with each decision.
@@ -569,7 +510,6 @@ impl LadderController {
         if self.fixed.is_some() {
             return planned;
         }
-        self.follow_queue(backlog, fill);
         let capped = self.ladder.choose(backlog);
         let raw_rung = capped == Codec::Raw || fill >= BEHIND_FILL;
         if raw_rung && self.disk_has_headroom(now) {
@@ -800,7 +740,7 @@ impl LadderController {
         }
         let with_margin = |i: usize| {
             let r = &self.rungs[i];
-            (n * self.speed(r) / (1.0 + self.burst_margin), r.ratio())
+            (n * self.speed(r) / (1.0 + MARGIN), r.ratio())
         };
         // Every option: one rung, or two mixed, with the input rate it stores.
         let options: Vec<(BurstMix, f64)> = compressing()
@@ -860,7 +800,6 @@ impl LadderController {
                 .plan(now)
                 .map_or(Codec::Raw, |i| self.rungs[i].codec)
                 .to_string(),
-            burst_margin: self.burst_margin,
             rungs: self
                 .rungs
                 .iter()
@@ -985,14 +924,6 @@ impl SharedController {
         self.inner.lock().unwrap().written(now, bytes, seconds)
     }
 
-    pub fn writer_waited(&self, seconds: f64) {
-        self.inner.lock().unwrap().writer_waited(seconds)
-    }
-
-    pub fn compressor_waited(&self, seconds: f64) {
-        self.inner.lock().unwrap().compressor_waited(seconds)
-    }
-
     pub fn view(&self) -> ControllerView {
         let now = self.now();
         self.inner.lock().unwrap().view(now)
@@ -1055,8 +986,6 @@ mod tests {
         by_codec: std::collections::BTreeMap<String, f64>,
         /// Bytes in per codec and reason, for the controller.
         by_reason: std::collections::BTreeMap<String, f64>,
-        /// The controller's burst margin at the end.
-        margin: f64,
     }
 
     impl Outcome {
@@ -1098,22 +1027,7 @@ mod tests {
         load: impl Fn(f64) -> (f64, f64),
         share: impl Fn(f64) -> f64,
     ) -> Outcome {
-        simulate_timed(1.0, scale, policy, segments, seconds, load, share)
-    }
-
-    /// As `simulate_on`, each chunk timed at `timing` times the CPU seconds it took: below
-    /// 1 the controller believes its compressors faster than they are.
-    fn simulate_timed(
-        timing: f64,
-        scale: f64,
-        policy: Policy,
-        segments: usize,
-        seconds: f64,
-        load: impl Fn(f64) -> (f64, f64),
-        share: impl Fn(f64) -> f64,
-    ) -> Outcome {
         let machine = |c| machine_scaled(c, scale);
-        let feedback = matches!(policy, Policy::Controller);
         let ladder = CodecLadder::parse("zstd:3,zstd:1,lz4,raw").unwrap();
         let mut ctl = LadderController::new(ladder.clone(), 1, segments);
         let dt = 0.001;
@@ -1189,16 +1103,13 @@ mod tests {
                         t,
                         item.codec,
                         (CHUNK as usize, item.out as usize),
-                        secs * timing,
-                        secs * timing / share(t),
+                        secs,
+                        secs / share(t),
                     );
                 }
                 if budget <= 0.0 {
                     break;
                 }
-            }
-            if feedback && budget > 0.0 {
-                ctl.compressor_waited(budget);
             }
             // The writer: the head item, once compressed, at the disk's speed.
             let mut budget = dt;
@@ -1225,14 +1136,10 @@ mod tests {
                     write_left = None;
                 }
             }
-            if feedback && budget > 0.0 {
-                ctl.writer_waited(budget);
-            }
             let fill = items.len() as f64 / segments as f64;
             out.peak_fill = out.peak_fill.max(fill);
             out.end_fill = fill;
         }
-        out.margin = ctl.burst_margin;
         out
     }
 
@@ -1837,35 +1744,6 @@ mod tests {
                 (Codec::Zstd(1), Reason::Burst),
                 "at {t}"
             );
-        }
-    }
-
-    /// Where zstd:1 alone about meets the disk (its output 125 MB/s, the disk 100–200), a
-    /// burst mixes zstd:1 and lz4, and how much each takes rests on the compressors' margin.
-    /// Timed as they run, 15 % fast or 15 % slow (a compressor's timing misses work outside
-    /// its chunks, or the CPU share changes), the ladder stores at least what the best fixed
-    /// rung does, at every point: the margin follows who waits for whom. With the fixed 10 %
-    /// margin, 8 of these 12 points stored less (down to 0.935 of fixed zstd:1, at a 130
-    /// MB/s disk and timings 15 % slow, with 54 % of the bytes at lz4).
-    #[test]
-    fn a_burst_margin_follows_who_waits_for_whom_whatever_the_timing() {
-        for disk in [100.0, 130.0, 160.0, 200.0] {
-            let load = move |t: f64| (if t < 1.0 { 50.0 * MB } else { 400.0 * MB }, disk * MB);
-            let best = [Codec::Zstd(1), Codec::Lz4, Codec::Zstd(3)]
-                .map(|c| simulate(Policy::Fixed(c), 64, 12.0, load).stored)
-                .into_iter()
-                .fold(0.0, f64::max);
-            for timing in [1.0 / 1.15, 1.0, 1.15] {
-                let c = simulate_timed(timing, 1.0, Policy::Controller, 64, 12.0, load, |_| 1.0);
-                assert!(
-                    c.stored >= best * 0.999,
-                    "disk {disk} MB/s, timed at {timing:.2}: stored {:.4} of the best fixed, \
-                     margin {:.3}, {:.3} at lz4",
-                    c.stored / best,
-                    c.margin,
-                    c.share("lz4")
-                );
-            }
         }
     }
 }

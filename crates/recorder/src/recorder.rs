@@ -702,21 +702,12 @@ fn compress_loop(
     }
     let _ = ready.send(());
     drop(ready);
-    loop {
-        let waiting = Instant::now();
-        let Ok(Sequenced {
-            stream,
-            seq,
-            item: mut chunk,
-        }) = rx.recv()
-        else {
-            break;
-        };
-        // Idle for every stream: none had a chunk for it.
-        let waited = waiting.elapsed().as_secs_f64();
-        for c in &controllers {
-            c.compressor_waited(waited);
-        }
+    for Sequenced {
+        stream,
+        seq,
+        item: mut chunk,
+    } in rx
+    {
         let controller = &controllers[stream as usize];
         // The backlog may have grown while this chunk waited: decide again.
         if !chunk.source_waits {

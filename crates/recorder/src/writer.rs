@@ -286,12 +286,7 @@ impl StreamWriter {
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
         loop {
-            let waiting = std::time::Instant::now();
-            let received = rx.recv_timeout(self.idle_wait());
-            if let Some(c) = &self.controller {
-                c.writer_waited(waiting.elapsed().as_secs_f64());
-            }
-            let done = match received {
+            let done = match rx.recv_timeout(self.idle_wait()) {
                 Ok(done) => done,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     // A quiet link writes nothing that would find a failed directory
