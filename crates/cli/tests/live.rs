@@ -167,16 +167,27 @@ fn stock_tools_present() -> bool {
         .all(|t| Command::new(t).arg("--version").output().is_ok())
 }
 
-#[test]
-fn record_from_an_interface_stores_exactly_the_frames_sent() {
-    require_root!();
+/// One veth link in a namespace, a temporary directory and a store path in it; `None` (the
+/// test skips) without root or the stock tools.
+fn one_link() -> Option<(TestNet, tempfile::TempDir, PathBuf)> {
+    if let Some(why) = netns::cannot_run() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
     if !stock_tools_present() {
         eprintln!("skipping: needs zstd and tcpdump");
-        return;
+        return None;
     }
-    let net = TestNet::new(1);
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
+    Some((TestNet::new(1), dir, store))
+}
+
+#[test]
+fn record_from_an_interface_stores_exactly_the_frames_sent() {
+    let Some((net, _dir, store)) = one_link() else {
+        return;
+    };
     let sent: Vec<Vec<u8>> = (0..5000u32)
         .map(|i| {
             let len = 60 + (i as usize * 211) % (1514 - 60 + 1);
@@ -212,14 +223,9 @@ fn record_from_an_interface_stores_exactly_the_frames_sent() {
 /// lost and not even counted as seen.
 #[test]
 fn a_stop_stores_the_frames_the_ring_still_holds() {
-    require_root!();
-    if !stock_tools_present() {
-        eprintln!("skipping: needs zstd and tcpdump");
+    let Some((net, _dir, store)) = one_link() else {
         return;
-    }
-    let net = TestNet::new(1);
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
+    };
     let sent: Vec<Vec<u8>> = (0..20u32)
         .map(|i| frames::ipv4(17, 1, 4000, 2, 5001, 100 + i as usize, i))
         .collect();
@@ -244,14 +250,9 @@ fn a_stop_stores_the_frames_the_ring_still_holds() {
 
 #[test]
 fn snaplen_and_filter_through_the_cli() {
-    require_root!();
-    if !stock_tools_present() {
-        eprintln!("skipping: needs zstd and tcpdump");
+    let Some((net, _dir, store)) = one_link() else {
         return;
-    }
-    let net = TestNet::new(1);
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
+    };
     let sent: Vec<Vec<u8>> = (0..400u32)
         .map(|i| frames::ipv4(17, 1, 4000, 2, 5001 + (i % 2) as u16, 300, i))
         .collect();
