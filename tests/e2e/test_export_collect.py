@@ -466,7 +466,10 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
                          f"{C_ADDR[1]}:{PORT}")
     replay(net, src, pps=2000)
     wait_for(lambda: last_stats(stats)["sent"] >= len(pkts), 15, "the exporter to send all")
-    time.sleep(1.2)  # a few template refreshes cross up1 meanwhile
+    # Template refreshes (every 0.5 s, messages with no packet) cross up1 meanwhile.
+    messages = lambda: sum(c["messages"] for c in last_stats(stats)["collectors"])
+    after = messages()
+    wait_for(lambda: messages() >= after + 2, 10, "two template refreshes to leave by up1")
     stop(exp)
     wait_for(lambda: ledger_packets(store) >= len(pkts), 20,
              "the collector to store every replayed packet")
