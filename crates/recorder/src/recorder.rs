@@ -312,16 +312,12 @@ pub fn record<S: PacketSource + 'static>(
     // for a warm-up. Not for a capture ring, which the kernel fills meanwhile: on a busy
     // machine the warm-up, at nice 19, can take seconds, and a ring not read for that long
     // runs out of blocks and drops.
-    let must_read = sources.iter().any(|s| s.buffers_unread().is_some());
-    let warm_by = Instant::now()
-        + if must_read {
-            Duration::ZERO
-        } else {
-            WARM_UP_WAIT
-        };
-    for _ in 0..cfg.compressors.max(1) {
-        if ready_rx.recv_deadline(warm_by).is_err() {
-            break;
+    if sources.iter().all(|s| s.buffers_unread().is_none()) {
+        let warm_by = Instant::now() + WARM_UP_WAIT;
+        for _ in 0..cfg.compressors.max(1) {
+            if ready_rx.recv_deadline(warm_by).is_err() {
+                break;
+            }
         }
     }
 

@@ -136,9 +136,14 @@ impl StagingPool {
                         // faults in, into a range locked on fault.
                         unsafe {
                             let at = base.add(start) as *mut libc::c_void;
-                            let done = lock_each_step && libc::mlock(at, n) == 0;
-                            each_locked &= done;
-                            if !done && libc::madvise(at, n, libc::MADV_POPULATE_WRITE) != 0 {
+                            let locked_here = lock_each_step && libc::mlock(at, n) == 0;
+                            each_locked &= locked_here;
+                            // mlock faulted it in; else populate (Linux 5.14), and on an
+                            // older kernel fault in by mlock, unless it was just refused.
+                            if !locked_here
+                                && libc::madvise(at, n, libc::MADV_POPULATE_WRITE) != 0
+                                && !lock_each_step
+                            {
                                 libc::mlock(at, n);
                             }
                         }
