@@ -292,7 +292,8 @@ pub struct RecordArgs {
     pub discard: bool,
 
     /// Benchmarks only: the writer writes at most this much per second (e.g. 400MB), as a
-    /// slower disk would; a token bucket in the writer, not a real limit on the device.
+    /// slower disk would: each write takes at least its bytes at this rate, and time spent
+    /// idle earns no credit. A limit in the writer, not on the device.
     #[arg(long, value_name = "SIZE")]
     pub bench_disk_limit: Option<String>,
 

@@ -8,8 +8,10 @@
 //! chunks wait for a compressor. From these it keeps decaying averages of the offered rate
 //! (dropped bytes included: a full pool takes in only what leaves it, and judged by its
 //! intake an overload looks like a load the compressors keep up with), each rung's speed per
-//! CPU second and ratio, the compressors' share of the CPU, the disk's speed and how busy it
-//! is, the bytes recently sent to it, and the pool's trend. The decision, in order:
+//! CPU second and ratio, the compressors' share of the CPU, the disk's speed (bytes over busy
+//! time, not counting its first bytes: see `DISK_WARM_BYTES`) and how busy it is, the bytes
+//! recently sent to it (a chunk a compressor turns raw included), and the pool's trend. The
+//! decision, in order:
 //!
 //! 1. *Plan*: for each rung, predict what the disk would get if the compressors took what they
 //!    can at that rung and the rest went raw. Of the rungs that keep up with the offered rate
@@ -60,6 +62,13 @@ const MARGIN: f64 = 0.1;
 const QUEUE_PER_COMPRESSOR: usize = 2;
 /// The disk has headroom while it is busy less than this fraction of the time.
 pub const DISK_BUSY_MAX: f64 = 0.8;
+/// The disk's first bytes are not measured: until the writer's buffer (9 MiB by default)
+/// first goes to the disk, a write is a copy to memory, timed at 10 GB/s.
+const DISK_WARM_BYTES: u64 = 16 << 20;
+/// The disk's speed is bytes over busy time, both decaying over this much busy time: a
+/// mean over time, not over writes, so that writes a cache took at once (a throttle's
+/// credit after every idle spell) count for the little time they took.
+const DISK_TAU_BUSY: f64 = 0.5;
 /// Compressors are behind when the pool, at its trend, would be full within this...
 const HORIZON_S: f64 = 1.0;
 /// ...or when it is this full: the writer takes chunks in order, so raw chunks wait behind
@@ -283,7 +292,12 @@ pub struct LadderController {
     pool_segments: usize,
     offered: DecayingRate,
     offered_fast: DecayingRate,
-    disk_speed: Estimate,
+    /// Bytes written so far, up to `DISK_WARM_BYTES`.
+    disk_warm: u64,
+    /// Bytes written and seconds spent writing them, decaying over `DISK_TAU_BUSY` of
+    /// busy time.
+    disk_bytes: f64,
+    disk_seconds: f64,
     disk_busy: DecayingRate,
     /// Bytes per second the decisions sent towards the disk (raw, or compressed as
     /// estimated).
@@ -319,7 +333,9 @@ impl LadderController {
             pool_segments: pool_segments.max(1),
             offered: DecayingRate::default(),
             offered_fast: DecayingRate::with_tau(TAU_FAST),
-            disk_speed: Estimate::default(),
+            disk_warm: 0,
+            disk_bytes: 0.0,
+            disk_seconds: 0.0,
             disk_busy: DecayingRate::default(),
             committed: DecayingRate::default(),
             fill: 0.0,
@@ -375,12 +391,25 @@ impl LadderController {
         }
     }
 
-    /// The writer spent `seconds` writing `bytes`.
+    /// The writer spent `seconds` writing `bytes` (see `DISK_WARM_BYTES`, `DISK_TAU_BUSY`).
     pub fn written(&mut self, now: f64, bytes: usize, seconds: f64) {
-        if bytes > 0 {
-            self.disk_speed.update(bytes as f64 / seconds.max(1e-6));
-        }
         self.disk_busy.add(now, seconds);
+        if self.disk_warm < DISK_WARM_BYTES {
+            self.disk_warm += bytes as u64;
+            return;
+        }
+        if bytes > 0 {
+            // A disk that took no time (--discard) is as fast as a megabyte a microsecond.
+            let seconds = seconds.max(1e-6 * bytes as f64 / 1e6);
+            let keep = (-seconds / DISK_TAU_BUSY).exp();
+            self.disk_bytes = self.disk_bytes * keep + bytes as f64;
+            self.disk_seconds = self.disk_seconds * keep + seconds;
+        }
+    }
+
+    /// The disk's speed, `None` until measured.
+    fn disk_speed(&self) -> Option<f64> {
+        (self.disk_seconds > 0.0).then(|| self.disk_bytes / self.disk_seconds)
     }
 
     /// The pool's fill (0..=1) at `now`; also given with each decision.
@@ -500,13 +529,29 @@ impl LadderController {
     /// is known now: a full pool keeps chunks a few hundred milliseconds before a compressor
     /// takes them, and the first of a recording were decided on the first writes' speed,
     /// half the disk's.
+    ///
+    /// What the chunk of `bytes` now sends to the disk is counted, as at submission: a
+    /// raw copy made here costs no compressor time, so compressors taking a full pool turn
+    /// every queued chunk raw in an instant unless each one counts at once (the disk's busy
+    /// time only shows them once written).
     pub fn at_compressor(
         &mut self,
         now: f64,
         planned: Decision,
+        bytes: usize,
         backlog: f64,
         fill: f64,
     ) -> Decision {
+        let d = self.rechoose(now, planned, backlog, fill);
+        if d.codec != planned.codec {
+            let ratio = |c: Codec| self.rung_index(c).map_or(1.0, |i| self.rungs[i].ratio());
+            let more = bytes as f64 * (ratio(d.codec) - ratio(planned.codec));
+            self.committed.add(now, more);
+        }
+        d
+    }
+
+    fn rechoose(&mut self, now: f64, planned: Decision, backlog: f64, fill: f64) -> Decision {
         if self.fixed.is_some() {
             return planned;
         }
@@ -587,7 +632,7 @@ impl LadderController {
     /// over. So raw also needs the offered rate to fit the disk beside what the compressors
     /// can take (`raw_fits`), and a measured disk: before its first write, it is unknown.
     fn disk_has_headroom(&self, now: f64) -> bool {
-        let Some(speed) = self.disk_speed.0 else {
+        let Some(speed) = self.disk_speed() else {
             return false;
         };
         self.disk_busy(now) < DISK_BUSY_MAX
@@ -671,7 +716,7 @@ impl LadderController {
     /// `plan` at an `offered` rate.
     fn plan_for(&self, offered: f64) -> Option<usize> {
         let need = offered * (1.0 + MARGIN);
-        let disk = self.disk_speed.0.unwrap_or(f64::INFINITY);
+        let disk = self.disk_speed().unwrap_or(f64::INFINITY);
         let n = self.effective_compressors();
         // (index, sustainable input rate, disk bytes per second at `need`)
         let mut options: Vec<(Option<usize>, f64, f64)> = vec![(None, disk, need)];
@@ -723,7 +768,7 @@ impl LadderController {
     /// the compressor idle a quarter of the time, and 3 % fewer packets than fixed zstd:1.
     fn plan_burst(&self, offered: f64) -> BurstMix {
         let need = offered * (1.0 + MARGIN);
-        let disk = self.disk_speed.0.unwrap_or(f64::INFINITY);
+        let disk = self.disk_speed().unwrap_or(f64::INFINITY);
         let n = self.effective_compressors();
         let stores = |r: &Rung| (n * self.speed(r)).min(disk / r.ratio());
         let compressing = || {
@@ -792,7 +837,7 @@ impl LadderController {
     pub fn view(&self, now: f64) -> ControllerView {
         ControllerView {
             offered_bytes_per_s: self.offered.at(now),
-            disk_bytes_per_s: self.disk_speed.0,
+            disk_bytes_per_s: self.disk_speed(),
             disk_busy: self.disk_busy(now),
             fill_trend_per_s: self.trend,
             compressor_cpu_share: self.cpu_share.0,
@@ -899,12 +944,18 @@ impl SharedController {
         self.inner.lock().unwrap().decide(now, bytes, fill, queued)
     }
 
-    pub fn at_compressor(&self, planned: Decision, backlog: f64, fill: f64) -> Decision {
+    pub fn at_compressor(
+        &self,
+        planned: Decision,
+        bytes: usize,
+        backlog: f64,
+        fill: f64,
+    ) -> Decision {
         let now = self.now();
         self.inner
             .lock()
             .unwrap()
-            .at_compressor(now, planned, backlog, fill)
+            .at_compressor(now, planned, bytes, backlog, fill)
     }
 
     pub fn compressed_cold(&self, codec: Codec, bytes: (usize, usize)) {
@@ -1015,12 +1066,14 @@ mod tests {
         load: impl Fn(f64) -> (f64, f64),
         share: impl Fn(f64) -> f64,
     ) -> Outcome {
-        simulate_on(1.0, policy, segments, seconds, load, share)
+        simulate_on((1.0, 0.0), policy, segments, seconds, load, share)
     }
 
-    /// As `simulate_starved`, on a machine whose compressors are `scale` times as fast.
+    /// As `simulate_starved`, on a machine whose compressors are `scale` times as fast and
+    /// whose disk takes its first `cache` bytes 25 times as fast (the writer's buffer, a
+    /// disk's cache: a 400 MB/s disk took the first writes of a recording at 10 GB/s).
     fn simulate_on(
-        scale: f64,
+        (scale, cache): (f64, f64),
         policy: Policy,
         segments: usize,
         seconds: f64,
@@ -1086,7 +1139,8 @@ mod tests {
                 if !item.started {
                     item.started = true;
                     let backlog = queued as f64 / segments as f64;
-                    item.decision = ctl.at_compressor(t, item.decision, backlog, fill);
+                    item.decision =
+                        ctl.at_compressor(t, item.decision, CHUNK as usize, backlog, fill);
                     let (speed, ratio) = machine(item.decision.codec);
                     (item.codec, item.out, item.work) =
                         (item.decision.codec, CHUNK * ratio, CHUNK / speed);
@@ -1118,6 +1172,11 @@ mod tests {
                 if head.work > 0.0 {
                     break;
                 }
+                let disk = if out.written < cache {
+                    5.0 * disk
+                } else {
+                    disk
+                };
                 let left = write_left.get_or_insert(head.out);
                 let spent = (*left / disk).min(budget);
                 *left -= spent * disk;
@@ -1226,7 +1285,7 @@ mod tests {
             let offered = if (3.0..5.0).contains(&t) { 800.0 } else { 20.0 };
             (offered * MB, 400.0 * MB)
         };
-        let run = |p| simulate_on(3.5, p, 64, 10.0, load, |_| 1.0);
+        let run = |p| simulate_on((3.5, 0.0), p, 64, 10.0, load, |_| 1.0);
         let ctl = run(Policy::Controller);
         let fixed = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
             .map(|c| (c, run(Policy::Fixed(c))));
@@ -1253,7 +1312,7 @@ mod tests {
             };
             (offered * MB, 400.0 * MB)
         };
-        let run = |p| simulate_on(4.0, p, 64, 20.0, load, |_| 1.0);
+        let run = |p| simulate_on((4.0, 0.0), p, 64, 20.0, load, |_| 1.0);
         let ctl = run(Policy::Controller);
         let fixed = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
             .map(|c| (c, run(Policy::Fixed(c))));
@@ -1266,6 +1325,86 @@ mod tests {
             ctl.by_reason
         );
         assert!(ctl.share("raw") < 0.01, "{:?}", ctl.by_reason);
+    }
+
+    #[test]
+    fn a_disk_whose_first_writes_are_fast_gets_no_flood_of_raw_copies() {
+        // bench/ladder.py's throttled 1.5 Mpps: 2.3 GB/s offered from the start onto a
+        // 400 MB/s disk whose first 9 MiB (the writer's buffer) go at 10 GB/s, compressors
+        // that take it at zstd:1 with nothing to spare for the disk. Every raw byte then
+        // displaces compressed ones: measured on its first writes, the disk had room for
+        // a full pool's worth of raw copies.
+        let load = |_| (2300.0 * MB, 400.0 * MB);
+        let run = |p| simulate_on((4.0, 9.0 * MB), p, 64, 10.0, load, |_| 1.0);
+        let ctl = run(Policy::Controller);
+        let fixed = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
+            .map(|c| (c, run(Policy::Fixed(c))));
+        let best = fixed.iter().map(|f| f.1.stored).fold(0.0, f64::max);
+        assert!(
+            ctl.stored >= 0.999 * best,
+            "controller {:.4} of offered, best fixed {:.4}: {:?}",
+            ctl.stored / ctl.offered,
+            best / ctl.offered,
+            ctl.by_reason
+        );
+        assert!(ctl.share("raw") < 0.002, "{:?}", ctl.by_reason);
+    }
+
+    #[test]
+    fn the_disk_is_measured_on_its_busy_time_not_on_its_first_writes() {
+        let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 64);
+        // The first 16 MiB, copies into the writer's buffer at 10 GB/s, are not measured.
+        for i in 0..8 {
+            ctl.written(f64::from(i) * 0.001, 2 << 20, (2 << 20) as f64 / 10e9);
+        }
+        assert_eq!(ctl.view(0.01).disk_bytes_per_s, None);
+        // Then a second at 400 MB/s, and 40 MB a cache took at once: they took 4 ms of
+        // the disk's time, and move its speed by a fifth, not to 10 GB/s (a mean over
+        // writes, as before, put it at 9.6 GB/s after ten of them).
+        let mut t = 0.01;
+        for _ in 0..200 {
+            t += 0.005;
+            ctl.written(t, 2_000_000, 0.005);
+        }
+        for _ in 0..20 {
+            t += 0.0002;
+            ctl.written(t, 2_000_000, 0.0002);
+        }
+        let speed = ctl.view(t).disk_bytes_per_s.unwrap();
+        assert!((400e6..500e6).contains(&speed), "{speed}");
+    }
+
+    #[test]
+    fn a_full_queue_turned_raw_at_the_compressors_counts_towards_the_disk() {
+        // An idle 1 GB/s disk, compressors timed too slow for 1.2 GB/s offered: raw has
+        // the disk's spare time. A compressor turning a queued chunk raw costs it nothing,
+        // so compressors taking a full pool turn chunk after chunk raw at once: each must
+        // count, or all 64 go raw before the disk has written one.
+        let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
+        let mut ctl = LadderController::new(ladder, 1, 64);
+        warm_disk(&mut ctl);
+        let chunk = 1 << 22;
+        for i in 0..4 {
+            let t = f64::from(i) * 0.01;
+            let secs = chunk as f64 / 300e6;
+            ctl.compressed(t, Codec::Zstd(1), (chunk, chunk / 2), secs, secs);
+            ctl.compressed(t, Codec::Lz4, (chunk, chunk / 2), secs / 2.0, secs / 2.0);
+            ctl.written(t, chunk / 2, chunk as f64 / 2.0 / 1e9);
+        }
+        let mut planned = Vec::new();
+        for i in 0..64 {
+            let t = 0.05 + f64::from(i) * 0.0035;
+            planned.push(ctl.decide(t, (chunk, 0), f64::from(i) / 64.0, i as usize));
+        }
+        let t = 0.3;
+        let raw = planned
+            .iter()
+            .filter(|&&d| ctl.at_compressor(t, d, chunk, 0.9, 1.0).codec == Codec::Raw)
+            .count();
+        // As many as fill the disk's spare `DISK_BUSY_MAX` over the committed window (32),
+        // not all 64 (what they were when turning raw at the compressor did not count).
+        assert!((1..=40).contains(&raw), "{raw} of 64 turned raw at once");
     }
 
     #[test]
@@ -1365,6 +1504,7 @@ mod tests {
     fn at_the_compressor_the_raw_rung_needs_disk_headroom() {
         let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
         let mut ctl = LadderController::new(ladder, 1, 100);
+        warm_disk(&mut ctl);
         let planned = Decision {
             codec: Codec::Zstd(1),
             reason: Reason::Plan,
@@ -1374,18 +1514,24 @@ mod tests {
         ctl.compressed(0.4, Codec::Lz4, (1 << 20, 1 << 19), 0.01, 0.01);
         // An idle disk: a backlog past 90 % still sends the chunk raw, as before.
         ctl.written(0.5, 1 << 20, 0.001);
-        let d = ctl.at_compressor(0.5, planned, 0.95, 0.95);
+        let d = ctl.at_compressor(0.5, planned, 1 << 20, 0.95, 0.95);
         assert_eq!((d.codec, d.reason), (Codec::Raw, Reason::DiskHeadroom));
         // A disk busy all the time: raw would only slow the drain, so compress.
         for i in 1..100 {
             ctl.written(0.5 + f64::from(i) * 0.01, 1 << 20, 0.01);
         }
-        assert_eq!(ctl.at_compressor(1.5, planned, 0.95, 0.95), planned);
+        assert_eq!(
+            ctl.at_compressor(1.5, planned, 1 << 20, 0.95, 0.95),
+            planned
+        );
         // Nor does a cheaper rung help a disk that is the limit: the backlog ladder's cap
         // waits until the disk has room again.
-        assert_eq!(ctl.at_compressor(1.5, planned, 0.45, 0.45), planned);
+        assert_eq!(
+            ctl.at_compressor(1.5, planned, 1 << 20, 0.45, 0.45),
+            planned
+        );
         ctl.written(5.0, 1 << 20, 0.001);
-        let d = ctl.at_compressor(5.0, planned, 0.45, 0.45);
+        let d = ctl.at_compressor(5.0, planned, 1 << 20, 0.45, 0.45);
         assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Backlog));
     }
 
@@ -1397,7 +1543,7 @@ mod tests {
         for (fill, queued) in [(0.0, 0), (0.6, 50), (0.99, 99)] {
             let d = ctl.decide(1.0, (1 << 20, 0), fill, queued);
             assert_eq!((d.codec, d.reason), (Codec::Lz4, Reason::Fixed));
-            assert_eq!(ctl.at_compressor(1.0, d, fill, fill), d);
+            assert_eq!(ctl.at_compressor(1.0, d, 1 << 20, fill, fill), d);
         }
     }
 
@@ -1444,19 +1590,20 @@ mod tests {
         // that compressed data alone may fill.
         let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
         let mut ctl = LadderController::new(ladder, 1, 100);
+        warm_disk(&mut ctl);
         ctl.written(0.0, 1 << 20, 0.001);
         let planned = Decision {
             codec: Codec::Lz4,
             reason: Reason::Burst,
         };
         assert_ne!(
-            ctl.at_compressor(0.01, planned, 0.95, 0.95).codec,
+            ctl.at_compressor(0.01, planned, 1 << 20, 0.95, 0.95).codec,
             Codec::Raw
         );
         // Timed, and too slow for the offered rate: now raw has the disk's spare time.
         ctl.compressed(0.02, Codec::Lz4, (1 << 20, 1 << 19), 0.01, 0.01);
         ctl.compressed(0.02, Codec::Zstd(1), (1 << 20, 1 << 19), 0.02, 0.02);
-        let d = ctl.at_compressor(0.03, planned, 0.95, 0.95);
+        let d = ctl.at_compressor(0.03, planned, 1 << 20, 0.95, 0.95);
         assert_eq!((d.codec, d.reason), (Codec::Raw, Reason::DiskHeadroom));
     }
 
@@ -1469,6 +1616,7 @@ mod tests {
         let run = |report_drops: bool| {
             let ladder = CodecLadder::parse("zstd:1,lz4").unwrap();
             let mut ctl = LadderController::new(ladder, 1, 64);
+            warm_disk(&mut ctl);
             ctl.compressed(0.0, Codec::Zstd(1), (1 << 22, 1 << 21), 0.004, 0.004);
             ctl.compressed(0.0, Codec::Lz4, (1 << 22, 1 << 21), 0.004, 0.004);
             let mut raw = 0;
@@ -1589,7 +1737,7 @@ mod tests {
             ctl.written(t, 833_000, 0.0035);
             let d = ctl.decide(t, (chunk, 0), 0.95, 60);
             assert_eq!(d.reason, Reason::Burst, "at {t}");
-            let d = ctl.at_compressor(t, d, 0.9, 0.95);
+            let d = ctl.at_compressor(t, d, chunk, 0.9, 0.95);
             assert_eq!(d.reason, Reason::Burst, "at {t}");
             zstd3 += usize::from(d.codec == Codec::Zstd(3));
         }
@@ -1608,9 +1756,15 @@ mod tests {
         );
     }
 
+    /// The disk's first bytes, which are not measured (`DISK_WARM_BYTES`).
+    fn warm_disk(ctl: &mut LadderController) {
+        ctl.written(0.0, DISK_WARM_BYTES as usize, 0.0);
+    }
+
     /// Times each of `rungs` (codec, ratio, bytes per CPU second) on four 4 MiB chunks,
     /// the disk taking `disk` bytes per second and busy all the time.
     fn timed_on_a_busy_disk(ctl: &mut LadderController, rungs: &[(Codec, f64, f64)], disk: f64) {
+        warm_disk(ctl);
         let chunk = 1 << 22;
         for i in 0..4 {
             let t = f64::from(i) * 0.01;
@@ -1649,7 +1803,7 @@ mod tests {
                 (Codec::Zstd(1), Reason::Burst),
                 "at {t}"
             );
-            let d = ctl.at_compressor(t, d, 0.9, 0.95);
+            let d = ctl.at_compressor(t, d, chunk, 0.9, 0.95);
             assert_eq!(d.reason, Reason::Burst, "at {t}");
             match d.codec {
                 Codec::Zstd(1) => zstd1 += 1,
@@ -1679,6 +1833,7 @@ mod tests {
         // that keeps both the compressor and the disk busy).
         let ladder = CodecLadder::parse("zstd:3,zstd:1").unwrap();
         let mut ctl = LadderController::new(ladder, 1, 64);
+        warm_disk(&mut ctl);
         let chunk = 1 << 22;
         let out3 = (chunk as f64 * 0.47) as usize;
         let out1 = (chunk as f64 * 0.48) as usize;
@@ -1710,7 +1865,7 @@ mod tests {
             ctl.decide(t, (chunk, 0), 0.95, 60);
         }
         let taken: Vec<Decision> = (0..10)
-            .map(|_| ctl.at_compressor(t, planned, 0.9, 0.95))
+            .map(|_| ctl.at_compressor(t, planned, chunk, 0.9, 0.95))
             .collect();
         assert!(taken.iter().all(|d| d.reason == Reason::Burst), "{taken:?}");
         let zstd1 = taken.iter().filter(|d| d.codec == Codec::Zstd(1)).count();
@@ -1738,7 +1893,7 @@ mod tests {
             let t = 0.05 + f64::from(i) * 0.005;
             ctl.written(t, 1_650_000, 0.005);
             let d = ctl.decide(t, (chunk, 0), 0.95, 60);
-            let d = ctl.at_compressor(t, d, 0.9, 0.95);
+            let d = ctl.at_compressor(t, d, chunk, 0.9, 0.95);
             assert_eq!(
                 (d.codec, d.reason),
                 (Codec::Zstd(1), Reason::Burst),

@@ -708,8 +708,12 @@ fn compress_loop(
         // The backlog may have grown while this chunk waited: decide again.
         if !chunk.source_waits {
             let pool = &pools[stream as usize];
-            chunk.decision =
-                controller.at_compressor(chunk.decision, pool.compression_backlog(), pool.fill());
+            chunk.decision = controller.at_compressor(
+                chunk.decision,
+                chunk.segment.data().len(),
+                pool.compression_backlog(),
+                pool.fill(),
+            );
         }
         if let Some(format) = index_format {
             chunk.flows = crate::flows::index_chunk(format, chunk.segment.data(), &chunk.linktypes);
