@@ -1202,6 +1202,28 @@ mod tests {
         out
     }
 
+    /// The controller's run stores at least `within` of what the best fixed choice's does,
+    /// with less than `raw_below` of it raw.
+    fn stores_as_much_as_any_fixed_choice(
+        run: impl Fn(Policy) -> Outcome,
+        within: f64,
+        raw_below: f64,
+    ) {
+        let ctl = run(Policy::Controller);
+        let best = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
+            .map(|c| run(Policy::Fixed(c)).stored)
+            .into_iter()
+            .fold(0.0, f64::max);
+        assert!(
+            ctl.stored >= within * best,
+            "controller {:.4} of offered, best fixed {:.4}: {:?}",
+            ctl.stored / ctl.offered,
+            best / ctl.offered,
+            ctl.by_reason
+        );
+        assert!(ctl.share("raw") < raw_below, "{:?}", ctl.by_reason);
+    }
+
     #[test]
     fn slow_compressors_and_a_fast_disk_go_raw_and_never_drop() {
         // 1 GB/s offered, compressors at most 350 MB/s, disk 2 GB/s: issue 20.
@@ -1313,18 +1335,7 @@ mod tests {
             (offered * MB, 400.0 * MB)
         };
         let run = |p| simulate_on((4.0, 0.0), p, 64, 20.0, load, |_| 1.0);
-        let ctl = run(Policy::Controller);
-        let fixed = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
-            .map(|c| (c, run(Policy::Fixed(c))));
-        let best = fixed.iter().map(|f| f.1.stored).fold(0.0, f64::max);
-        assert!(
-            ctl.stored >= 0.999 * best,
-            "controller {:.4} of offered, best fixed {:.4}: {:?}",
-            ctl.stored / ctl.offered,
-            best / ctl.offered,
-            ctl.by_reason
-        );
-        assert!(ctl.share("raw") < 0.01, "{:?}", ctl.by_reason);
+        stores_as_much_as_any_fixed_choice(run, 0.999, 0.01);
     }
 
     #[test]
@@ -1336,18 +1347,7 @@ mod tests {
         // a full pool's worth of raw copies.
         let load = |_| (2300.0 * MB, 400.0 * MB);
         let run = |p| simulate_on((4.0, 9.0 * MB), p, 64, 10.0, load, |_| 1.0);
-        let ctl = run(Policy::Controller);
-        let fixed = [Codec::Raw, Codec::Zstd(3), Codec::Zstd(1), Codec::Lz4]
-            .map(|c| (c, run(Policy::Fixed(c))));
-        let best = fixed.iter().map(|f| f.1.stored).fold(0.0, f64::max);
-        assert!(
-            ctl.stored >= 0.999 * best,
-            "controller {:.4} of offered, best fixed {:.4}: {:?}",
-            ctl.stored / ctl.offered,
-            best / ctl.offered,
-            ctl.by_reason
-        );
-        assert!(ctl.share("raw") < 0.002, "{:?}", ctl.by_reason);
+        stores_as_much_as_any_fixed_choice(run, 0.999, 0.002);
     }
 
     #[test]
