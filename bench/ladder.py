@@ -8,7 +8,8 @@ For each disk and each offered rate of synthetic half-random frames, runs of eac
   RUNG     --codec RUNG --bench-fixed-codec for each compressing rung of the default ladder:
            every chunk takes that rung, whatever the load (no controller, no raw copies)
 Disks: `disk` (the work directory, O_DIRECT), `throttled` (the same with the writer's
-benchmark-only token bucket, --bench-disk-limit, default 400 MB/s), `discard` (--discard).
+benchmark-only limit, --bench-disk-limit, default 400 MB/s: each write takes its bytes at
+that rate, and idle time earns no credit), `discard` (--discard).
 Then 3-phase bursts on the throttled disk: quiet, 10 s at twice (and three times) the disk's
 speed, quiet.
 
