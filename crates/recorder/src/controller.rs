@@ -544,8 +544,7 @@ impl LadderController {
     ) -> Decision {
         let d = self.rechoose(now, planned, backlog, fill);
         if d.codec != planned.codec {
-            let ratio = |c: Codec| self.rung_index(c).map_or(1.0, |i| self.rungs[i].ratio());
-            let more = bytes as f64 * (ratio(d.codec) - ratio(planned.codec));
+            let more = bytes as f64 * (self.ratio(d.codec) - self.ratio(planned.codec));
             self.committed.add(now, more);
         }
         d
@@ -630,7 +629,8 @@ impl LadderController {
     /// Recent history alone is not enough: after a quiet spell the disk looks idle while a
     /// burst arrives faster than it can write, and raw copies then spend its time twice
     /// over. So raw also needs the offered rate to fit the disk beside what the compressors
-    /// can take (`raw_fits`), and a measured disk: before its first write, it is unknown.
+    /// can take (`raw_fits`), and a measured disk: before its first `DISK_WARM_BYTES`, it is
+    /// unknown.
     fn disk_has_headroom(&self, now: f64) -> bool {
         let Some(speed) = self.disk_speed() else {
             return false;
@@ -695,11 +695,14 @@ impl LadderController {
 
     /// Counts what a decision sends to the disk.
     fn commit(&mut self, now: f64, bytes: usize, d: Decision) -> Decision {
-        let ratio = self
-            .rung_index(d.codec)
-            .map_or(1.0, |i| self.rungs[i].ratio());
-        self.committed.add(now, bytes as f64 * ratio);
+        self.committed.add(now, bytes as f64 * self.ratio(d.codec));
         d
+    }
+
+    /// Bytes out per byte in at `codec`, as estimated (1 for raw).
+    fn ratio(&self, codec: Codec) -> f64 {
+        self.rung_index(codec)
+            .map_or(1.0, |i| self.rungs[i].ratio())
     }
 
     /// The index of the planned compressing rung, or `None` for raw. See the module comment.
