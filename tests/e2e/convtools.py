@@ -109,12 +109,13 @@ def nfs_captures(tmp_path_factory) -> dict[str, Path]:
     return caps
 
 
-def concurrent_capture(tmp_path_factory) -> Path:
+def concurrent_capture(tmp_path_factory, take: int = 1) -> Path:
     """The rig's concurrent workload (several clients at once, NFSv3 and v4 over TCP, NULL
     calls over UDP; see tests/nfs/workloads.py), captured by tcpdump the first time a test
-    asks and kept in the session's base temp directory."""
+    asks and kept in the session's base temp directory; `take` 2, 3, ... are other runs of
+    it, for a test whose case a run may lack."""
     need_rig()
-    base = tmp_path_factory.getbasetemp() / "convert-nfs-concurrent"
+    base = tmp_path_factory.getbasetemp() / f"convert-nfs-concurrent{'' if take == 1 else take}"
     pcap = base / "concurrent.pcap"
     done = base / "done"
     if done.exists():

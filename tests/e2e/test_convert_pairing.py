@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -134,6 +135,11 @@ def choose_gaps(msgs, frames) -> dict:
     header = {"message": big, "cut": sorted(big["segments"])[:3]}
     inside = {f for m in msgs if m["segments"] for f in m["segments"][1:-1]}
     taken = set(commit["cut"]) | set(held["cut"]) | set(header["cut"])
+    # The busy runs must not cut into the cases: the calls around each gap and their replies
+    # (a WRITE after the held gap is completed hundreds of frames later, maybe in a run).
+    cases = {conv_of(g[k]) for g in (commit, held) for k in ("before", "after")}
+    keep = {f for m in msgs if conv_of(m) in cases for f in (m["segments"] or []) + [m["frame"]]}
+    keep -= taken
     busy = []
     for start in (int(n * 0.35), int(n * 0.65)):
         for s in range(start, n - RUN):
@@ -142,6 +148,8 @@ def choose_gaps(msgs, frames) -> dict:
             if len(conns) < 3 or not (busy or inside & set(run)):
                 continue
             if any(abs(f - t) < 3 * RUN for f in (run[0], run[-1]) for t in taken):
+                continue
+            if keep.intersection(run):
                 continue
             busy.append(list(run))
             taken |= set(run)
@@ -167,11 +175,24 @@ def ranges(frames: list[int]) -> list[str]:
 def traces(tapdeck, tmp_path_factory):
     """The concurrent trace and its gapped copy, each with tshark's messages, the time of
     every frame and a conversion."""
-    pcap = concurrent_capture(tmp_path_factory)
+    # A run of the workload may lack a case: in one CI run none of the first ten WRITEs of
+    # the 22 MB write could be cut unambiguously (`next_call_after_gap`: a port pair and xid
+    # that recur, as they do on purpose here since every client is PID 1 of its namespace,
+    # rule a pair out), and only 10 MB followed the first that could (held: "only 10469028
+    # bytes follow the held gap"). Another run of the workload is the remedy; three at most.
+    for take in (1, 2, 3):
+        pcap = concurrent_capture(tmp_path_factory, take)
+        msgs = timing(pcap)
+        frames = tcp_udp_frames(pcap)
+        try:
+            gaps = choose_gaps(msgs, frames)
+            break
+        except AssertionError as lacking:
+            if take == 3:
+                raise
+            print(f"pairing: run {take} of the workload lacks a case ({lacking}); "
+                  "running it again", file=sys.stderr)
     base = tmp_path_factory.mktemp("pairing")
-    msgs = timing(pcap)
-    frames = tcp_udp_frames(pcap)
-    gaps = choose_gaps(msgs, frames)
     gapped = base / "gapped.pcap"
     editcap("-F", "pcap", pcap, gapped, *ranges(gaps["cut"]))
     cut = set(gaps["cut"])
