@@ -500,8 +500,10 @@ def test_clear_errors(tapdeck, net, procs, tmp_path):
              "198.19.200.1:4739"])
     assert r.returncode == 1 and "unreachable" in one_error_line(r.stderr), r.stderr
     if shutil.which("setpriv"):
-        r = run(["ip", "netns", "exec", e, "setpriv", "--reuid=65534", "--regid=65534",
-                 "--clear-groups", "--inh-caps=-all", tapdeck.bin, "export", "-i", "cap", "--to",
+        # root without CAP_NET_RAW, not another user, who could not reach a binary in a
+        # checkout inside a mode-0700 directory
+        r = run(["ip", "netns", "exec", e, "setpriv", "--bounding-set=-net_raw,-net_admin",
+                 "--inh-caps=-all", tapdeck.bin, "export", "-i", "cap", "--to",
                  f"{C_ADDR[1]}:{PORT}"])
         assert r.returncode == 1 and "CAP_NET_RAW" in one_error_line(r.stderr), r.stderr
     holder = net.popen("c1", "python3", "-c",

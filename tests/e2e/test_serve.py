@@ -1369,7 +1369,11 @@ def test_sd_notify_under_the_units_identity(
     os.chown(store, unit_user.pw_uid, unit_user.pw_gid)
     port = link.free_port()
     cfg = write_config(shared_dir / "tapdeck.toml", service_config(link, store, port))
-    command = [tapdeck_bin, *exec_start[1:]]
+    # A copy the unit's user can reach: the checkout may sit in a directory only root can
+    # enter (root's home, `mktemp -d`), as the installed binary never does.
+    binary = shared_dir / "tapdeck"
+    shutil.copy2(tapdeck_bin, binary)
+    command = [binary, *exec_start[1:]]
     command[config_at] = cfg
     notify_path = shared_dir / "notify"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

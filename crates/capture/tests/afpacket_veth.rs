@@ -448,11 +448,12 @@ fn child_open_without_privileges() {
 #[test]
 fn without_cap_net_raw_the_message_says_how_to_grant_it() {
     require_root!();
-    use std::os::unix::process::CommandExt;
-    let out = Command::new(std::env::current_exe().unwrap())
+    // Root without CAP_NET_RAW (dropped from the bounding set), not another user: another
+    // user could not reach this test binary in a checkout inside a mode-0700 directory.
+    let out = Command::new("setpriv")
+        .args(["--bounding-set=-net_raw,-net_admin", "--inh-caps=-all", "--"])
+        .arg(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "child_open_without_privileges"])
-        .uid(65534)
-        .gid(65534)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

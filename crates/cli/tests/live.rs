@@ -352,16 +352,22 @@ fn record_as_another_user_creates_its_store() {
 #[test]
 fn errors_are_one_line_with_what_to_do() {
     require_root!();
-    let run = |args: &[&str], as_nobody: bool| {
-        use std::os::unix::process::CommandExt;
+    // `without_raw` runs tapdeck as root without CAP_NET_RAW (dropped from the bounding set),
+    // not as another user: another user could not even reach the binary in a checkout inside
+    // a mode-0700 directory, such as root's home or `mktemp -d`.
+    let run = |args: &[&str], without_raw: bool| {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = if without_raw {
+            let mut c = Command::new("setpriv");
+            c.args(["--bounding-set=-net_raw,-net_admin", "--inh-caps=-all", "--"])
+                .arg(BIN);
+            c
+        } else {
+            Command::new(BIN)
+        };
         cmd.args(["record", "--store"])
             .arg(dir.path().join("s"))
             .args(args);
-        if as_nobody {
-            cmd.uid(65534).gid(65534);
-        }
         let out = cmd.output().unwrap();
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
