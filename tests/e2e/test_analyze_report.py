@@ -248,14 +248,14 @@ def test_summary_and_headlines_fill_the_first_screen_of_a_small_page(report, tra
 # A synthetic source faster than an 8 MiB pool drains: staging-full drops in every run. Small
 # files and --max-bytes make retention delete files while it records; with --max-bytes 3MiB
 # it can only keep the limit by deleting the newest files, so it holds writing and chunks are
-# lost as write errors.
+# lost as write errors. Every case records plain files (--codec none): how much a compressed
+# run stores depends on the ladder's choices, and compressed at 8:1 a run could fit the limit
+# and delete nothing; plain, each case writes several times the limit.
 OVERLOAD = ["--synthetic", "64", "--staging", "8MiB", "--chunk-size", "512KiB",
             "--rotate-size", "1MiB", "--min-keep", "0", "--log", "error"]
 STORES = {
-    "pcapng": ["--count", "3000000", "--max-bytes", "4MiB"],
-    "pcap": ["--count", "3000000", "--max-bytes", "4MiB", "--format", "pcap"],
-    # Plain files: compressed (8:1 for these frames) the whole run fits in less than the
-    # limit once the ladder sends nothing raw to a disk it has not measured yet.
+    "pcapng": ["--count", "3000000", "--max-bytes", "4MiB", "--codec", "none"],
+    "pcap": ["--count", "3000000", "--max-bytes", "4MiB", "--format", "pcap", "--codec", "none"],
     "held": ["--count", "1000000", "--max-bytes", "3MiB", "--codec", "none"],
 }
 
