@@ -38,7 +38,15 @@ from conftest import (
     wait_for,
     write_pcap,
 )
-from fwdtools import last_stats, ledger, ledger_packets, ledger_records, sh, stop
+from fwdtools import (
+    last_stats,
+    ledger,
+    ledger_packets,
+    ledger_records,
+    sh,
+    start_collector,
+    stop,
+)
 
 SNAP = 128
 # Engineers sharing a machine give each run its own namespace prefix and port.
@@ -63,12 +71,11 @@ class Net(fwdtools.Namespaces):
         super().__init__(NS_PREFIX, ["g", "e", "c1", "c2"][:2 + collectors])
 
     def build(self):
-        self.pair("gen", self.ns["g"], "cap", self.ns["e"])
+        self.pair(self.ns["g"], "gen", self.ns["e"], "cap", fwdtools.JUMBO)
         for k in range(1, self.collectors + 1):
-            self.pair(f"up{k}", self.ns["e"], f"dn{k}", self.ns[f"c{k}"])
-            self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_UP[k]}/24", "dev", f"up{k}")
-            self.ns_sh(self.ns[f"c{k}"], "ip", "addr", "add", f"{C_ADDR[k]}/24", "dev",
-                       f"dn{k}")
+            self.pair(self.ns["e"], f"up{k}", self.ns[f"c{k}"], f"dn{k}", fwdtools.JUMBO)
+            self.address(self.ns["e"], f"up{k}", f"{E_UP[k]}/24")
+            self.address(self.ns[f"c{k}"], f"dn{k}", f"{C_ADDR[k]}/24")
 
 
 @pytest.fixture
@@ -89,19 +96,6 @@ def corpus_frames() -> list[Pkt]:
                 frames.append(p)
     assert len(frames) > 400
     return frames
-
-
-def start_collector(tapdeck, net, k, store, procs, *extra, stdout=subprocess.DEVNULL):
-    p = net.popen(f"c{k}", tapdeck.bin, "collect", "--listen", f"{C_ADDR[k]}:{PORT}", "--store",
-                  store, "--stats-interval", "0.3", "--flush-interval", "0.2", "--codec", "zstd:1",
-                  "--staging", "64MiB", "--chunk-size", "1MiB", "--no-direct", *extra,
-                  stdout=stdout)
-    procs.append(p)
-    # Ready once the manifest is written (the sockets are bound before the recorder starts).
-    wait_for(lambda: (Path(store) / "manifest.json").exists() or p.poll() is not None, 10,
-             "the collector to start")
-    assert p.poll() is None, p.communicate()[1].decode()
-    return p
 
 
 def start_exporter(tapdeck, net, stats, procs, *args):
@@ -172,10 +166,10 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
     stores = {k: tmp_path / f"store{k}" for k in (1, 2)}
     ipfix_file = tmp_path / "c1.ipfix"
     live_out = open(tmp_path / "c2-live.pcapng", "wb")  # noqa: SIM115 (closed once c2 stops)
-    c1 = start_collector(tapdeck, net, 1, stores[1], procs, "--allow", E_UP[1], "--ipfix-file",
-                         ipfix_file)
-    c2 = start_collector(tapdeck, net, 2, stores[2], procs, "--allow", E_UP[2], "-w", "-",
-                         stdout=live_out)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", stores[1], procs,
+                         "--allow", E_UP[1], "--ipfix-file", ipfix_file)
+    c2 = start_collector(tapdeck, net, "c2", f"{C_ADDR[2]}:{PORT}", stores[2], procs,
+                         "--allow", E_UP[2], "-w", "-", stdout=live_out)
     wire = tmp_path / "export-dn1.pcap"
     dump_export = net.tcpdump("c1", tmp_path / "dn1.log", "-i", "dn1", "-s", "0", "-U", "-w",
                               wire, f"udp port {PORT}")
@@ -315,7 +309,7 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     pkts = gen_packets(2400, seed=11)
     src = write_pcap(tmp_path / "gen.pcap", pkts)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs)
     stats = tmp_path / "export.jsonl"
     exp = start_exporter(tapdeck, net, stats, procs, "--to", f"{C_ADDR[1]}:{PORT}")
     rep = subprocess.Popen(["ip", "netns", "exec", net.ns["g"], "tcpreplay", "-q", "-i", "gen",
@@ -332,7 +326,7 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     wait_for(lambda: last_stats(stats)["observed"] >= away + len(pkts) // 6, 20,
              "the exporter to read another sixth while the collector is away")
     assert last_stats(stats)["observed"] < len(pkts), "the replay ended before the restart"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs)
     assert rep.wait(timeout=30) == 0, rep.stderr.read().decode()
     wait_for(lambda: last_stats(stats)["observed"] >= len(pkts), 15, "the exporter to see all")
     err = stop(exp)
@@ -369,7 +363,7 @@ def test_exporter_restart_is_counted_not_lost(tapdeck, net, procs, tmp_path):
     need("tcpreplay")
     pkts = gen_packets(400, seed=13)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs)
     sent = []
     for half in (pkts[:200], pkts[200:]):
         src = write_pcap(tmp_path / "half.pcap", half)
@@ -417,7 +411,8 @@ def test_bad_messages_are_counted_not_stored(tapdeck, net, procs, tmp_path):
     running."""
     need()
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs, "--allow", E_UP[1])
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs,
+                         "--allow", E_UP[1])
     net.ns_sh(net.ns["e"], "ip", "addr", "add", "198.18.41.3/24", "dev", "up1")
     good = [(1_795_400_000_123_456_789 + i, bytes([i]) * 60) for i in range(3)]
     script = tmp_path / "send.py"
@@ -460,7 +455,8 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
     pkts = gen_packets(300, seed=12)
     src = write_pcap(tmp_path / "gen.pcap", pkts)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs, "--sockets", "2")
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs,
+                         "--sockets", "2")
     stats = tmp_path / "export.jsonl"
     exp = start_exporter(tapdeck, net, stats, procs, "-i", "up1", "--threads", "2", "--to",
                          f"{C_ADDR[1]}:{PORT}")
