@@ -15,8 +15,9 @@ failure and a benchmark as its error.
   USO), with a warning when an offload stays on.
 - `Link`: the common case, two namespaces joined by one veth with an IPv4 address at each end.
 - `in_ns(ns)`: the argv prefix that runs a command in namespace `ns` (None: where we are);
-  `call_in_ns(ns, fn)`: a Python function run there (sockets it makes live there);
-  `free_port(ns)`: a TCP port free on 127.0.0.1 there.
+  `run_in(ns, *cmd)`: such a command run, its output captured; `call_in_ns(ns, fn)`: a
+  Python function run there (sockets it makes live there); `free_port(ns)`: a TCP port free
+  on 127.0.0.1 there.
 - `unique_tag()`: a part of names that a concurrent run (of another test file, or of the
   same one) does not share: namespace names are global, device names inside a namespace
   are not.
@@ -66,6 +67,13 @@ def _setup(cmd, check=True, **kw) -> subprocess.CompletedProcess:
 def in_ns(ns: str | None) -> list[str]:
     """Command prefix that runs in namespace `ns` (None: the current namespace)."""
     return ["ip", "netns", "exec", ns] if ns else []
+
+
+def run_in(ns: str | None, *args, timeout=TIMEOUT, **kw) -> subprocess.CompletedProcess:
+    """A command in namespace `ns` (None: here), its output captured, its status not
+    checked (the caller asserts on it)."""
+    return subprocess.run([*in_ns(ns), *map(str, args)], capture_output=True, timeout=timeout,
+                          check=False, **kw)
 
 
 def _netns_arg(ns: str | None) -> list[str]:

@@ -1,7 +1,7 @@
 """`tapdeck serve` for real: live capture on a veth pair, scraped by a real Prometheus, run
 under the systemd unit's identity, signalled, crashed, starved of disk and attacked.
 
-    netns C: tapdeck serve -i tdsc<tag>, tdsc 198.18.71.1 ─veth─ tdsg 198.18.71.2 :netns G
+    netns C: tapdeck serve -i tdsc, tdsc 198.18.71.1 ─veth─ tdsg 198.18.71.2 :netns G
 
 Every test makes its own two namespaces and removes them. The traffic is UDP datagrams sent
 from C to a socket bound in G (so no ICMP comes back), each carrying a magic and a sequence
@@ -18,8 +18,6 @@ setpriv, useradd, mkfs.ext4 and a loop device. About 70 s.
 
 from __future__ import annotations
 
-import ctypes
-import http.client
 import itertools
 import json
 import os
@@ -34,16 +32,15 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from pathlib import Path
 
+import netlab
 import pytest
 from conftest import (
     QUICK,
     REPO,
-    SUMMARY_LINE,
     data_files,
     finish,
     kill_all,
@@ -55,6 +52,8 @@ from conftest import (
     run,
     wait_for,
 )
+from netlab import call_in_ns, free_port, in_ns
+from served import Served, http_request, wait_exit, write_config
 
 CAP_ADDR, GEN_ADDR = "198.18.71.1", "198.18.71.2"
 SINK_PORT = 7171
@@ -84,64 +83,29 @@ BASE_CONFIG = {
 # Network namespaces
 # --------------------------------------------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNET = 0x40000000
 
+class Link(netlab.Link):
+    """Namespaces C (capture, `serve`) and G joined by the veth pair tdsc/tdsg; IPv6 off so
+    that nothing but the test's traffic (and ARP) crosses it. A socket in G takes the
+    datagrams and never reads them: no ICMP replies."""
 
-def in_netns(ns: str, fn, *args):
-    """Runs `fn(*args)` in a new thread that has joined network namespace `ns` (setns acts
-    on the calling thread only), so the sockets it makes live there; returns its result."""
-    out: dict = {}
-
-    def body():
-        fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-        try:
-            if _libc.setns(fd, CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns {ns}: {os.strerror(err)}")
-        finally:
-            os.close(fd)
-        try:
-            out["value"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
-            out["error"] = e
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
-
-
-class Link:
-    """Namespaces C (capture, `serve`) and G joined by the veth pair tdsc<tag>/tdsg<tag>;
-    IPv6 off so that nothing but the test's traffic (and ARP) crosses it."""
+    ifname = "tdsc"
 
     def __init__(self):
-        tag = f"{os.getpid() % 1000:03d}{random.randrange(1000):03d}"
-        self.cap, self.gen = f"tdsc{tag}", f"tdsg{tag}"
-        self.ifname = f"tdsc{tag}"
         self._sink = None
-        try:
-            for ns in (self.cap, self.gen):
-                run(["ip", "netns", "add", ns], check=True)
-                self.sh(ns, "ip", "link", "set", "lo", "up")
-                self.sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-                self.sh(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-            veth = f"ip link add {self.ifname} netns {self.cap} type veth peer name tdsg{tag}"
-            run([*veth.split(), "netns", self.gen], check=True)
-            for ns, dev, addr in (
-                (self.cap, self.ifname, CAP_ADDR),
-                (self.gen, f"tdsg{tag}", GEN_ADDR),
-            ):
-                self.sh(ns, "ip", "addr", "add", f"{addr}/24", "dev", dev)
-                self.sh(ns, "ip", "link", "set", dev, "up")
-            # A socket that takes the datagrams in G and never reads them: no ICMP replies.
-            self._sink = in_netns(self.gen, self._bind_sink)
-        except BaseException:
-            self.close()
-            raise
+        super().__init__("tds", self.ifname, CAP_ADDR, "tdsg", GEN_ADDR)
+
+    @property
+    def cap(self) -> str:
+        return self.a
+
+    @property
+    def gen(self) -> str:
+        return self.b
+
+    def build(self):
+        super().build()
+        self._sink = call_in_ns(self.gen, self._bind_sink)
 
     @staticmethod
     def _bind_sink():
@@ -149,32 +113,10 @@ class Link:
         s.bind((GEN_ADDR, SINK_PORT))
         return s
 
-    def sh(self, ns, *args):
-        r = run(["ip", "netns", "exec", ns, *map(str, args)], timeout=QUICK)
-        assert r.returncode == 0, r.describe()
-        return r
-
-    def exec_args(self) -> list[str]:
-        return ["ip", "netns", "exec", self.cap]
-
-    def free_port(self) -> int:
-        def pick():
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                return s.getsockname()[1]
-
-        return in_netns(self.cap, pick)
-
     def close(self):
         if self._sink is not None:
             self._sink.close()
-        for ns in (self.cap, self.gen):
-            subprocess.run(
-                ["ip", "netns", "del", ns],
-                capture_output=True,
-                timeout=QUICK,
-                check=False,
-            )
+        super().close()
 
 
 @pytest.fixture
@@ -214,7 +156,7 @@ finally:
 def start_sender(link, procs, count, *, size=1000, pps=5000.0) -> subprocess.Popen:
     args = [GEN_ADDR, SINK_PORT, count, size, pps]
     p = subprocess.Popen(
-        [*link.exec_args(), sys.executable, "-c", SENDER, *map(str, args)],
+        [*in_ns(link.cap), sys.executable, "-c", SENDER, *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -240,21 +182,6 @@ def send(link, procs, count, **kw) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))  # a TOML basic string for the paths and sizes used here
-
-
-def write_config(path: Path, keys: dict) -> Path:
-    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in keys.items()))
-    return path
-
-
 def service_config(link, store, port, **keys) -> dict:
     return {
         "interface": [link.ifname],
@@ -263,215 +190,6 @@ def service_config(link, store, port, **keys) -> dict:
         **BASE_CONFIG,
         **keys,
     }
-
-
-def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
-    """Samples of a text-format scrape: (name, labels) → value."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)", line)
-        assert m, f"not a sample line: {line!r}"
-        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-        out[(m.group(1), labels)] = float(m.group(4))
-    return out
-
-
-class Scrape:
-    def __init__(self, text: str):
-        self.text = text
-        self.samples = parse_metrics(text)
-
-    def total(self, name: str, **labels) -> float:
-        want = set(labels.items())
-        return sum(v for (n, ls), v in self.samples.items() if n == name and want <= ls)
-
-    def series(self, name: str) -> dict[frozenset, float]:
-        return {ls: v for (n, ls), v in self.samples.items() if n == name}
-
-    def unbalanced(self) -> list:
-        """Per stream and interface, seen = stored + dropped (every cause) + in flight."""
-        bad = []
-        for ls, seen in self.series("tapdeck_packets_seen_total").items():
-            key = dict(ls)
-            rest = (
-                self.total("tapdeck_packets_stored_total", **key)
-                + self.total("tapdeck_packets_dropped_total", **key)
-                + self.total("tapdeck_packets_in_flight", **key)
-            )
-            if seen != rest:
-                bad.append((key, seen, rest))
-        return bad
-
-    @property
-    def stored(self) -> int:
-        return int(self.total("tapdeck_packets_stored_total"))
-
-    @property
-    def in_flight(self) -> int:
-        return int(self.total("tapdeck_packets_in_flight"))
-
-
-def http_request(
-    ns, port, path, *, method="GET", headers=None, host="127.0.0.1", timeout=5.0
-):
-    """(status, headers, body) of one request made from inside namespace `ns`."""
-
-    def go():
-        c = http.client.HTTPConnection(host, port, timeout=timeout)
-        try:
-            c.request(method, path, headers=headers or {})
-            r = c.getresponse()
-            return r.status, dict(r.getheaders()), r.read()
-        finally:
-            c.close()
-
-    return in_netns(ns, go)
-
-
-class Serve:
-    """One `tapdeck serve` process in namespace C; its standard error goes to a file that the
-    test reads while it runs."""
-
-    def __init__(
-        self,
-        tapdeck_bin,
-        link,
-        procs,
-        workdir: Path,
-        config: Path,
-        *args,
-        prefix=(),
-        command=None,
-        env=None,
-        umask=None,
-        token=None,
-        name="serve",
-    ):
-        self.link, self.config, self.token = link, config, token
-        args = [str(a) for a in args]
-        if "--listen" in args:
-            listen = args[args.index("--listen") + 1]
-        else:
-            (line,) = [
-                x for x in config.read_text().splitlines() if x.startswith("listen = ")
-            ]
-            listen = json.loads(line.split(" = ", 1)[1])
-        self.port = int(listen.rsplit(":", 1)[1])
-        self.log = workdir / f"{name}.stderr"
-        command = command or [tapdeck_bin, "serve", "--config", config, *args]
-        argv = [*link.exec_args(), *prefix, *map(str, command)]
-        if umask is not None:
-            # Every program on the way execs the next, so the pid stays serve's.
-            argv = ["sh", "-c", f'umask {umask}; exec "$@"', "sh", *argv]
-        with open(self.log, "wb") as err, open(workdir / f"{name}.stdout", "wb") as out:
-            self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
-            )
-        procs.append(self.proc)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_log(self, needle: str, timeout: float = 10, after: int = 0) -> str:
-        """Waits for `needle` in the log (from character `after` on); returns the log."""
-
-        def seen():
-            text = self.log_text()
-            if needle in text[after:]:
-                return text
-            assert self.proc.poll() is None, (
-                f"serve exited {self.proc.returncode}:\n{text}"
-            )
-            return None
-
-        return wait_for(seen, timeout, f"{needle!r} in the log of serve")
-
-    def get(self, path, *, token=..., accept=None, timeout=5.0):
-        headers = {}
-        token = self.token if token is ... else token
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        if accept:
-            headers["Accept"] = accept
-        return http_request(
-            self.link.cap, self.port, path, headers=headers, timeout=timeout
-        )
-
-    def scrape(self, accept=None) -> Scrape:
-        status, _, body = self.get("/metrics", accept=accept)
-        assert status == 200, (status, body[:300])
-        return Scrape(body.decode())
-
-    def health(self) -> tuple[int, dict]:
-        status, _, body = self.get("/healthz")
-        return status, json.loads(body)
-
-    def wait_recording(self, timeout=15) -> None:
-        def ready():
-            assert self.proc.poll() is None, (
-                f"serve exited {self.proc.returncode}:\n{self.log_text()}"
-            )
-            try:
-                status, doc = self.health()
-            except OSError:
-                return None
-            return status == 200 and doc["phase"] == "recording"
-
-        wait_for(
-            ready, timeout, "serve to say it is recording (/healthz 200)", interval=0.1
-        )
-
-    def wait_settled(self, at_least: int, timeout=20) -> Scrape:
-        """A scrape once `at_least` packets are stored and nothing is in flight."""
-        last = []
-
-        def settled():
-            last[:] = [self.scrape()]
-            s = last[0]
-            return s if s.stored >= at_least and s.in_flight == 0 else None
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if got := settled():
-                return got
-            time.sleep(0.1)
-        s = last[0]
-        drops = {
-            c: s.total("tapdeck_packets_dropped_total", cause=c)
-            for c in ("kernel", "staging_full", "write_error")
-        }
-        pytest.fail(
-            f"timed out after {timeout}s waiting for {at_least} packets stored, none in "
-            f"flight: seen {s.total('tapdeck_packets_seen_total'):.0f}, stored {s.stored}, "
-            f"in flight {s.in_flight}, dropped {drops}"
-        )
-
-    def stop(self, timeout=QUICK) -> str:
-        """SIGTERM: drains, prints its summary and exits 0; returns its standard error."""
-        self.proc.send_signal(signal.SIGTERM)
-        rc = wait_exit(self.proc, timeout)
-        err = self.log_text()
-        assert rc == 0, f"serve exited {rc} after SIGTERM:\n{err[-3000:]}"
-        assert "panicked" not in err, err
-        assert any(SUMMARY_LINE.match(line) for line in err.splitlines()), err[-2000:]
-        assert "accounting: seen = stored + dropped holds" in err, err[-2000:]
-        return err
-
-
-def wait_exit(proc: subprocess.Popen, timeout: float) -> int:
-    """The exit status of a process whose output goes to files; killed if it overstays."""
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"{proc.args} did not exit within {timeout} s")
 
 
 def summary_stored(stderr: str) -> int:
@@ -521,15 +239,15 @@ def open_fds(pid: int) -> int:
 
 @pytest.fixture
 def start(tapdeck_bin, link, procs, tmp_path):
-    """start(config_keys or path, *flags, **kw) → a running Serve (not yet waited for)."""
+    """start(config_keys or path, *flags, **kw) → a running Served (not yet waited for)."""
     count = [0]
 
-    def go(config, *args, **kw) -> Serve:
+    def go(config, *args, **kw) -> Served:
         count[0] += 1
         if isinstance(config, dict):
             config = write_config(tmp_path / f"tapdeck{count[0]}.toml", config)
         kw.setdefault("name", f"serve{count[0]}")
-        return Serve(tapdeck_bin, link, procs, tmp_path, config, *args, **kw)
+        return Served(tapdeck_bin, procs, tmp_path, *args, config=config, ns=link.cap, **kw)
 
     return go
 
@@ -544,11 +262,8 @@ def scratch_ns():
     """An empty network namespace (lo only) for starts that must be refused: should one
     not be, it captures nothing and binds nothing on the host (and `run` ends it)."""
     need()
-    ns = f"tdsx{os.getpid() % 1000:03d}{random.randrange(1000):03d}"
-    run(["ip", "netns", "add", ns], check=True)
-    run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
-    yield ns
-    run(["ip", "netns", "del", ns])
+    with netlab.Lab("tdsx", ["x"]) as lab:
+        yield lab.ns["x"]
 
 
 @pytest.fixture
@@ -721,9 +436,9 @@ def test_check_and_refusals_at_start(tapdeck, serve_check, tmp_path):
 def test_flags_override_the_file(tapdeck, link, start, tmp_path):
     """--listen and --rotate-size on the command line win over the file: the service
     answers where the flag says and cuts files as the flag says."""
-    in_file, on_flag = link.free_port(), link.free_port()
+    in_file, on_flag = free_port(link.cap), free_port(link.cap)
     while on_flag == in_file:
-        on_flag = link.free_port()
+        on_flag = free_port(link.cap)
     keys = service_config(link, tmp_path / "S", in_file, **{"rotate-size": "64MiB"})
     s = start(keys, "--listen", f"127.0.0.1:{on_flag}", "--rotate-size", "2MiB")
     assert s.port == on_flag
@@ -744,7 +459,7 @@ class Prometheus:
     def __init__(self, link, procs, workdir: Path, jobs: list[dict]):
         need("prometheus", "promtool")
         self.link = link
-        self.port = link.free_port()
+        self.port = free_port(link.cap)
         cfg = workdir / "prometheus.yml"
         shutil.copy(RULES, workdir / "tapdeck.rules.yml")
         cfg.write_text(
@@ -767,7 +482,7 @@ class Prometheus:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [
-                    *link.exec_args(),
+                    *in_ns(link.cap),
                     "prometheus",
                     f"--config.file={cfg}",
                     f"--storage.tsdb.path={workdir / 'tsdb'}",
@@ -828,7 +543,7 @@ def test_prometheus_scrapes_balanced_counters_and_loads_the_rules(
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
     store = tmp_path / "S"
-    port = link.free_port()
+    port = free_port(link.cap)
     # No minute cuts: the files are cut by the test's SIGUSR1 and SIGTERM only.
     keys = {
         "metrics-token-file": str(token_file),
@@ -1022,7 +737,7 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
     "nothing changed" and the old token stayed valid)."""
     token_file = tmp_path / "token"
     token_file.write_text("first-token\n")
-    port = link.free_port()
+    port = free_port(link.cap)
     cfg = write_config(
         tmp_path / "tapdeck.toml",
         service_config(
@@ -1060,7 +775,7 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
     assert st == 200 and b"tapdeck_build_info" in body
 
     status_cmd = [
-        *link.exec_args(),
+        *in_ns(link.cap),
         tapdeck.bin,
         "status",
         "--listen",
@@ -1121,7 +836,7 @@ def test_sighup_lowers_max_bytes_live(tapdeck, link, procs, start, tmp_path):
     keys = service_config(
         link,
         store,
-        link.free_port(),
+        free_port(link.cap),
         codec="none",
         **{"max-bytes": "64MiB", "rotate-size": "256KiB", "min-keep": 0},
     )
@@ -1219,7 +934,7 @@ def test_kill_9_then_restart_continues_the_store(tapdeck, link, procs, start, tm
     cfg = write_config(
         tmp_path / "tapdeck.toml",
         service_config(
-            link, store, link.free_port(), codec="none", **{"rotate-size": "1MiB"}
+            link, store, free_port(link.cap), codec="none", **{"rotate-size": "1MiB"}
         ),
     )
     first = start(cfg)
@@ -1367,7 +1082,7 @@ def test_sd_notify_under_the_units_identity(
     store = shared_dir / "store"
     store.mkdir(mode=0o750)
     os.chown(store, unit_user.pw_uid, unit_user.pw_gid)
-    port = link.free_port()
+    port = free_port(link.cap)
     cfg = write_config(shared_dir / "tapdeck.toml", service_config(link, store, port))
     # A copy the unit's user can reach: the checkout may sit in a directory only root can
     # enter (root's home, `mktemp -d`), as the installed binary never does.
@@ -1406,12 +1121,12 @@ def test_sd_notify_under_the_units_identity(
     ]
     env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="2000000")
     try:
-        s = Serve(
+        s = Served(
             tapdeck_bin,
-            link,
             procs,
             shared_dir,
-            cfg,
+            config=cfg,
+            ns=link.cap,
             prefix=prefix,
             command=command,
             env=env,
@@ -1495,7 +1210,7 @@ def full_disk_service(link, procs, start, tmp_path, fs):
     keys = service_config(
         link,
         tmp_path / "S",
-        link.free_port(),
+        free_port(link.cap),
         codec="none",
         dir=[str(data)],
         # No minute cuts: closing a file is a write, which would retry the directory.
@@ -1544,7 +1259,7 @@ def test_full_data_dir_makes_healthz_503_until_space_returns(
     assert m.total("tapdeck_healthy") == 0.0
     assert m.unbalanced() == []
     r = run(
-        [*link.exec_args(), tapdeck.bin, "status", "--listen", f"127.0.0.1:{s.port}"]
+        [*in_ns(link.cap), tapdeck.bin, "status", "--listen", f"127.0.0.1:{s.port}"]
     )
     assert (
         r.returncode == 1 and f"FAILING dir {data}:" in r.out and "UNHEALTHY" in r.out
@@ -1618,7 +1333,7 @@ def test_sigusr1_on_a_quiet_link_completes_the_file(
 ):
     store = tmp_path / "S"
     # No minute cuts, which do complete a file on a quiet link.
-    s = start(service_config(link, store, link.free_port(), **{"rotate-interval": 0}))
+    s = start(service_config(link, store, free_port(link.cap), **{"rotate-interval": 0}))
     s.wait_recording()
     sent = send(link, procs, 500, size=300)
     s.wait_settled(sent)
@@ -1656,7 +1371,7 @@ def raw_exchange(ns, port, payload: bytes, *, timeout=5.0) -> bytes:
                 pass
             return got
 
-    return in_netns(ns, go)
+    return call_in_ns(ns, go)
 
 
 def status_of(answer: bytes) -> int | None:
@@ -1673,7 +1388,7 @@ def test_hostile_clients_leave_the_service_intact(link, procs, start, tmp_path):
     RSS grew by less than 50 MiB and the descriptors are back. What the slots cost: while
     they are held, every other client (Prometheus too) is turned away; the numbers are
     printed (`-s`)."""
-    s = start(service_config(link, tmp_path / "S", link.free_port()))
+    s = start(service_config(link, tmp_path / "S", free_port(link.cap)))
     s.wait_recording()
     sender = start_sender(link, procs, 60000, size=300, pps=2000)
     wait_for(lambda: s.scrape().stored > 1000, 10, "the recording to run")
@@ -1735,10 +1450,10 @@ def test_hostile_clients_leave_the_service_intact(link, procs, start, tmp_path):
 
     # The slow ones first, so that they hold connection slots; then more idle ones than
     # there are slots.
-    slow = in_netns(ns, open_idle, 30)
+    slow = call_in_ns(ns, open_idle, 30)
     for c in slow:
         c.sendall(b"GET /metrics HTTP/1.1\r\n")
-    idle = in_netns(ns, open_idle, 200)
+    idle = call_in_ns(ns, open_idle, 200)
     t0 = time.monotonic()
     held_max = 0
     refused = 0
