@@ -167,7 +167,7 @@ def ten_queries(tapdeck, tmp_path_factory):
     procs = []
     with netlab.Link("tdqlim", "tdq0", SERVICE_ADDR, "tdq1", PEER_ADDR) as link:
         try:
-            yield ten_queries_while_recording(tapdeck, tmp, procs, link)
+            return ten_queries_while_recording(tapdeck, tmp, procs, link)
         finally:
             kill_all(procs)  # before their namespaces go
 
