@@ -24,9 +24,10 @@ from served import Served
 
 @pytest.fixture
 def ns(procs):
-    """A namespace of its own (loopback only), removed after what runs in it."""
+    """A namespace of its own (loopback only, IPv6 on: the traffic pings ::1), removed after
+    what runs in it."""
     need()
-    with netlab.Lab("tdquery", ["x"]) as lab:
+    with netlab.Lab("tdquery", ["x"], ipv6=True) as lab:
         yield lab.ns["x"]
         kill_all(procs)
 
