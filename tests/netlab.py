@@ -31,6 +31,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -167,7 +168,7 @@ class Lab:
         self.namespaces.append(name)
         if not ipv6:
             _setup(in_ns(name) + ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                              "net.ipv6.conf.default.disable_ipv6=1"], check=False)
+                                  "net.ipv6.conf.default.disable_ipv6=1"], check=False)
         _setup(["ip", "-n", name, "link", "set", "lo", "up"])
         return name
 
@@ -175,12 +176,12 @@ class Lab:
         """A veth pair a <-> b, each end made directly in its namespace (None: this one), up,
         offloads off."""
         _setup(["ip", "link", "add", a, *_netns_arg(a_ns), "type", "veth", "peer", "name", b,
-            *_netns_arg(b_ns)])
+                *_netns_arg(b_ns)])
         self.root_links += [dev for ns, dev in ((a_ns, a), (b_ns, b)) if ns is None]
         for ns, dev in ((a_ns, a), (b_ns, b)):
             if not ipv6:
                 _setup(in_ns(ns) + ["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"],
-                   check=False)
+                       check=False)
             _setup(in_ns(ns) + ["ip", "link", "set", dev, "mtu", str(mtu), "up"])
             self.offloads_off(ns, dev)
 
@@ -190,7 +191,7 @@ class Lab:
             print(f"netlab: warning: no ethtool: {dev} keeps its offloads", file=sys.stderr)
             return
         _setup(in_ns(ns) + ["ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off",
-                        "tx-udp-segmentation", "off"], check=False)
+                            "tx-udp-segmentation", "off"], check=False)
         feats = _setup(in_ns(ns) + ["ethtool", "-k", dev]).stdout
         on = [f for f in OFFLOADS if re.search(rf"^{f}: on", feats, re.MULTILINE)]
         if on:
@@ -234,7 +235,7 @@ class Lab:
                 continue
             for pid in _setup(["ip", "netns", "pids", ns], check=False).stdout.split():
                 try:
-                    os.kill(int(pid), 9)
+                    os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
 
