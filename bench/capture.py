@@ -43,7 +43,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from netlab import Lab, sh
+# The namespace harness is shared with the end-to-end tests: tests/netlab.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from netlab import Lab, sh  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("TAPDECK_BIN", ROOT / "target/release/tapdeck"))

@@ -37,8 +37,8 @@ from itertools import product
 from pathlib import Path
 from types import SimpleNamespace
 
-import capture
-from netlab import Lab, in_ns, sh
+import capture  # (puts tests/ on sys.path: netlab)
+from netlab import Lab, in_ns, sh  # noqa: E402
 
 ROOT, BIN = capture.ROOT, capture.BIN
 GEN_CPU, CAP_CPU, COL_CPU = "0", "1", "0"

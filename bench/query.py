@@ -63,7 +63,9 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from netlab import Lab, sh  # noqa: E402
+# The namespace harness is shared with the end-to-end tests: tests/netlab.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from netlab import Lab, free_port, sh  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("TAPDECK_BIN", ROOT / "target/release/tapdeck"))
@@ -716,12 +718,6 @@ def cpu_part(args, work: Path, res: dict):
 
 # ---------------------------------------------------------------------------------------------
 # Part: serve under load with concurrent queries
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def http_get(port, path, timeout=120.0):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")

@@ -63,7 +63,9 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from netlab import Lab, in_ns, sh
+# The namespace harness is shared with the end-to-end tests: tests/netlab.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from netlab import Lab, free_port, in_ns, sh  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("TAPDECK_BIN", ROOT / "target/release/tapdeck"))
@@ -157,12 +159,6 @@ def generator(args):
 
 
 # ---- the service under test -----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config_text(iface: str, work: Path, port: int, disk_limit: str | None) -> str:

@@ -18,6 +18,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# tests/: the harnesses shared with bench/ (netlab.py) and the NFS rig (nfs/).
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
 CORPUS = REPO.parent / "shared" / "corpus"
 DEFAULT_BIN = REPO / "target" / "release" / "tapdeck"
 

@@ -1,17 +1,16 @@
-"""Helpers shared by the forwarding tests (`test_export_collect.py`, `test_forward_hostile.py`):
-shell commands with time limits, starting an exporter in a namespace, stopping a process with
-SIGINT and reading what it left."""
+"""Helpers shared by the forwarding tests (`test_export_collect.py`, `test_forward_*.py`):
+their namespaces (tests/netlab.py with tcpdump), shell commands with time limits, starting a
+collector and an exporter in a namespace, stopping a process with SIGINT and reading what it
+left."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+import netlab
 import pytest
 from conftest import QUICK, kill_all, run, wait_for  # noqa: F401 (kill_all: for the tests)
 
@@ -20,46 +19,17 @@ def sh(*args, check=True, timeout=QUICK):
     return run([*args], check=check, timeout=timeout)
 
 
-class Namespaces:
-    """Network namespaces named `prefix + tag + key` and veth pairs between them, removed on
-    close (also when building them fails half way). Subclasses lay out their topology in
-    `build`. Veths have offloads off, as on a NIC without them: the exporter's UDP GSO sends
-    are then cut into datagrams at the sending device, and tcpdump sees the datagrams the
-    wire carries rather than one merged buffer."""
+JUMBO = 9000  # the forwarding links' MTU: a corpus NFS frame is 8014 bytes
 
-    def __init__(self, prefix: str, keys):
-        self.tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {k: f"{prefix}{self.tag}{k}" for k in keys}
-        try:
-            for ns in self.ns.values():
-                sh("ip", "netns", "add", ns)
-                self.ns_sh(ns, "ip", "link", "set", "lo", "up")
-                # No IPv6 neighbour discovery on the captured links: only the replay is there.
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-            self.build()
-        except BaseException:
-            self.close()
-            raise
 
-    def build(self):
-        raise NotImplementedError
+class Namespaces(netlab.Lab):
+    """netlab's namespaces `prefix + tag + key` and veth pairs, removed on close; subclasses
+    lay out their topology in `build` (links with the JUMBO MTU). Offloads are off, as on a
+    NIC without them: the exporter's UDP GSO sends are then cut into datagrams at the sending
+    device, and tcpdump sees the datagrams the wire carries rather than one merged buffer."""
 
-    def ns_sh(self, ns, *args, check=True):
-        return sh("ip", "netns", "exec", ns, *args, check=check)
-
-    def pair(self, a, ns_a, b, ns_b):
-        sh("ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns",
-           ns_b)
-        for dev, ns in ((a, ns_a), (b, ns_b)):
-            self.ns_sh(ns, "ip", "link", "set", dev, "mtu", "9000", "up")
-            if shutil.which("ethtool"):
-                self.ns_sh(ns, "ethtool", "-K", dev, "gro", "off", "gso", "off", "tso", "off",
-                           "tx-udp-segmentation", "off", check=False)
-
-    def popen(self, ns, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw):
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],
-                                stdout=stdout, stderr=stderr, **kw)
+    def ns_sh(self, ns, *args, check=True, timeout=QUICK):
+        return sh("ip", "netns", "exec", ns, *args, check=check, timeout=timeout)
 
     def tcpdump(self, ns, log: Path, *args):
         """A tcpdump in `ns`, returned once it listens."""
@@ -70,10 +40,30 @@ class Namespaces:
         assert p.poll() is None, log.read_text()
         return p
 
-    def close(self):
-        for ns in self.ns.values():
-            run(["ip", "netns", "pids", ns], check=False)
-            run(["ip", "netns", "del", ns], check=False)
+
+def start_collector(tapdeck, net, ns, listen, store, procs, *extra, log: Path | None = None,
+                    staging="64MiB", chunk="1MiB", flush="0.2", stdout=subprocess.DEVNULL):
+    """`tapdeck collect --listen LISTEN --store STORE *extra` in namespace `ns` of `net`,
+    with small pools, zstd:1, no O_DIRECT and stats every 0.3 s. Returned once ready: with
+    `log` (its standard error appended there), when it says it is collecting; without, when
+    its manifest is written (its sockets are bound before the recorder starts)."""
+    args = [tapdeck.bin, "collect", "--listen", listen, "--store", store, "--stats-interval",
+            "0.3", "--flush-interval", flush, "--codec", "zstd:1", "--staging", staging,
+            "--chunk-size", chunk, "--no-direct", *extra]
+    if log is None:
+        p = net.popen(ns, *args, stdout=stdout)
+        procs.append(p)
+        wait_for(lambda: (Path(store) / "manifest.json").exists() or p.poll() is not None, 10,
+                 "the collector to start")
+        assert p.poll() is None, p.communicate()[1].decode()
+        return p
+    with open(log, "ab") as err:
+        p = net.popen(ns, *args, stdout=stdout, stderr=err)
+    procs.append(p)
+    wait_for(lambda: b"collecting IPFIX on" in log.read_bytes() or p.poll() is not None, 10,
+             "the collector to listen")
+    assert p.poll() is None, log.read_text()
+    return p
 
 
 def reference(net, tmp_path, procs):

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import netlab
 import pytest
 from conftest import QUICK, need, run
 from convtools import (
@@ -38,41 +38,18 @@ PORT = 2049
 CALLS = 30  # per address family: 10 NULL, 10 READ, 10 WRITE
 
 
-class Pair:
-    """Namespaces A and B joined by the veth pair fraga/fragb; removed on close."""
+class Pair(netlab.Link):
+    """Namespaces A and B joined by the veth pair fraga/fragb of MTU `mtu` (offloads off:
+    wire-sized frames in the capture), IPv4 and IPv6 addresses at each end; removed on
+    close."""
 
     def __init__(self, mtu: int):
-        tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {"a": f"tdf{tag}a", "b": f"tdf{tag}b"}
-        try:
-            for ns in self.ns.values():
-                run(["ip", "netns", "add", ns], check=True)
-                self.sh(ns, "ip", "link", "set", "lo", "up")
-            run(["ip", "link", "add", "fraga", "netns", self.ns["a"], "type", "veth", "peer",
-                 "name", "fragb", "netns", self.ns["b"]], check=True)  # fmt: skip
-            for side, dev, a4, a6 in (("a", "fraga", A4, A6), ("b", "fragb", B4, B6)):
-                ns = self.ns[side]
-                self.sh(ns, "ip", "addr", "add", f"{a4}/24", "dev", dev)
-                self.sh(ns, "ip", "addr", "add", f"{a6}/64", "dev", dev, "nodad")
-                self.sh(ns, "ip", "link", "set", dev, "mtu", mtu, "up")
-                # Wire-sized frames in the capture: no offload merging or splitting.
-                run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "gro", "off", "gso", "off",
-                     "tso", "off"], check=False)  # fmt: skip
-        except BaseException:
-            self.close()
-            raise
+        super().__init__("tdf", "fraga", A4, "fragb", B4, mtu=mtu, ipv6=True)
 
-    def sh(self, ns, *args):
-        r = run(["ip", "netns", "exec", ns, *map(str, args)], timeout=QUICK)
-        assert r.returncode == 0, r.describe()
-        return r
-
-    def popen(self, side, *args, **kw):
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[side], *map(str, args)], **kw)
-
-    def close(self):
-        for ns in self.ns.values():
-            run(["ip", "netns", "del", ns], check=False)
+    def build(self):
+        super().build()
+        self.address(self.a, "fraga", f"{A6}/64", "nodad")
+        self.address(self.b, "fragb", f"{B6}/64", "nodad")
 
 
 def record_run(base: Path, mtu: int) -> tuple[Path, list[dict]]:
@@ -89,11 +66,11 @@ def record_run(base: Path, mtu: int) -> tuple[Path, list[dict]]:
         procs.append(dump)
         for addr in (B4, B6):
             procs.append(pair.popen("b", sys.executable, HERE / "rpcudp.py", "server", addr,
-                                    PORT, 60))  # fmt: skip
+                                    PORT, 60, stdout=None, stderr=None))  # fmt: skip
         time.sleep(1.0)  # tcpdump and the servers listening
         for seed, addr in ((1, B4), (2, B6)):
             c = pair.popen("a", sys.executable, HERE / "rpcudp.py", "client", addr, PORT, CALLS,
-                           seed, log)  # fmt: skip
+                           seed, log, stdout=None, stderr=None)  # fmt: skip
             assert c.wait(timeout=60) == 0
         time.sleep(1.0)  # the last frames through tcpdump
         dump.send_signal(signal.SIGINT)

@@ -11,13 +11,12 @@ the extract, and tshark's `-z io,stat` filtered by direction for the rates analy
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import netlab
 import pytest
 from anatools import analyze, need_analyze
 from conftest import QUICK, SLOW, data_files, decompress, finish, need, run, wait_for
@@ -48,43 +47,21 @@ for _ in range({DATAGRAMS}):
 """
 
 
-class Pair:
-    """Namespaces A and B joined by the veth pair dira/dirb; removed on close."""
+class Pair(netlab.Link):
+    """Namespaces A and B joined by the veth pair dira/dirb; removed on close. No IPv6:
+    router and neighbour solicitations would be extra, timed traffic."""
 
     def __init__(self):
-        tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {"a": f"tdd{tag}a", "b": f"tdd{tag}b"}
-        try:
-            for ns in self.ns.values():
-                run(["ip", "netns", "add", ns], check=True)
-                self.sh(ns, "ip", "link", "set", "lo", "up")
-                # No IPv6: router and neighbour solicitations would be extra, timed traffic.
-                self.sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-                self.sh(ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
-            run(["ip", "link", "add", "dira", "netns", self.ns["a"], "type", "veth", "peer",
-                 "name", "dirb", "netns", self.ns["b"]], check=True)  # fmt: skip
-            for ns, dev, addr in ((self.ns["a"], "dira", A_ADDR), (self.ns["b"], "dirb", B_ADDR)):
-                self.sh(ns, "ip", "addr", "add", f"{addr}/24", "dev", dev)
-                self.sh(ns, "ip", "link", "set", dev, "up")
-        except BaseException:
-            self.close()
-            raise
+        super().__init__("tdd", "dira", A_ADDR, "dirb", B_ADDR)
 
     def sh(self, ns, *args):
         r = run(["ip", "netns", "exec", ns, *map(str, args)], timeout=QUICK)
         assert r.returncode == 0, r.describe()
         return r
 
-    def popen(self, side, *args, **kw):
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[side], *map(str, args)], **kw)
-
     def mac(self, side, dev) -> str:
         links = json.loads(self.sh(self.ns[side], "ip", "-j", "link", "show", dev).out)
         return links[0]["address"]
-
-    def close(self):
-        for ns in self.ns.values():
-            run(["ip", "netns", "del", ns], check=False)
 
 
 @pytest.fixture

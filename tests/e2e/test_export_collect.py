@@ -22,6 +22,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import fwdtools
 import pytest
@@ -38,7 +39,15 @@ from conftest import (
     wait_for,
     write_pcap,
 )
-from fwdtools import last_stats, ledger, ledger_packets, ledger_records, sh, stop
+from fwdtools import (
+    last_stats,
+    ledger,
+    ledger_packets,
+    ledger_records,
+    sh,
+    start_collector,
+    stop,
+)
 
 SNAP = 128
 # Engineers sharing a machine give each run its own namespace prefix and port.
@@ -63,12 +72,11 @@ class Net(fwdtools.Namespaces):
         super().__init__(NS_PREFIX, ["g", "e", "c1", "c2"][:2 + collectors])
 
     def build(self):
-        self.pair("gen", self.ns["g"], "cap", self.ns["e"])
+        self.pair(self.ns["g"], "gen", self.ns["e"], "cap", fwdtools.JUMBO)
         for k in range(1, self.collectors + 1):
-            self.pair(f"up{k}", self.ns["e"], f"dn{k}", self.ns[f"c{k}"])
-            self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_UP[k]}/24", "dev", f"up{k}")
-            self.ns_sh(self.ns[f"c{k}"], "ip", "addr", "add", f"{C_ADDR[k]}/24", "dev",
-                       f"dn{k}")
+            self.pair(self.ns["e"], f"up{k}", self.ns[f"c{k}"], f"dn{k}", fwdtools.JUMBO)
+            self.address(self.ns["e"], f"up{k}", f"{E_UP[k]}/24")
+            self.address(self.ns[f"c{k}"], f"dn{k}", f"{C_ADDR[k]}/24")
 
 
 @pytest.fixture
@@ -89,19 +97,6 @@ def corpus_frames() -> list[Pkt]:
                 frames.append(p)
     assert len(frames) > 400
     return frames
-
-
-def start_collector(tapdeck, net, k, store, procs, *extra, stdout=subprocess.DEVNULL):
-    p = net.popen(f"c{k}", tapdeck.bin, "collect", "--listen", f"{C_ADDR[k]}:{PORT}", "--store",
-                  store, "--stats-interval", "0.3", "--flush-interval", "0.2", "--codec", "zstd:1",
-                  "--staging", "64MiB", "--chunk-size", "1MiB", "--no-direct", *extra,
-                  stdout=stdout)
-    procs.append(p)
-    # Ready once the manifest is written (the sockets are bound before the recorder starts).
-    wait_for(lambda: (Path(store) / "manifest.json").exists() or p.poll() is not None, 10,
-             "the collector to start")
-    assert p.poll() is None, p.communicate()[1].decode()
-    return p
 
 
 def start_exporter(tapdeck, net, stats, procs, *args):
@@ -160,22 +155,35 @@ def tshark_time(s: str) -> int:
     return secs * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
-def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, procs, tmp_path):
-    """Corpus NFS and TCP frames replayed into the exporter's interface reach the two
-    collectors' stores as exactly their first 128 bytes, with original length and the capture
-    timestamp (a tcpdump on the same interface has the same kernel timestamps); each flow at
-    one collector; tshark decodes the export datagrams cleanly with the same sections, sizes
-    and nanoseconds; ipfixDump reads the --ipfix-file; `-w -` streams the same packets."""
+@pytest.fixture(scope="module")
+def two_collectors(tapdeck, tmp_path_factory):
+    """Corpus NFS and TCP frames replayed into the exporter's interface, exported to two
+    collectors (collector 1 also writing --ipfix-file, collector 2 also streaming `-w -`),
+    with tcpdump on the exporter's interface (the reference: the same kernel timestamps)
+    and on collector 1's link (the export datagrams); everything stopped once every frame
+    is stored. What each left behind, for the claims below."""
     need("tcpreplay", "tcpdump", "tshark", "ipfixDump")
     frames = corpus_frames()
+    tmp = tmp_path_factory.mktemp("two-collectors")
+    procs = []
+    net = Net()
+    try:
+        return export_to_two_collectors(tapdeck, net, procs, tmp, frames)
+    finally:
+        fwdtools.kill_all(procs)
+        net.close()
+
+
+def export_to_two_collectors(tapdeck, net, procs, tmp_path, frames) -> SimpleNamespace:
     src = write_pcap(tmp_path / "frames.pcap", frames)
     stores = {k: tmp_path / f"store{k}" for k in (1, 2)}
     ipfix_file = tmp_path / "c1.ipfix"
-    live_out = open(tmp_path / "c2-live.pcapng", "wb")  # noqa: SIM115 (closed once c2 stops)
-    c1 = start_collector(tapdeck, net, 1, stores[1], procs, "--allow", E_UP[1], "--ipfix-file",
-                         ipfix_file)
-    c2 = start_collector(tapdeck, net, 2, stores[2], procs, "--allow", E_UP[2], "-w", "-",
-                         stdout=live_out)
+    live_path = tmp_path / "c2-live.pcapng"
+    live_out = open(live_path, "wb")  # noqa: SIM115 (closed once c2 stops)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", stores[1], procs,
+                         "--allow", E_UP[1], "--ipfix-file", ipfix_file)
+    c2 = start_collector(tapdeck, net, "c2", f"{C_ADDR[2]}:{PORT}", stores[2], procs,
+                         "--allow", E_UP[2], "-w", "-", stdout=live_out)
     wire = tmp_path / "export-dn1.pcap"
     dump_export = net.tcpdump("c1", tmp_path / "dn1.log", "-i", "dn1", "-s", "0", "-U", "-w",
                               wire, f"udp port {PORT}")
@@ -189,13 +197,8 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
                          f"{C_ADDR[2]}:{PORT}")
     replay(net, src)
     wait_for(lambda: last_stats(stats)["sent"] >= len(frames), 15, "the exporter to send all")
-    err = stop(exp)
-    assert "accounting: observed = sent + not sent holds" in err, err
+    exporter_err = stop(exp)
     final = last_stats(stats)
-    assert final["final"] and final["observed"] == len(frames) == final["sent"], final
-    # Messages are sized to the path MTU (the veths carry 9000-byte packets).
-    assert [c["message_len"] for c in final["collectors"]] == [9000 - 28] * 2
-    assert final["not_sent"] == 0 and final["kernel_dropped"] == 0, final
     # Stop the collectors only once their ledgers hold every frame (a ledger counts what its
     # store has written): stopped earlier, a loaded collector leaves datagrams unread.
     wait_for(lambda: sum(ledger_packets(stores[k]) for k in (1, 2)) >= len(frames), 20,
@@ -210,13 +213,32 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
         p.wait(timeout=QUICK)
     err1, err2 = stop(c1), stop(c2)
     live_out.close()
+    return SimpleNamespace(
+        tmp=tmp_path, frames=frames, stores=stores, exporter_err=exporter_err, final=final,
+        collector_err={1: err1, 2: err2}, reference=read_packets(ref), wire=wire,
+        ipfix_file=ipfix_file, live=live_path,
+        per_store={k: store_packets(tapdeck, stores[k], tmp_path) for k in (1, 2)},
+    )
 
+
+def test_the_exporter_sends_every_frame_in_path_mtu_messages(two_collectors):
+    final, frames = two_collectors.final, two_collectors.frames
+    err = two_collectors.exporter_err
+    assert "accounting: observed = sent + not sent holds" in err, err
+    assert final["final"] and final["observed"] == len(frames) == final["sent"], final
+    # Messages are sized to the path MTU (the veths carry 9000-byte packets).
+    assert [c["message_len"] for c in final["collectors"]] == [9000 - 28] * 2
+    assert final["not_sent"] == 0 and final["kernel_dropped"] == 0, final
+
+
+def test_every_frame_reaches_one_collector_as_its_first_bytes(two_collectors):
+    """Each frame reaches the two collectors' stores as exactly its first 128 bytes, with
+    its original length and the capture timestamp (the reference tcpdump's); each flow at
+    one collector."""
     # The reference capture holds exactly the replayed frames.
-    reference = read_packets(ref)
-    assert [p.data for p in reference] == [f.data for f in frames]
+    reference, per_store = two_collectors.reference, two_collectors.per_store
+    assert [p.data for p in reference] == [f.data for f in two_collectors.frames]
     want = Counter((p.ts_ns, p.data[:SNAP], p.orig_len) for p in reference)
-
-    per_store = {k: store_packets(tapdeck, stores[k], tmp_path) for k in (1, 2)}
     got = Counter()
     for pkts in per_store.values():
         got.update((p.ts_ns, p.data, p.orig_len) for p in pkts)
@@ -228,49 +250,61 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
             f = flow_of(p.data)
             if f is not None:
                 assert owner.setdefault(f, k) == k, f"flow {f} at both collectors"
-    for k in (1, 2):
-        assert tapdeck("verify", stores[k]).returncode == 0
-        led = ledger(stores[k])
-        [s] = led["streams"]
-        assert s["exporter"] == E_UP[k] and s["domain"] == 1
-        assert s["packets"] == len(per_store[k])
-        assert (s["lost"], s["duplicates"], s["malformed"], s["no_template"]) == (0, 0, 0, 0), s
-        assert s["exporter_counts"]["observed_packets"] == len(frames)
-        history = [json.loads(x) for x in (stores[k] / "collector.jsonl").read_text().splitlines()]
-        assert history[-1]["final"] and history[-1]["streams"] == led["streams"]
-        sent = final["collectors"][k - 1]
-        assert sent["records"] == s["records"] and sent["packets"] == s["packets"], (sent, s)
-        assert f"exporter {E_UP[k]} domain 1: stored {len(per_store[k])} packets" in (err1, err2)[k - 1]
 
-    # `convert` reads the collectors' stores unchanged: the packets tables hold every stored
-    # packet with its times and lengths, and no flow id is at both collectors.
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_each_collectors_ledger_is_what_its_exporter_sent(tapdeck, two_collectors, k):
+    store, stored = two_collectors.stores[k], two_collectors.per_store[k]
+    assert tapdeck("verify", store).returncode == 0
+    led = ledger(store)
+    [s] = led["streams"]
+    assert s["exporter"] == E_UP[k] and s["domain"] == 1
+    assert s["packets"] == len(stored)
+    assert (s["lost"], s["duplicates"], s["malformed"], s["no_template"]) == (0, 0, 0, 0), s
+    assert s["exporter_counts"]["observed_packets"] == len(two_collectors.frames)
+    history = [json.loads(x) for x in (store / "collector.jsonl").read_text().splitlines()]
+    assert history[-1]["final"] and history[-1]["streams"] == led["streams"]
+    sent = two_collectors.final["collectors"][k - 1]
+    assert sent["records"] == s["records"] and sent["packets"] == s["packets"], (sent, s)
+    err = two_collectors.collector_err[k]
+    assert f"exporter {E_UP[k]} domain 1: stored {len(stored)} packets" in err
+
+
+def test_convert_reads_the_collectors_stores_unchanged(tapdeck, two_collectors):
+    """The packets tables hold every stored packet with its times and lengths, and no flow
+    id is at both collectors."""
     pads = pytest.importorskip("pyarrow.dataset")
     flow_ids = {}
     for k in (1, 2):
-        ds = tmp_path / f"ds{k}"
-        r = tapdeck("convert", stores[k], "--out", ds, "-q", timeout=SLOW)
+        ds = two_collectors.tmp / f"ds{k}"
+        r = tapdeck("convert", two_collectors.stores[k], "--out", ds, "-q", timeout=SLOW)
         assert r.returncode == 0, r.describe()
         rows = pads.dataset(str(ds / "packets"), format="parquet",
                             partitioning="hive").to_table().to_pylist()
         assert sorted((x["time_ns"], x["wire_len"], x["cap_len"]) for x in rows) == sorted(
-            (p.ts_ns, p.orig_len, len(p.data)) for p in per_store[k])
+            (p.ts_ns, p.orig_len, len(p.data)) for p in two_collectors.per_store[k])
         flow_ids[k] = {x["flow_id"] for x in rows if x["flow_id"] is not None}
     assert flow_ids[1] and flow_ids[2] and not flow_ids[1] & flow_ids[2]
 
-    # `-w -` streamed what collector 2 stored.
-    live = read_packets(tmp_path / "c2-live.pcapng")
+
+def test_w_dash_streams_what_the_collector_stored(two_collectors):
+    live = read_packets(two_collectors.live)
     assert Counter((p.ts_ns, p.data, p.orig_len) for p in live) == Counter(
-        (p.ts_ns, p.data, p.orig_len) for p in per_store[2])
-    r = run(["tshark", "-r", tmp_path / "c2-live.pcapng", "-T", "fields", "-e", "frame.number"])
+        (p.ts_ns, p.data, p.orig_len) for p in two_collectors.per_store[2])
+    r = run(["tshark", "-r", two_collectors.live, "-T", "fields", "-e", "frame.number"])
     assert r.returncode == 0 and len(r.out.split()) == len(live), r.describe()
 
-    # tshark on the export datagrams at collector 1. It dissects each dataLinkFrameSection as
-    # an Ethernet frame, whose cut IP header it rightly calls malformed: the clean check looks
-    # at the IPFIX layer alone, with eth disabled — on the datagrams as raw IP (linktype 101),
-    # since disabling eth on an Ethernet capture would leave nothing to check.
+
+def test_tshark_decodes_the_export_datagrams_cleanly(two_collectors):
+    """The same sections, sizes and nanoseconds as collector 1 stored. tshark dissects each
+    dataLinkFrameSection as an Ethernet frame, whose cut IP header it rightly calls
+    malformed: the clean check looks at the IPFIX layer alone, with eth disabled — on the
+    datagrams as raw IP (linktype 101), since disabling eth on an Ethernet capture would
+    leave nothing to check."""
+    tmp_path, wire, stored = two_collectors.tmp, two_collectors.wire, two_collectors.per_store[1]
     env = {**os.environ, "TZ": "UTC"}
     datagrams = read_packets(wire)
-    assert len(datagrams) == final["collectors"][0]["messages"]
+    assert len(datagrams) == two_collectors.final["collectors"][0]["messages"]
     assert max(len(d.data) for d in datagrams) <= 14 + 9000
     assert max(len(d.data) for d in datagrams) > 14 + 1500, "large messages were needed"
     raw = write_pcap(tmp_path / "export-raw.pcap",
@@ -280,14 +314,14 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
                  "eth", "-V"], env=env, timeout=60)
     assert clean.returncode == 0, clean.describe()
     assert "Malformed" not in clean.out and "no template found" not in clean.out
-    assert clean.out.count("Data Link Frame Section") >= len(per_store[1]), "the check saw reports"
+    assert clean.out.count("Data Link Frame Section") >= len(stored), "the check saw reports"
     expert = run(["tshark", "-r", raw, "-d", f"udp.port=={PORT},cflow", "--disable-protocol",
                   "eth", "-q", "-z", "expert,warn"], env=env)
     assert "Warning" not in expert.out and "Error" not in expert.out, expert.out
-    r = run(["tshark", "-r", wire, "-d", f"udp.port=={PORT},cflow", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", "-E",
-                    "separator=\t", "-e", "cflow.data_link_frame_section", "-e",
-                    "cflow.data_link_frame_size", "-e", "cflow.observation_time_nanoseconds"],
-            env=env, timeout=60)
+    r = run(["tshark", "-r", wire, "-d", f"udp.port=={PORT},cflow", "-T", "fields", "-E",
+             "occurrence=a", "-E", "aggregator=|", "-E", "separator=\t", "-e",
+             "cflow.data_link_frame_section", "-e", "cflow.data_link_frame_size", "-e",
+             "cflow.observation_time_nanoseconds"], env=env, timeout=60)
     assert r.returncode == 0, r.describe()
     decoded = Counter()
     for line in r.out.splitlines():
@@ -296,13 +330,15 @@ def test_every_frame_reaches_one_collector_as_its_first_bytes(tapdeck, net, proc
             continue
         for sec, size, t in zip(cols[0].split("|"), cols[1].split("|"), cols[2].split("|")):
             decoded[(tshark_time(t), bytes.fromhex(sec.replace(":", "")), int(size))] += 1
-    assert decoded == Counter((p.ts_ns, p.data, p.orig_len) for p in per_store[1])
+    assert decoded == Counter((p.ts_ns, p.data, p.orig_len) for p in stored)
 
-    # ipfixDump reads the raw messages, with every report in them.
-    r = run(["ipfixDump", "-i", ipfix_file, "-o", tmp_path / "dump.txt"])
+
+def test_ipfixdump_reads_every_report_of_the_ipfix_file(two_collectors):
+    tmp_path = two_collectors.tmp
+    r = run(["ipfixDump", "-i", two_collectors.ipfix_file, "-o", tmp_path / "dump.txt"])
     assert r.returncode == 0, r.describe()
     dump = (tmp_path / "dump.txt").read_text(errors="replace")
-    assert dump.count("dataLinkFrameSection") >= len(per_store[1]), dump[:2000]
+    assert dump.count("dataLinkFrameSection") >= len(two_collectors.per_store[1]), dump[:2000]
 
 
 def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path):
@@ -315,7 +351,7 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     pkts = gen_packets(2400, seed=11)
     src = write_pcap(tmp_path / "gen.pcap", pkts)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs)
     stats = tmp_path / "export.jsonl"
     exp = start_exporter(tapdeck, net, stats, procs, "--to", f"{C_ADDR[1]}:{PORT}")
     rep = subprocess.Popen(["ip", "netns", "exec", net.ns["g"], "tcpreplay", "-q", "-i", "gen",
@@ -332,7 +368,7 @@ def test_collector_restart_counts_the_gap_as_loss(tapdeck, net, procs, tmp_path)
     wait_for(lambda: last_stats(stats)["observed"] >= away + len(pkts) // 6, 20,
              "the exporter to read another sixth while the collector is away")
     assert last_stats(stats)["observed"] < len(pkts), "the replay ended before the restart"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs)
     assert rep.wait(timeout=30) == 0, rep.stderr.read().decode()
     wait_for(lambda: last_stats(stats)["observed"] >= len(pkts), 15, "the exporter to see all")
     err = stop(exp)
@@ -369,7 +405,7 @@ def test_exporter_restart_is_counted_not_lost(tapdeck, net, procs, tmp_path):
     need("tcpreplay")
     pkts = gen_packets(400, seed=13)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs)
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs)
     sent = []
     for half in (pkts[:200], pkts[200:]):
         src = write_pcap(tmp_path / "half.pcap", half)
@@ -417,7 +453,8 @@ def test_bad_messages_are_counted_not_stored(tapdeck, net, procs, tmp_path):
     running."""
     need()
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs, "--allow", E_UP[1])
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs,
+                         "--allow", E_UP[1])
     net.ns_sh(net.ns["e"], "ip", "addr", "add", "198.18.41.3/24", "dev", "up1")
     good = [(1_795_400_000_123_456_789 + i, bytes([i]) * 60) for i in range(3)]
     script = tmp_path / "send.py"
@@ -460,7 +497,8 @@ def test_export_never_captures_its_own_traffic(tapdeck, net, procs, tmp_path):
     pkts = gen_packets(300, seed=12)
     src = write_pcap(tmp_path / "gen.pcap", pkts)
     store = tmp_path / "store"
-    c1 = start_collector(tapdeck, net, 1, store, procs, "--sockets", "2")
+    c1 = start_collector(tapdeck, net, "c1", f"{C_ADDR[1]}:{PORT}", store, procs,
+                         "--sockets", "2")
     stats = tmp_path / "export.jsonl"
     exp = start_exporter(tapdeck, net, stats, procs, "-i", "up1", "--threads", "2", "--to",
                          f"{C_ADDR[1]}:{PORT}")

@@ -16,14 +16,12 @@
 from __future__ import annotations
 
 import random
-import subprocess
 from collections import Counter
-from pathlib import Path
 
 import fwdtools
 import pytest
 from conftest import Pkt, frame, half_random, need, read_packets, wait_for, write_pcap
-from fwdtools import last_stats, ledger, stop
+from fwdtools import last_stats, ledger, start_collector, stop
 from test_forward_tcp import replay, stop_collector, stop_reference, stored
 
 SNAP = 128
@@ -41,17 +39,17 @@ class RoutedNet(fwdtools.Namespaces):
 
     def build(self):
         e, r, c = self.ns["e"], self.ns["r"], self.ns["c"]
-        self.pair("gen", self.ns["g"], "cap", e)
-        self.pair("eup", e, "r1", r)
-        self.pair("cdn", c, "r2", r)
-        self.ns_sh(e, "ip", "addr", "add", f"{E_ADDR}/24", "dev", "eup")
-        self.ns_sh(r, "ip", "addr", "add", "198.18.72.254/24", "dev", "r1")
-        self.ns_sh(r, "ip", "addr", "add", "198.18.73.254/24", "dev", "r2")
-        self.ns_sh(c, "ip", "addr", "add", f"{C_ADDR}/24", "dev", "cdn")
-        self.ns_sh(r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        self.pair(self.ns["g"], "gen", e, "cap", fwdtools.JUMBO)
+        self.pair(e, "eup", r, "r1", fwdtools.JUMBO)
+        self.pair(c, "cdn", r, "r2", fwdtools.JUMBO)
+        self.address(e, "eup", f"{E_ADDR}/24")
+        self.address(r, "r1", "198.18.72.254/24")
+        self.address(r, "r2", "198.18.73.254/24")
+        self.address(c, "cdn", f"{C_ADDR}/24")
+        self.sysctl(r, "net.ipv4.ip_forward=1")
         for net in ("198.18.73.0/24", "198.18.74.0/24"):
-            self.ns_sh(e, "ip", "route", "add", net, "via", "198.18.72.254")
-        self.ns_sh(c, "ip", "route", "add", "198.18.72.0/24", "via", "198.18.73.254")
+            self.route(e, net, "via", "198.18.72.254")
+        self.route(c, "198.18.72.0/24", "via", "198.18.73.254")
 
     def cut_off(self, kind: str):
         """The router answers for GONE's subnet with ICMP: `unreachable` (host unreachable)
@@ -73,20 +71,6 @@ def rnet(procs):
     yield n
     fwdtools.kill_all(procs)
     n.close()
-
-
-def start_collector(tapdeck, net, store, procs, port, log: Path):
-    with open(log, "ab") as err:
-        p = net.popen("c", tapdeck.bin, "collect", "--listen", f"tcp://{C_ADDR}:{port}",
-                      "--store", store, "--allow", E_ADDR, "--stats-interval", "0.3",
-                      "--flush-interval", "0.2", "--codec", "zstd:1", "--staging", "64MiB",
-                      "--chunk-size", "1MiB", "--no-direct", stdout=subprocess.DEVNULL,
-                      stderr=err)
-    procs.append(p)
-    wait_for(lambda: b"collecting IPFIX on" in log.read_bytes() or p.poll() is not None, 10,
-             "the collector to listen")
-    assert p.poll() is None, log.read_text()
-    return p
 
 
 def flows_frames(n: int, flows: int, seed: int, start_ns: int) -> list[Pkt]:
@@ -188,8 +172,10 @@ def test_tcp_failover_every_frame_reaches_exactly_one_collector(tapdeck, rnet, p
              for i in range(3)]
     stores = [tmp_path / "a", tmp_path / "b"]
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    col_a = start_collector(tapdeck, rnet, stores[0], procs, PORT_A, logs[0])
-    col_b = start_collector(tapdeck, rnet, stores[1], procs, PORT_B, logs[1])
+    col_a = start_collector(tapdeck, rnet, "c", f"tcp://{C_ADDR}:{PORT_A}", stores[0], procs,
+                            "--allow", E_ADDR, log=logs[0])
+    col_b = start_collector(tapdeck, rnet, "c", f"tcp://{C_ADDR}:{PORT_B}", stores[1], procs,
+                            "--allow", E_ADDR, log=logs[1])
     ref, dump = fwdtools.reference(rnet, tmp_path, procs)
     stats = tmp_path / "export.jsonl"
     exp = fwdtools.start_exporter(tapdeck, rnet, stats, procs, str(SNAP), "--to",
@@ -210,7 +196,8 @@ def test_tcp_failover_every_frame_reaches_exactly_one_collector(tapdeck, rnet, p
     assert bg.wait(timeout=60) == 0, bg.communicate()[1].decode()
     wait_for(lambda: last_stats(stats)["sent"] >= 3000, 20,
              "the second part acknowledged (by the first collector)")
-    col_b = start_collector(tapdeck, rnet, stores[1], procs, PORT_B, logs[1])
+    col_b = start_collector(tapdeck, rnet, "c", f"tcp://{C_ADDR}:{PORT_B}", stores[1], procs,
+                            "--allow", E_ADDR, log=logs[1])
     wait_for(lambda: not last_stats(stats)["collectors"][1]["down_now"], 15,
              "the exporter to connect to the restarted collector (backoff up to 5 s)")
     replay(rnet, parts[2], 1000)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import fwdtools
 import pytest
-from conftest import QUICK, SLOW, gen_packets, need, run, wait_for, write_pcap
-from fwdtools import last_stats, ledger, sh, stop
+from conftest import QUICK, SLOW, gen_packets, need, wait_for, write_pcap
+from fwdtools import last_stats, ledger, start_collector, stop
 
 HERE = Path(__file__).resolve().parent
 SNAP = 128
@@ -35,52 +35,31 @@ NS_PREFIX = os.environ.get("TAPDECK_HOSTILE_NS", "tdh")
 EXPORTER = "198.18.51.1"
 COLLECTOR = "198.18.52.2"
 ATTACKER = "198.18.53.1"
+LISTEN = f"{COLLECTOR}:{PORT}"  # the collector's, which takes the exporter's datagrams
 
 
 
-class HostileNet:
+class HostileNet(fwdtools.Namespaces):
     """The namespaces of the drawing above; removed on close."""
 
     def __init__(self):
-        tag = f"{os.getpid() % 10000:04d}{int(time.time() * 1000) % 1000:03d}"
-        self.ns = {k: f"{NS_PREFIX}{tag}{k}" for k in "gerac"}
-        try:
-            for ns in self.ns.values():
-                sh("ip", "netns", "add", ns)
-                self.ns_sh(ns, "ip", "link", "set", "lo", "up")
-                self.ns_sh(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-                for k in ("all", "default"):
-                    self.ns_sh(ns, "sysctl", "-qw", f"net.ipv4.conf.{k}.rp_filter=0")
-            self.ns_sh(self.ns["r"], "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            self.pair("gen", "g", None, "cap", "e", None)
-            self.pair("eup", "e", f"{EXPORTER}/24", "r1", "r", "198.18.51.254/24")
-            self.pair("cdn", "c", f"{COLLECTOR}/24", "r2", "r", "198.18.52.254/24")
-            self.pair("att", "a", f"{ATTACKER}/24", "r3", "r", "198.18.53.254/24")
-            for ns, gw in (("e", "198.18.51.254"), ("c", "198.18.52.254"), ("a", "198.18.53.254")):
-                self.ns_sh(self.ns[ns], "ip", "route", "add", "198.18.0.0/15", "via", gw)
-            for dev in ("r1", "r2", "r3"):
-                self.ns_sh(self.ns["r"], "sysctl", "-qw", f"net.ipv4.conf.{dev}.rp_filter=0")
-            self.ns_sh(self.ns["c"], "sysctl", "-qw", "net.ipv4.conf.cdn.rp_filter=0")
-        except BaseException:
-            self.close()
-            raise
+        super().__init__(NS_PREFIX, "gerac")
 
-    def ns_sh(self, ns, *args, check=True, timeout=QUICK):
-        return sh("ip", "netns", "exec", ns, *args, check=check, timeout=timeout)
-
-    def pair(self, a, ns_a, addr_a, b, ns_b, addr_b):
-        sh("ip", "link", "add", a, "netns", self.ns[ns_a], "type", "veth", "peer", "name", b,
-           "netns", self.ns[ns_b])
-        for dev, ns, addr in ((a, ns_a, addr_a), (b, ns_b, addr_b)):
-            self.ns_sh(self.ns[ns], "ip", "link", "set", dev, "mtu", "9000", "up")
-            self.ns_sh(self.ns[ns], "ethtool", "-K", dev, "gro", "off", "gso", "off", "tso",
-                       "off", "tx-udp-segmentation", "off", check=False)
-            if addr:
-                self.ns_sh(self.ns[ns], "ip", "addr", "add", addr, "dev", dev)
-
-    def popen(self, ns, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[ns], *map(str, args)],
-                                stdout=stdout, stderr=stderr)
+    def build(self):
+        for ns in self.ns.values():
+            for k in ("all", "default"):
+                self.sysctl(ns, f"net.ipv4.conf.{k}.rp_filter=0")
+        self.sysctl(self.ns["r"], "net.ipv4.ip_forward=1")
+        self.pair(self.ns["g"], "gen", self.ns["e"], "cap", fwdtools.JUMBO)
+        for dev, ns, addr, peer, gw in (("eup", "e", EXPORTER, "r1", "198.18.51.254"),
+                                        ("cdn", "c", COLLECTOR, "r2", "198.18.52.254"),
+                                        ("att", "a", ATTACKER, "r3", "198.18.53.254")):
+            self.pair(self.ns[ns], dev, self.ns["r"], peer, fwdtools.JUMBO)
+            self.address(self.ns[ns], dev, f"{addr}/24")
+            self.address(self.ns["r"], peer, f"{gw}/24")
+            self.route(self.ns[ns], "198.18.0.0/15", "via", gw)
+            self.sysctl(self.ns["r"], f"net.ipv4.conf.{peer}.rp_filter=0")
+        self.sysctl(self.ns["c"], "net.ipv4.conf.cdn.rp_filter=0")
 
     def forge(self, mode, *args, src=EXPORTER, timeout=SLOW):
         """Runs the forger in the attacker's namespace (with the exporter's address unless
@@ -91,10 +70,6 @@ class HostileNet:
         assert r.returncode == 0, r.describe()
         return int(r.stdout.strip().splitlines()[-1])
 
-    def close(self):
-        for ns in self.ns.values():
-            run(["ip", "netns", "del", ns], check=False)
-
 
 @pytest.fixture
 def hnet(procs):
@@ -103,19 +78,6 @@ def hnet(procs):
     yield n
     fwdtools.kill_all(procs)
     n.close()
-
-
-def start_collector(tapdeck, net, store, procs, *extra, staging="64MiB", chunk="1MiB",
-                    flush="0.2"):
-    p = net.popen("c", tapdeck.bin, "collect", "--listen", f"{COLLECTOR}:{PORT}", "--store",
-                  store, "--allow", EXPORTER, "--stats-interval", "0.3", "--flush-interval",
-                  flush, "--codec", "zstd:1", "--staging", staging, "--chunk-size", chunk,
-                  "--no-direct", *extra, stdout=subprocess.DEVNULL)
-    procs.append(p)
-    wait_for(lambda: (Path(store) / "manifest.json").exists() or p.poll() is not None, 10,
-             "the collector to start")
-    assert p.poll() is None, p.communicate()[1].decode()
-    return p
 
 
 def start_exporter(tapdeck, net, stats, procs, *args):
@@ -180,7 +142,7 @@ def test_forged_sequence_numbers_and_restarts_never_cost_a_real_packet(tapdeck, 
     no loss and no restart (the forged lines are refuted by the real exporter's next message
     and counted as anomalies), and records + lost = what the exporter sent."""
     store = tmp_path / "store"
-    c = start_collector(tapdeck, hnet, store, procs)
+    c = start_collector(tapdeck, hnet, "c", LISTEN, store, procs, "--allow", EXPORTER)
 
     def attack():
         for burst in range(7):
@@ -235,7 +197,7 @@ def test_state_floods_stay_bounded_and_cost_no_real_packet(tapdeck, hnet, procs,
     --staging 64MiB) stays under the 512 MiB the docs state, the store holds a bounded number
     of files, and what went over a cap is counted under `refused`."""
     store = tmp_path / "store"
-    c = start_collector(tapdeck, hnet, store, procs)
+    c = start_collector(tapdeck, hnet, "c", LISTEN, store, procs, "--allow", EXPORTER)
     count, extra = FLOODS[mode]
     sent = []
 
@@ -291,8 +253,9 @@ def test_a_flood_from_another_exporter_is_shed_as_its_own_loss(tapdeck, hnet, pr
     was stored plus its counted losses."""
     store = tmp_path / "store"
     # 16 segments of 512 KiB; a partial chunk goes out each second (each holds a segment).
-    c = start_collector(tapdeck, hnet, store, procs, "--allow", FLOODER, "--bench-disk-limit",
-                        "3MB", staging="8MiB", chunk="512KiB", flush="1")
+    c = start_collector(tapdeck, hnet, "c", LISTEN, store, procs, "--allow", EXPORTER,
+                        "--allow", FLOODER, "--bench-disk-limit", "3MB", staging="8MiB",
+                        chunk="512KiB", flush="1")
     flood_messages = 8000
     sent = []
 
@@ -361,7 +324,8 @@ def test_collector_kill9_recovery_user_and_private_files(tapdeck, hnet, procs, t
         store = base / "store"
         store.mkdir()
         os.chown(store, nobody.pw_uid, nobody.pw_gid)
-        c = start_collector(tapdeck, hnet, store, procs, "--user", "nobody")
+        c = start_collector(tapdeck, hnet, "c", LISTEN, store, procs, "--allow", EXPORTER,
+                            "--user", "nobody")
         wait_for(lambda: "Uid:\t%d" % nobody.pw_uid in Path(f"/proc/{c.pid}/status").read_text(),
                  10, "the collector to run as nobody")
         pkts = gen_packets(3000, seed=23)
@@ -377,7 +341,8 @@ def test_collector_kill9_recovery_user_and_private_files(tapdeck, hnet, procs, t
         c.kill()
         c.wait(timeout=10)
         assert list(store.glob(".*.partial"))
-        c = start_collector(tapdeck, hnet, store, procs, "--user", "nobody")
+        c = start_collector(tapdeck, hnet, "c", LISTEN, store, procs, "--allow", EXPORTER,
+                            "--user", "nobody")
         assert rep.wait(timeout=SLOW) == 0
         wait_for(lambda: last_stats(stats)["observed"] >= len(pkts), QUICK, "the exporter to see all")
         stop(exp)
@@ -415,7 +380,7 @@ def test_own_traffic_exclusion_keeps_frames_it_cannot_parse(tapdeck, hnet, procs
     the unguarded filter too, so it does not reproduce the loss issue 19 saw.)"""
     from conftest import Pkt
     store = tmp_path / "store"
-    c = start_collector(tapdeck, hnet, store, procs)
+    c = start_collector(tapdeck, hnet, "c", LISTEN, store, procs, "--allow", EXPORTER)
     eth = bytes.fromhex("020000000002020000000001")
     v4 = eth + b"\x08\x00" + bytes.fromhex("45000030000000004011") + b"\x00\x00" + bytes(
         [198, 18, 9, 1, 198, 18, 9, 2])

@@ -22,7 +22,7 @@ from pathlib import Path
 import fwdtools
 import pytest
 from conftest import QUICK, gen_packets, need, read_packets, run, wait_for, write_pcap
-from fwdtools import last_stats, ledger, sh, stop
+from fwdtools import last_stats, ledger, sh, start_collector, stop
 
 SNAP = 128
 PORT = 4739
@@ -37,10 +37,10 @@ class Net(fwdtools.Namespaces):
         super().__init__("ipx", ("g", "e", "c"))
 
     def build(self):
-        self.pair("gen", self.ns["g"], "cap", self.ns["e"])
-        self.pair("ipxup", self.ns["e"], "ipxdn", self.ns["c"])
-        self.ns_sh(self.ns["e"], "ip", "addr", "add", f"{E_ADDR}/24", "dev", "ipxup")
-        self.ns_sh(self.ns["c"], "ip", "addr", "add", f"{C_ADDR}/24", "dev", "ipxdn")
+        self.pair(self.ns["g"], "gen", self.ns["e"], "cap", fwdtools.JUMBO)
+        self.pair(self.ns["e"], "ipxup", self.ns["c"], "ipxdn", fwdtools.JUMBO)
+        self.address(self.ns["e"], "ipxup", f"{E_ADDR}/24")
+        self.address(self.ns["c"], "ipxdn", f"{C_ADDR}/24")
 
 
 @pytest.fixture
@@ -100,19 +100,6 @@ def collector_tls(pki):
 def exporter_tls(pki, who="exporter"):
     return ["--tls-cert", pki / f"{who}.pem", "--tls-key", pki / f"{who}.key", "--tls-ca",
             pki / "ca.pem"]
-
-
-def start_collector(tapdeck, net, store, procs, scheme, *extra, log: Path):
-    with open(log, "ab") as err:
-        p = net.popen("c", tapdeck.bin, "collect", "--listen", f"{scheme}://{C_ADDR}:{PORT}",
-                      "--store", store, "--stats-interval", "0.3", "--flush-interval", "0.2",
-                      "--codec", "zstd:1", "--staging", "64MiB", "--chunk-size", "1MiB",
-                      "--no-direct", *extra, stdout=subprocess.DEVNULL, stderr=err)
-    procs.append(p)
-    wait_for(lambda: b"collecting IPFIX on" in log.read_bytes() or p.poll() is not None, 10,
-             "the collector to listen")
-    assert p.poll() is None, log.read_text()
-    return p
 
 
 def stop_collector(p, log: Path) -> str:
@@ -185,8 +172,8 @@ def test_stream_forwarding_stores_exactly_what_was_sent(tapdeck, net, procs, tmp
     clog = tmp_path / "collector.log"
     tls_c = collector_tls(pki) if scheme == "tls" else []
     tls_e = exporter_tls(pki) if scheme == "tls" else []
-    col = start_collector(tapdeck, net, store, procs, scheme, "--allow", E_ADDR, *tls_c,
-                          log=clog)
+    col = start_collector(tapdeck, net, "c", f"{scheme}://{C_ADDR}:{PORT}", store, procs,
+                          "--allow", E_ADDR, *tls_c, log=clog)
     ref = tmp_path / "ref.pcap"
     dump = net.tcpdump("e", tmp_path / "cap.log", "-i", "cap", "-s", "0", "-U",
                        "--time-stamp-precision", "nano", "-w", ref)
@@ -223,7 +210,8 @@ def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, 
     clog = tmp_path / "collector.log"
     tls_c = collector_tls(pki) if scheme == "tls" else []
     tls_e = exporter_tls(pki) if scheme == "tls" else []
-    col = start_collector(tapdeck, net, store, procs, scheme, *tls_c, log=clog)
+    col = start_collector(tapdeck, net, "c", f"{scheme}://{C_ADDR}:{PORT}", store, procs,
+                          *tls_c, log=clog)
     ref = tmp_path / "ref.pcap"
     dump = net.tcpdump("e", tmp_path / "cap.log", "-i", "cap", "-s", "0", "-U",
                        "--time-stamp-precision", "nano", "-w", ref)
@@ -247,7 +235,8 @@ def test_collector_restart_loses_nothing_within_the_buffer(tapdeck, net, procs, 
              "the exporter to read the second half")
     s = last_stats(stats)
     assert s["sent"] == half and s["buffered"] == len(frames) - half, s
-    col = start_collector(tapdeck, net, store, procs, scheme, *tls_c, log=clog)
+    col = start_collector(tapdeck, net, "c", f"{scheme}://{C_ADDR}:{PORT}", store, procs,
+                          *tls_c, log=clog)
     wait_for(lambda: last_stats(stats)["sent"] >= len(frames), 30,
              "the queued half acknowledged after the restart")
     err = stop(exp)
@@ -269,7 +258,8 @@ def test_tls_without_a_trusted_client_certificate_is_refused(tapdeck, net, procs
     collector counts the refusals and logs them once per address."""
     store = tmp_path / "store"
     clog = tmp_path / "collector.log"
-    col = start_collector(tapdeck, net, store, procs, "tls", *collector_tls(pki), log=clog)
+    col = start_collector(tapdeck, net, "c", f"tls://{C_ADDR}:{PORT}", store, procs,
+                          *collector_tls(pki), log=clog)
     frames = gen_packets(200, seed=63)
     src = write_pcap(tmp_path / "frames.pcap", frames)
     stats = tmp_path / "export.jsonl"

@@ -13,7 +13,7 @@ from collections import Counter
 
 import fwdtools
 from conftest import gen_packets, read_packets, wait_for, write_pcap
-from fwdtools import last_stats, ledger, stop
+from fwdtools import last_stats, ledger, start_collector, stop
 from test_forward_tcp import (  # noqa: F401 (net, pki: fixtures)
     C_ADDR,
     E_ADDR,
@@ -21,7 +21,6 @@ from test_forward_tcp import (  # noqa: F401 (net, pki: fixtures)
     SNAP,
     net,
     replay,
-    start_collector,
     stop_collector,
     stop_reference,
     stored,
@@ -39,7 +38,8 @@ def test_a_refusing_collectors_flows_fail_over(tapdeck, net, procs, tmp_path):
     src = write_pcap(tmp_path / "frames.pcap", frames)
     store = tmp_path / "store"
     clog = tmp_path / "collector.log"
-    col = start_collector(tapdeck, net, store, procs, "udp", log=clog)
+    col = start_collector(tapdeck, net, "c", f"udp://{C_ADDR}:{PORT}", store, procs,
+                          log=clog)
     ref, dump = fwdtools.reference(net, tmp_path, procs)
     stats = tmp_path / "export.jsonl"
     exp = fwdtools.start_exporter(tapdeck, net, stats, procs, str(SNAP), "--to",
@@ -88,7 +88,8 @@ def test_a_late_collector_is_not_counted_as_received(tapdeck, net, procs, tmp_pa
     wait_for(lambda: last_stats(stats)["observed"] >= half, 20, "the exporter to read the first half")
     s = last_stats(stats)
     assert s["sent"] == 0 and s["collectors"][0]["down"] == half, s
-    col = start_collector(tapdeck, net, store, procs, "udp", log=clog)
+    col = start_collector(tapdeck, net, "c", f"udp://{C_ADDR}:{PORT}", store, procs,
+                          log=clog)
     # Up again once a probe (every 1.2 s) drew no error for 1.2 s.
     wait_for(lambda: not last_stats(stats)["collectors"][0]["down_now"], 10,
              "the exporter to find the collector answering")

@@ -14,32 +14,22 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import subprocess
 
+import netlab
 import pytest
-from conftest import gen_packets, kill_all, tcpdump_lines, wait_for, write_pcap
-
-NS = "tdquery"
-
+from conftest import gen_packets, kill_all, need, tcpdump_lines, wait_for, write_pcap
+from netlab import free_port, run_in
+from served import Served
 
 @pytest.fixture
-def ns():
-    subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
-    subprocess.run(["ip", "netns", "add", NS], check=True)
-    subprocess.run(["ip", "-n", NS, "link", "set", "lo", "up"], check=True)
-    yield NS
-    subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
-
-
-def in_ns(*args, **kw):
-    return subprocess.run(
-        ["ip", "netns", "exec", NS, *map(str, args)],
-        capture_output=True,
-        timeout=60,
-        check=False,
-        **kw,
-    )
+def ns(procs):
+    """A namespace of its own (loopback only, IPv6 on: the traffic pings ::1), removed after
+    what runs in it."""
+    need()
+    with netlab.Lab("tdquery", ["x"], ipv6=True) as lab:
+        yield lab.ns["x"]
+        kill_all(procs)
 
 
 @pytest.fixture
@@ -49,8 +39,7 @@ def limits():
 
 
 @pytest.fixture
-def service(tapdeck_bin, ns, tmp_path, limits):
-    procs = []
+def service(tapdeck_bin, ns, tmp_path, limits, procs):
     store = tmp_path / "S"
     token = tmp_path / "token"
     token.write_text("q-secret\n")
@@ -60,44 +49,26 @@ def service(tapdeck_bin, ns, tmp_path, limits):
         f'min-free = "0"\nrotate-size = "256KiB"\nflush-interval = 0.2\n'
         f'listen = "127.0.0.1:9799"\nmetrics-token-file = "{token}"\n{limits}'
     )
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as f:
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", NS, tapdeck_bin, "serve", "--config", cfg],
-            stdout=subprocess.DEVNULL,
-            stderr=f,
-        )
-    procs.append(p)
-
-    def healthy():
-        r = in_ns(
-            "curl",
-            "-sf",
-            "-H",
-            "Authorization: Bearer q-secret",
-            "http://127.0.0.1:9799/healthz",
-        )
-        assert p.poll() is None, log.read_text()
-        return r.returncode == 0
-
-    wait_for(healthy, 20, "the service to be recording (healthz 200)")
-    yield {"proc": p, "store": store, "token": token, "log": log, "bin": tapdeck_bin}
-    kill_all(procs)
+    s = Served(tapdeck_bin, procs, tmp_path, config=cfg, ns=ns, token="q-secret")
+    s.wait_answering(timeout=20)  # healthz 200: recording
+    return {"proc": s.proc, "store": store, "token": token, "log": s.log, "bin": tapdeck_bin,
+            "ns": ns}
 
 
-def traffic():
+def traffic(ns):
     # ICMP both ways, IPv6 ICMP, and UDP to two ports: filters have something to choose.
-    in_ns("ping", "-c", "300", "-i", "0.002", "-q", "127.0.0.1")
-    in_ns("ping", "-6", "-c", "100", "-i", "0.002", "-q", "::1")
+    run_in(ns, "ping", "-c", "300", "-i", "0.002", "-q", "127.0.0.1")
+    run_in(ns, "ping", "-6", "-c", "100", "-i", "0.002", "-q", "::1")
     script = (
         "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
         "for i in range(400): s.sendto(bytes(64 + i % 200), ('127.0.0.1', 5000 + i % 2))"
     )
-    in_ns("python3", "-c", script)
+    run_in(ns, "python3", "-c", script)
 
 
-def settled() -> bool:
-    r = in_ns(
+def settled(ns) -> bool:
+    r = run_in(
+        ns,
         "curl",
         "-s",
         "-H",
@@ -111,15 +82,15 @@ def settled() -> bool:
 
 def query(s, out, *args, token=True):
     extra = ["--metrics-token-file", s["token"]] if token else []
-    return in_ns(
-        s["bin"], "query", "127.0.0.1:9799", "-w", out, *extra, *args, text=True
+    return run_in(
+        s["ns"], s["bin"], "query", "127.0.0.1:9799", "-w", out, *extra, *args, text=True
     )
 
 
 def test_query_answers_what_tcpdump_selects(service, tapdeck, tmp_path):
-    traffic()
+    traffic(service["ns"])
     # Everything seen is stored (nothing in flight) before asking.
-    wait_for(lambda: settled(), 20, "every packet seen to be stored")
+    wait_for(lambda: settled(service["ns"]), 20, "every packet seen to be stored")
     filters = [
         "icmp",
         "icmp6",
@@ -159,8 +130,9 @@ def test_query_answers_what_tcpdump_selects(service, tapdeck, tmp_path):
 
 
 def test_files_lists_the_store_and_errors_are_one_line(service, tmp_path):
-    traffic()
-    r = in_ns(
+    traffic(service["ns"])
+    r = run_in(
+        service["ns"],
         "curl",
         "-s",
         "-H",
@@ -188,7 +160,8 @@ def test_the_token_is_required(service, tmp_path):
         not (tmp_path / "x.pcapng").exists()
         or (tmp_path / "x.pcapng").stat().st_size == 0
     )
-    r = in_ns(
+    r = run_in(
+        service["ns"],
         "curl",
         "-s",
         "-o",
@@ -205,8 +178,8 @@ def test_the_token_is_required(service, tmp_path):
 def test_an_answer_ends_at_the_byte_limit_and_the_log_says_so(
     service, tmp_path, limits
 ):
-    traffic()
-    wait_for(lambda: settled(), 20, "every packet seen to be stored")
+    traffic(service["ns"])
+    wait_for(lambda: settled(service["ns"]), 20, "every packet seen to be stored")
     out = tmp_path / "cut.pcapng"
     query(service, out)
     # The answer stops before the limit; what was sent is a readable prefix of a file.
@@ -225,7 +198,7 @@ def test_bad_limits_are_refused_at_start(tapdeck, ns, tmp_path):
     cfg.write_text(
         f'interface = ["lo"]\nstore = "{tmp_path / "S"}"\nquery-max-bytes = "lots"\n'
     )
-    r = in_ns(tapdeck.bin, "serve", "--config", cfg, "--check", text=True)
+    r = run_in(ns, tapdeck.bin, "serve", "--config", cfg, "--check", text=True)
     assert r.returncode == 2, r.stderr
     assert "query-max-bytes" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
@@ -241,12 +214,9 @@ def test_no_capture_serves_existing_stores_read_only(tapdeck, tmp_path, procs):
         r = tapdeck("record", "-r", pcap, "--store", store, "-q")
         assert r.returncode == 0, r.describe()
         stores.append(store)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = tapdeck.popen("serve", "--listen", f"127.0.0.1:{port}", "--no-capture", *stores)
-    procs.append(p)
-    addr = f"127.0.0.1:{port}"
+    served = Served(tapdeck.bin, procs, tmp_path, "--listen", f"127.0.0.1:{free_port()}",
+                    "--no-capture", *stores)
+    p, addr = served.proc, served.addr
 
     def answers():
         r = subprocess.run(

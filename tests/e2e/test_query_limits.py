@@ -19,14 +19,11 @@ import subprocess
 import threading
 import time
 
+import netlab
 import pytest
-from conftest import gen_packets, kill_all, tcpdump_lines, wait_for, write_pcap
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import gen_packets, kill_all, need, tcpdump_lines, wait_for, write_pcap
+from netlab import free_port, run_in
+from served import Served
 
 
 def curl(url, *extra):
@@ -54,14 +51,8 @@ def read_only(tapdeck, tmp_path, procs):
         port = free_port()
         cfg = tmp_path / "serve.toml"
         cfg.write_text(f'listen = "127.0.0.1:{port}"\n{limits}')
-        log = tmp_path / "serve.log"
-        with open(log, "wb") as f:
-            p = subprocess.Popen(
-                [tapdeck.bin, "serve", "--config", cfg, "--no-capture", store],
-                stdout=subprocess.DEVNULL,
-                stderr=f,
-            )
-        procs.append(p)
+        served = Served(tapdeck.bin, procs, tmp_path, "--no-capture", store, config=cfg)
+        log = served.log
         base = f"http://127.0.0.1:{port}"
         wait_for(lambda: curl(base + "/healthz")[0] == "200", 20, "the service")
         return {"base": base, "log": log, "port": port, "pcap": pcap, "store": store}
@@ -146,134 +137,113 @@ def test_an_answer_cut_at_the_byte_limit_fails_the_client(read_only, tapdeck, tm
     )
 
 
-NS, PEER = "tdqlim", "tdqlim-peer"
+SERVICE_ADDR, PEER_ADDR = "198.18.7.1", "198.18.7.2"
+
+# 8 s of UDP at ~20,000 packets/s, paced; prints how many it sent.
+SENDER = (
+    "import socket, time\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "payload = bytes(range(256)) * 4\n"
+    "t0 = time.monotonic(); n = 0\n"
+    "while time.monotonic() - t0 < 8:\n"
+    "    for _ in range(200):\n"
+    f"        s.sendto(payload, ('{SERVICE_ADDR}', 7000 + n % 16)); n += 1\n"
+    "    lag = t0 + n / 20000 - time.monotonic()\n"
+    "    if lag > 0: time.sleep(lag)\n"
+    "print(n)\n"
+)
 
 
-def in_ns(*args, ns=NS, **kw):
-    return subprocess.run(
-        ["ip", "netns", "exec", ns, *map(str, args)],
-        capture_output=True,
-        timeout=120,
-        check=False,
-        **kw,
-    )
-
-
-def test_ten_queries_at_once_cost_capture_nothing(tapdeck, tmp_path):
+@pytest.fixture(scope="module")
+def ten_queries(tapdeck, tmp_path_factory):
     """The service records a veth whose far end (another namespace) sends UDP at ~20,000
     packets/s; its API listens on its own loopback, which it does not record, so the
     answers are not traffic. The ten clients run at nice 19 as the service's own query
     threads do not (those are SCHED_IDLE): on a two-core machine the clients stand in for
-    remote hosts and must not be what starves the recorder."""
-    for ns in (NS, PEER):
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-        subprocess.run(["ip", "netns", "add", ns], check=True)
+    remote hosts and must not be what starves the recorder. What they got, and the
+    service's totals once everything seen is stored or counted as dropped."""
+    need()
+    tmp = tmp_path_factory.mktemp("ten-queries")
     procs = []
-    try:
-        def sh(*a):
-            subprocess.run(list(a), check=True)
+    with netlab.Link("tdqlim", "tdq0", SERVICE_ADDR, "tdq1", PEER_ADDR) as link:
+        try:
+            return ten_queries_while_recording(tapdeck, tmp, procs, link)
+        finally:
+            kill_all(procs)  # before their namespaces go
 
-        sh("ip", "-n", NS, "link", "set", "lo", "up")
-        sh("ip", "-n", NS, "link", "add", "tdq0", "type", "veth", "peer", "name", "tdq1",
-           "netns", PEER)
-        sh("ip", "-n", NS, "addr", "add", "198.18.7.1/24", "dev", "tdq0")
-        sh("ip", "-n", PEER, "addr", "add", "198.18.7.2/24", "dev", "tdq1")
-        sh("ip", "-n", NS, "link", "set", "tdq0", "up")
-        sh("ip", "-n", PEER, "link", "set", "tdq1", "up")
-        store = tmp_path / "S"
-        cfg = tmp_path / "t.toml"
-        cfg.write_text(
-            f'interface = ["tdq0"]\nstore = "{store}"\nstaging = "64MiB"\nchunk-size = "1MiB"\n'
-            f'min-free = "0"\nrotate-size = "4MiB"\nlisten = "127.0.0.1:9797"\n'
-            f"query-max-concurrent = 10\n"
-        )
-        log = tmp_path / "serve.log"
-        with open(log, "wb") as f:
-            p = subprocess.Popen(
-                ["ip", "netns", "exec", NS, tapdeck.bin, "serve", "--config", cfg],
-                stdout=subprocess.DEVNULL,
-                stderr=f,
-            )
-        procs.append(p)
 
-        def status():
-            r = in_ns("curl", "-s", "http://127.0.0.1:9797/api/v1/status", text=True)
-            return json.loads(r.stdout) if r.returncode == 0 and r.stdout else None
+def ten_queries_while_recording(tapdeck, tmp_path, procs, link) -> dict:
+    store = tmp_path / "S"
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(
+        f'interface = ["tdq0"]\nstore = "{store}"\nstaging = "64MiB"\nchunk-size = "1MiB"\n'
+        f'min-free = "0"\nrotate-size = "4MiB"\nlisten = "127.0.0.1:9797"\n'
+        f"query-max-concurrent = 10\n"
+    )
+    Served(tapdeck.bin, procs, tmp_path, config=cfg, ns=link.a)
 
-        wait_for(
-            lambda: (status() or {}).get("stats") is not None, 20, "the service to record"
-        )
-        # 8 s of UDP at ~20,000 packets/s across the veth, paced.
-        sender = subprocess.Popen(
-            [
-                "ip", "netns", "exec", PEER, "python3", "-c",
-                (
-                "import socket, time\n"
-                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                "payload = bytes(range(256)) * 4\n"
-                "t0 = time.monotonic(); n = 0\n"
-                "while time.monotonic() - t0 < 8:\n"
-                "    for _ in range(200):\n"
-                "        s.sendto(payload, ('198.18.7.1', 7000 + n % 16)); n += 1\n"
-                "    lag = t0 + n / 20000 - time.monotonic()\n"
-                "    if lag > 0: time.sleep(lag)\n"
-                "print(n)\n"
-                ),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(sender)
-        # Let a few files fill, then ten clients query the whole store over and over
-        # while the traffic lasts.
-        wait_for(
-            lambda: (status() or {"stats": {"totals": {"stored": 0}}})["stats"]["totals"][
-                "stored"
-            ]
-            > 20000,
-            20,
-            "the first second of traffic to be stored",
-        )
-        results = []
+    def status():
+        r = run_in(link.a, "curl", "-s", "http://127.0.0.1:9797/api/v1/status", text=True,
+                   timeout=120)
+        return json.loads(r.stdout) if r.returncode == 0 and r.stdout else None
 
-        def client(i):
-            n = 0
-            while sender.poll() is None and n < 50:
-                out = tmp_path / f"q{i}-{n}.pcapng"
-                r = in_ns(
-                    "nice", "-n", "19", tapdeck.bin, "query", "127.0.0.1:9797", "-w", out,
-                    f"udp dst port {7000 + i}", text=True,
-                )
-                size = out.stat().st_size if out.exists() else 0
-                results.append((i, r.returncode, r.stderr, size))
-                out.unlink(missing_ok=True)
-                n += 1
+    wait_for(lambda: (status() or {}).get("stats") is not None, 20, "the service to record")
+    sender = link.popen(link.b, "python3", "-c", SENDER, stderr=None, text=True)
+    procs.append(sender)
+    # Let a few files fill, then ten clients query the whole store over and over while the
+    # traffic lasts.
+    wait_for(
+        lambda: (status() or {"stats": {"totals": {"stored": 0}}})["stats"]["totals"][
+            "stored"
+        ]
+        > 20000,
+        20,
+        "the first second of traffic to be stored",
+    )
+    results = []
 
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(10)]
-        for t in threads:
-            t.start()
-        sent = int(sender.communicate(timeout=60)[0])
-        for t in threads:
-            t.join(timeout=120)
-        assert sent > 100_000, f"the sender managed only {sent} packets"
-        failed = [x for x in results if x[1] != 0]
-        assert not failed, f"queries failed: {failed[:3]}"
-        assert len(results) >= 10 and all(x[3] > 0 for x in results), results[:5]
-        assert len({x[0] for x in results}) == 10, "not every client got an answer"
+    def client(i):
+        n = 0
+        while sender.poll() is None and n < 50:
+            out = tmp_path / f"q{i}-{n}.pcapng"
+            r = run_in(
+                link.a, "nice", "-n", "19", tapdeck.bin, "query", "127.0.0.1:9797", "-w", out,
+                f"udp dst port {7000 + i}", text=True, timeout=120,
+            )  # fmt: skip
+            size = out.stat().st_size if out.exists() else 0
+            results.append((i, r.returncode, r.stderr, size))
+            out.unlink(missing_ok=True)
+            n += 1
 
-        def settled():
-            t = status()["stats"]["totals"]
-            return t["in_flight"] == 0 and t["seen"] >= sent
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    sent = int(sender.communicate(timeout=60)[0])
+    for t in threads:
+        t.join(timeout=120)
 
-        wait_for(settled, 30, "every packet seen to be stored or counted as dropped")
-        totals = status()["stats"]["totals"]
-        dropped = sum(totals["dropped"].values())
-        assert dropped == 0, (
-            f"capture dropped {totals['dropped']} while ten queries ran: queries must "
-            f"never cost capture a packet (seen {totals['seen']}, {len(results)} queries)"
-        )
-        assert totals["stored"] == totals["seen"]
-    finally:
-        kill_all(procs)
-        for ns in (NS, PEER):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+    def settled():
+        t = status()["stats"]["totals"]
+        return t["in_flight"] == 0 and t["seen"] >= sent
+
+    wait_for(settled, 30, "every packet seen to be stored or counted as dropped")
+    return {"sent": sent, "results": results, "totals": status()["stats"]["totals"]}
+
+
+def test_ten_queries_at_once_all_answer(ten_queries):
+    sent, results = ten_queries["sent"], ten_queries["results"]
+    assert sent > 100_000, f"the sender managed only {sent} packets"
+    failed = [x for x in results if x[1] != 0]
+    assert not failed, f"queries failed: {failed[:3]}"
+    assert len(results) >= 10 and all(x[3] > 0 for x in results), results[:5]
+    assert len({x[0] for x in results}) == 10, "not every client got an answer"
+
+
+def test_ten_queries_at_once_cost_capture_nothing(ten_queries):
+    totals, results = ten_queries["totals"], ten_queries["results"]
+    dropped = sum(totals["dropped"].values())
+    assert dropped == 0, (
+        f"capture dropped {totals['dropped']} while ten queries ran: queries must "
+        f"never cost capture a packet (seen {totals['seen']}, {len(results)} queries)"
+    )
+    assert totals["stored"] == totals["seen"]

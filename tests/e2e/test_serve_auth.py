@@ -17,21 +17,24 @@ import http.client
 import json
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 from pathlib import Path
 
+import netlab
 import pytest
 from conftest import (
     gen_packets,
     kill_all,
+    need,
     one_error_line,
     read_packets,
     run,
     wait_for,
     write_pcap,
 )
+from netlab import free_port, run_in
+from served import Served
 
 ALICE = "alice-" + "a1" * 12
 BOB = "bob-" + "b2" * 12
@@ -120,12 +123,6 @@ def recorded(tmp_path_factory, tapdeck) -> tuple[Path, Path]:
     return pcap, store
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_tokens(path: Path, pairs: dict[str, str]) -> Path:
     path.write_text(
         "# who may query\n\n" + "".join(f"{n} {t}\n" for n, t in pairs.items())
@@ -133,63 +130,18 @@ def write_tokens(path: Path, pairs: dict[str, str]) -> Path:
     return path
 
 
-class Served:
-    """One `tapdeck serve --no-capture` on 127.0.0.1; its standard error goes to a file."""
-
-    def __init__(self, tapdeck_bin, procs, workdir: Path, store: Path, *flags):
-        self.port = free_port()
-        self.log = workdir / f"serve-{self.port}.log"
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(
-                [
-                    str(tapdeck_bin), "serve", "--listen", f"127.0.0.1:{self.port}",
-                    *map(str, flags), "--no-capture", str(store),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        procs.append(self.proc)
-        self.wait_log("read-only on")
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_log(self, needle: str, after: int = 0, timeout: float = 15) -> str:
-        def seen():
-            text = self.log_text()
-            assert self.proc.poll() is None, (
-                f"serve exited {self.proc.returncode}:\n{text[-3000:]}"
-            )
-            return text if needle in text[after:] else None
-
-        return wait_for(seen, timeout, f"{needle!r} in the log of serve")
-
-    def get(self, path, *, token=None, context=None, timeout=10.0):
-        """(status, headers with lowercase names, body) of one GET."""
-        if context is None:
-            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        else:
-            c = http.client.HTTPSConnection(
-                "127.0.0.1", self.port, timeout=timeout, context=context
-            )
-        try:
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            c.request("GET", path, headers=headers)
-            r = c.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            c.close()
-
-
 @pytest.fixture
 def serve(tapdeck_bin, procs, tmp_path, recorded):
+    """serve(*flags) → `serve --no-capture` of the recorded store on 127.0.0.1, once it
+    says it is serving."""
+    count = [0]
+
     def start(*flags) -> Served:
-        return Served(tapdeck_bin, procs, tmp_path, recorded[1], *flags)
+        count[0] += 1
+        s = Served(tapdeck_bin, procs, tmp_path, "--listen", f"127.0.0.1:{free_port()}",
+                   *flags, "--no-capture", recorded[1], name=f"serve{count[0]}")
+        s.wait_log("read-only on", timeout=15)
+        return s
 
     return start
 
@@ -504,85 +456,66 @@ def test_sighup_reloads_a_rewritten_certificate(serve, pki, tmp_path):
 # While recording
 # --------------------------------------------------------------------------------------
 
-NS = "tdauth"
-
-
 def test_recording_service_names_callers_and_reloads_tokens_from_its_config(
-    tapdeck_bin, tapdeck, pki, tmp_path
+    tapdeck_bin, tapdeck, pki, tmp_path, procs
 ):
     """A recording `serve` (a namespace's own loopback) with token-file and TLS in its
     config: queries are logged by name; SIGHUP re-reads the config and the rewritten token
     file (the reload path of a recording service, not the read-only one)."""
-    if shutil.which("ip") is None:
-        pytest.skip("needs ip (network namespaces)")
-    subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
-    subprocess.run(["ip", "netns", "add", NS], check=True)
-    procs = []
-    try:
-        subprocess.run(["ip", "-n", NS, "link", "set", "lo", "up"], check=True)
-        tokens = write_tokens(tmp_path / "tokens", {"alice": ALICE})
-        cfg = tmp_path / "t.toml"
-        cfg.write_text(
-            f'interface = ["lo"]\nstore = "{tmp_path / "S"}"\nstaging = "32MiB"\n'
-            f'chunk-size = "1MiB"\nmin-free = "0"\nflush-interval = 0.2\n'
-            f'listen = "127.0.0.1:9798"\ntoken-file = "{tokens}"\n'
-            f'tls-cert = "{pki / "server.pem"}"\ntls-key = "{pki / "server.key"}"\n'
-        )
-        log = tmp_path / "serve.log"
-        with open(log, "wb") as f:
-            p = subprocess.Popen(
-                ["ip", "netns", "exec", NS, str(tapdeck_bin), "serve", "--config", str(cfg)],
-                stdout=subprocess.DEVNULL,
-                stderr=f,
-            )
-        procs.append(p)
+    need()
+    with netlab.Lab("tdauth", ["x"]) as lab:
+        ns = lab.ns["x"]
+        try:
+            recording_service_names_callers_and_reloads_tokens(tapdeck_bin, pki, tmp_path,
+                                                               procs, ns)
+        finally:
+            kill_all(procs)  # before its namespace goes
 
-        def curl(token, path="/api/v1/status"):
-            r = subprocess.run(
-                [
-                    "ip", "netns", "exec", NS, "curl", "-s", "-o", "/dev/null",
-                    "-w", "%{http_code}", "--cacert", str(pki / "ca.pem"),
-                    "-H", f"Authorization: Bearer {token}", f"https://127.0.0.1:9798{path}",
-                ],
-                capture_output=True, text=True, timeout=30, check=False,
-            )  # fmt: skip
-            assert p.poll() is None, log.read_text()
-            return r.stdout
 
-        wait_for(lambda: curl(ALICE, "/healthz") == "200", 20, "the service to be recording")
-        assert curl("nope-" + ALICE) == "401", "a wrong token got the status"
-        subprocess.run(
-            ["ip", "netns", "exec", NS, "ping", "-c", "50", "-i", "0.01", "-q", "127.0.0.1"],
-            capture_output=True, timeout=30, check=False,
+def recording_service_names_callers_and_reloads_tokens(tapdeck_bin, pki, tmp_path, procs, ns):
+    tokens = write_tokens(tmp_path / "tokens", {"alice": ALICE})
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(
+        f'interface = ["lo"]\nstore = "{tmp_path / "S"}"\nstaging = "32MiB"\n'
+        f'chunk-size = "1MiB"\nmin-free = "0"\nflush-interval = 0.2\n'
+        f'listen = "127.0.0.1:9798"\ntoken-file = "{tokens}"\n'
+        f'tls-cert = "{pki / "server.pem"}"\ntls-key = "{pki / "server.key"}"\n'
+    )
+    s = Served(tapdeck_bin, procs, tmp_path, config=cfg, ns=ns)
+
+    def curl(token, path="/api/v1/status"):
+        r = run_in(
+            ns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+            "--cacert", pki / "ca.pem", "-H", f"Authorization: Bearer {token}",
+            f"https://127.0.0.1:9798{path}", text=True, timeout=30,
         )  # fmt: skip
-        out = tmp_path / "q.pcapng"
-        r = subprocess.run(
-            [
-                "ip", "netns", "exec", NS, str(tapdeck_bin), "query", "https://127.0.0.1:9798",
-                "--cacert", str(pki / "ca.pem"), "--token-file", str(tokens), "-w", str(out), "icmp",
-            ],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        wait_for(
-            lambda: 'query by alice from 127.0.0.1:' in log.read_text()
-            and 'filter "icmp"' in log.read_text(),
-            10,
-            "the query log line naming alice and the filter",
-        )
-        mark = len(log.read_text())
-        bob = "bob-rotated-" + "e5" * 8
-        write_tokens(tokens, {"bob": bob})
-        p.send_signal(signal.SIGHUP)
-        wait_for(
-            lambda: "now in effect: token-file" in log.read_text()[mark:],
-            10,
-            "the reload to put the rewritten token file in effect",
-        )
-        assert curl(ALICE) == "401", "a token removed from the file still works after SIGHUP"
-        assert curl(bob) == "200", "a token added to the file is refused after SIGHUP"
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=30) == 0, log.read_text()[-2000:]
-    finally:
-        kill_all(procs)
-        subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
+        s.alive()
+        return r.stdout
+
+    wait_for(lambda: curl(ALICE, "/healthz") == "200", 20, "the service to be recording")
+    assert curl("nope-" + ALICE) == "401", "a wrong token got the status"
+    run_in(ns, "ping", "-c", "50", "-i", "0.01", "-q", "127.0.0.1", timeout=30)
+    out = tmp_path / "q.pcapng"
+    r = run_in(
+        ns, tapdeck_bin, "query", "https://127.0.0.1:9798", "--cacert", pki / "ca.pem",
+        "--token-file", tokens, "-w", out, "icmp", text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    wait_for(
+        lambda: 'query by alice from 127.0.0.1:' in s.log_text()
+        and 'filter "icmp"' in s.log_text(),
+        10,
+        "the query log line naming alice and the filter",
+    )
+    mark = len(s.log_text())
+    bob = "bob-rotated-" + "e5" * 8
+    write_tokens(tokens, {"bob": bob})
+    s.proc.send_signal(signal.SIGHUP)
+    wait_for(
+        lambda: "now in effect: token-file" in s.log_text()[mark:],
+        10,
+        "the reload to put the rewritten token file in effect",
+    )
+    assert curl(ALICE) == "401", "a token removed from the file still works after SIGHUP"
+    assert curl(bob) == "200", "a token added to the file is refused after SIGHUP"
+    assert s.terminate(timeout=30) == 0, s.log_text()[-2000:]

@@ -1,10 +1,12 @@
 """The T-Labs split, for real: traffic hashed over N monitors by a "switch", one `tapdeck
 record` per monitor, and `tapdeck merge` of their stores against a reference capture.
 
-    netns tdsplit-gen ── gen0 ═ swin ── netns tdsplit-sw ── mon0 ═ cap0 ── netns tdsplit-m0
-    (tcpreplay)                 (tcpdump: the reference)  ── mon1 ═ cap1 ── netns tdsplit-m1
-                                nftables netdev ingress:  ── mon2 ═ cap2 ── netns tdsplit-m2
-                                fwd to symhash mod N map { 0 : "mon0", … }
+    netns gen ── gen0 ═ swin ── netns sw ─────────────── mon0 ═ cap0 ── netns m0
+    (tcpreplay)       (tcpdump: the reference)  ── mon1 ═ cap1 ── netns m1
+                      nftables netdev ingress:  ── mon2 ═ cap2 ── netns m2
+                      fwd to symhash mod N map { 0 : "mon0", … }
+
+(Each namespace's name is `tdsplit`, a tag of this run, and the name above.)
 
 The generator replays a pcap of TCP connections (both directions: handshake, data each way,
 close) and UDP exchanges between addresses of 198.18.0.0/15; nothing in the namespaces has an
@@ -28,7 +30,6 @@ reuses the merge), and a truncated input store gives one error line.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -40,9 +41,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import netlab
 import pytest
 from conftest import (
-    QUICK,
     Pkt,
     _csum,
     capinfos_count,
@@ -52,8 +53,6 @@ from conftest import (
     write_pcap,
 )
 
-GEN, SW = "tdsplit-gen", "tdsplit-sw"
-MON = "tdsplit-m{}"
 TOOLS = ("ip", "nft", "tcpreplay", "tcpdump", "taskset", "ethtool", "capinfos")
 TCP_CONNECTIONS = 48
 UDP_EXCHANGES = 16
@@ -186,79 +185,37 @@ def flow_key(frame: bytes):
 # --------------------------------------------------------------------------------------
 
 
-def sh(*args, timeout=QUICK, check=True):
-    r = run(list(args), timeout=timeout)
-    if check and r.returncode != 0:
-        pytest.fail(f"command failed:\n{r.describe()}")
-    return r
+class SplitNet(netlab.Lab):
+    """The generator, the switch with its nftables split over n monitor links, and n monitor
+    namespaces (`self.ns["gen"]`, `["sw"]`, `["m0"]`...); removed on close, and what runs in
+    them is killed first. Offloads off: frames stay the frames that were sent."""
 
+    def __init__(self, n: int):
+        self.n = n
+        super().__init__("tdsplit", ["gen", "sw", *(f"m{i}" for i in range(n))])
 
-def netns_exists(name: str) -> bool:
-    return Path("/run/netns", name).exists()
-
-
-def remove_namespaces(names) -> None:
-    """Kills what runs in them (by pid) and deletes them; their veths go with them."""
-    for ns in names:
-        if not netns_exists(ns):
-            continue
-        r = sh("ip", "netns", "pids", ns, check=False)
-        for pid in [int(p) for p in r.out.split() if p.isdigit()]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        sh("ip", "netns", "del", ns, check=False)
-
-
-ALL_NAMESPACES = [GEN, SW] + [MON.format(i) for i in range(8)]
-
-
-@contextlib.contextmanager
-def split_network(n: int):
-    """The generator, the switch with its nftables split over n monitor links, and n
-    monitor namespaces; removed afterwards (and before, if a crashed run left them)."""
-    remove_namespaces(ALL_NAMESPACES)
-    names = [GEN, SW] + [MON.format(i) for i in range(n)]
-    try:
-        for ns in names:
-            sh("ip", "netns", "add", ns)
-            # No IPv6: no router solicitations or DAD frames on the links, only ours.
-            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-               "net.ipv6.conf.default.disable_ipv6=1")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        links = [(GEN, "gen0", SW, "swin")] + [(SW, f"mon{i}", MON.format(i), f"cap{i}")
-                                                for i in range(n)]
-        for a_ns, a, b_ns, b in links:
-            sh("ip", "link", "add", a, "netns", a_ns, "type", "veth", "peer", "name", b,
-               "netns", b_ns)
-            for ns, dev in ((a_ns, a), (b_ns, b)):
-                # Offloads off: frames stay the frames that were sent.
-                sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "gro", "off", "gso", "off",
-                   "tso", "off")
-                sh("ip", "-n", ns, "link", "set", dev, "up")
-        ports = ", ".join(f'{i} : "mon{i}"' for i in range(n))
+    def build(self):
+        ns = self.ns
+        self.pair(ns["gen"], "gen0", ns["sw"], "swin")
+        for i in range(self.n):
+            self.pair(ns["sw"], f"mon{i}", ns[f"m{i}"], f"cap{i}")
+        ports = ", ".join(f'{i} : "mon{i}"' for i in range(self.n))
         rules = f"""table netdev split {{
     chain ingress {{
         type filter hook ingress device "swin" priority 0; policy accept;
-        fwd to symhash mod {n} map {{ {ports} }}
+        fwd to symhash mod {self.n} map {{ {ports} }}
     }}
 }}
 """
-        r = run(["ip", "netns", "exec", SW, "nft", "-f", "-"], input=rules.encode())
+        r = run(["ip", "netns", "exec", ns["sw"], "nft", "-f", "-"], input=rules.encode())
         assert r.returncode == 0, f"nft refused the split:\n{rules}\n{r.describe()}"
-        for ns, dev in [(GEN, "gen0"), (SW, "swin")] + [(MON.format(i), f"cap{i}") for i in range(n)]:
-            wait_carrier(ns, dev)
-        yield
-    finally:
-        remove_namespaces(names)
+        ends = [("gen", "gen0"), ("sw", "swin"), *((f"m{i}", f"cap{i}") for i in range(self.n))]
+        for key, dev in ends:
+            self.wait_carrier(ns[key], dev)
 
-
-def wait_carrier(ns: str, dev: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if "LOWER_UP" in sh("ip", "-n", ns, "link", "show", "dev", dev).out:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"{dev} in {ns} has no carrier after {timeout}s")
+    def close(self):
+        self.kill_inside()
+        super().close()
 
 
 def start(args, log: Path) -> subprocess.Popen:
@@ -299,10 +256,10 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
     stores = [tmp / f"mon{i}" for i in range(n)]
     procs = []
     try:
-        with split_network(n):
+        with SplitNet(n) as net:
             ref_log = tmp / "tcpdump.log"
             # --immediate-mode: packets never wait in a half-full ring block at the stop.
-            tcpdump = start(["ip", "netns", "exec", SW, "tcpdump", "-i", "swin", "-s", "0",
+            tcpdump = start(["ip", "netns", "exec", net.ns["sw"], "tcpdump", "-i", "swin", "-s", "0",
                              "--immediate-mode", "-U", "-n", "-Z", "root", "-w", ref], ref_log)
             procs.append(tcpdump)
             wait_file_text(ref_log, "listening on", tcpdump, "tcpdump")
@@ -317,7 +274,7 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
                 # and a loaded CI machine once dropped half of monitor 0's packets).
                 extra = ["--threads", str(n + 1), "--rotate-size", "16KiB"] if i == 0 else []
                 log = tmp / f"mon{i}.log"
-                p = start(["ip", "netns", "exec", MON.format(i), tapdeck.bin, "record", "-i",
+                p = start(["ip", "netns", "exec", net.ns[f"m{i}"], tapdeck.bin, "record", "-i",
                            f"cap{i}", "--store", store, "-q", "--staging", "16MiB",
                            "--chunk-size", "1MiB", "--ring-blocks", "64", "--ring-block-size",
                            "256KiB", "--codec", "zstd:1", *extra], log)
@@ -327,7 +284,7 @@ def capture_split(tapdeck, tmp: Path, n: int, frames: list[bytes]):
                 # The manifest is written once the sockets are open.
                 wait_for_path(store / "manifest.json", p, log)
             time.sleep(0.5)
-            r = run(["ip", "netns", "exec", GEN, "taskset", "-c", "0", "tcpreplay", "-q",
+            r = run(["ip", "netns", "exec", net.ns["gen"], "taskset", "-c", "0", "tcpreplay", "-q",
                      "-i", "gen0", "--pps", "4000", pcap], timeout=60)
             assert r.returncode == 0, r.describe()
             time.sleep(0.5)

@@ -15,30 +15,26 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import subprocess
 import urllib.error
 import urllib.request
 
+import netlab
 import pytest
 from conftest import (
     gen_packets,
     kill_all,
+    need,
     tcpdump_lines,
     tcpdump_packets,
     wait_for,
     write_pcap,
 )
+from netlab import free_port, run_in
+from served import Served
 
 CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")
 TOKEN = "web-secret-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url, token=None, cookie=None):
@@ -68,24 +64,15 @@ def served(tapdeck, tmp_path, procs):
     assert r.returncode == 0, r.describe()
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
-    port = free_port()
-    p = tapdeck.popen(
-        "serve",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--metrics-token-file",
-        token,
-        "--no-capture",
-        store,
-    )
-    procs.append(p)
-    base = f"http://127.0.0.1:{port}"
+    s = Served(tapdeck.bin, procs, tmp_path, "--listen", f"127.0.0.1:{free_port()}",
+               "--metrics-token-file", token, "--no-capture", store, token=TOKEN)
+    base = f"http://{s.addr}"
     wait_for(
         lambda: get(base + "/healthz", TOKEN)[0] == 200,
         20,
         "the read-only service to answer /healthz",
     )
-    return {"base": base, "original": original, "store": store, "proc": p}
+    return {"base": base, "original": original, "store": store, "proc": s.proc}
 
 
 def test_the_page_and_its_assets_need_the_token(served):
@@ -252,110 +239,84 @@ def test_the_page_in_a_browser_draws_the_timeline_counts_and_downloads(served, t
         driver.quit()
 
 
-NS = "tdweb"
+def test_a_recording_service_keeps_its_timeline_across_a_restart(tapdeck, tmp_path, procs):
+    need()
+    with netlab.Lab("tdweb", ["x"]) as lab:
+        try:
+            timeline_across_a_restart(tapdeck, tmp_path, procs, lab.ns["x"])
+        finally:
+            kill_all(procs)  # before their namespace goes
 
 
-def in_ns(*args, **kw):
-    return subprocess.run(
-        ["ip", "netns", "exec", NS, *map(str, args)],
-        capture_output=True,
-        timeout=60,
-        check=False,
-        **kw,
+def timeline_across_a_restart(tapdeck, tmp_path, procs, ns):
+    store = tmp_path / "S"
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(
+        f'interface = ["lo"]\nstore = "{store}"\nstaging = "32MiB"\nchunk-size = "1MiB"\n'
+        f'min-free = "0"\nlisten = "127.0.0.1:9798"\nstats = "{tmp_path / "stats.jsonl"}"\n'
     )
 
+    def api(path):
+        r = run_in(ns, "curl", "-s", f"http://127.0.0.1:9798{path}", text=True)
+        return json.loads(r.stdout) if r.returncode == 0 and r.stdout else None
 
-def test_a_recording_service_keeps_its_timeline_across_a_restart(tapdeck, tmp_path):
-    subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
-    subprocess.run(["ip", "netns", "add", NS], check=True)
-    procs = []
-    try:
-        subprocess.run(["ip", "-n", NS, "link", "set", "lo", "up"], check=True)
-        store = tmp_path / "S"
-        cfg = tmp_path / "t.toml"
-        cfg.write_text(
-            f'interface = ["lo"]\nstore = "{store}"\nstaging = "32MiB"\nchunk-size = "1MiB"\n'
-            f'min-free = "0"\nlisten = "127.0.0.1:9798"\nstats = "{tmp_path / "stats.jsonl"}"\n'
+    stats = tmp_path / "stats.jsonl"
+
+    def run_once(pings, before, name):
+        stats.unlink(missing_ok=True)
+        s = Served(tapdeck.bin, procs, tmp_path, config=cfg, ns=ns, name=name)
+        wait_for(
+            lambda: (api("/healthz") or {}).get("phase") == "recording",
+            20,
+            "the service to record",
         )
-
-        def api(path):
-            r = in_ns("curl", "-s", f"http://127.0.0.1:9798{path}", text=True)
-            return json.loads(r.stdout) if r.returncode == 0 and r.stdout else None
-
-        stats = tmp_path / "stats.jsonl"
-
-        def run_once(pings, before):
-            stats.unlink(missing_ok=True)
-            with open(tmp_path / "serve.log", "ab") as log:
-                p = subprocess.Popen(
-                    ["ip", "netns", "exec", NS, tapdeck.bin, "serve", "--config", cfg],
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                )
-            procs.append(p)
-            wait_for(
-                lambda: (api("/healthz") or {}).get("phase") == "recording",
-                20,
-                "the service to record",
-            )
-            in_ns("ping", "-c", str(pings), "-i", "0.002", "-q", "127.0.0.1")
-            # While it records, the minutes grow with what it sees (every ping is two
-            # packets on lo; the service's own HTTP answers add more).
-            wait_for(
-                lambda: sum(x["seen"] for x in api("/api/v1/stats")["points"])
-                >= before + 2 * pings,
-                20,
-                "the timeline to count the pings while recording",
-            )
-            # The page says what is recording now: the open file's packets are not in the
-            # store's numbers until it is finished.
-            page = in_ns("curl", "-s", "http://127.0.0.1:9798/", text=True).stdout
-            assert "id=recording>Recording since" in page and "being written" in page, page[-1500:]
-            p.terminate()
-            assert p.wait(timeout=20) == 0
-            # After the stop, the file holds exactly the run's final totals.
-            final = json.loads(stats.read_text().splitlines()[-1])["totals"]
-            return final
-
-        def on_file(key):
-            lines = (store / "timeline.jsonl").read_text().splitlines()
-            return sum(json.loads(x)[key] for x in lines)
-
-        first = run_once(200, 0)
-        assert on_file("seen") == first["seen"] and on_file("stored") == first["stored"], (
-            "the timeline file does not hold the run's final totals"
+        run_in(ns, "ping", "-c", str(pings), "-i", "0.002", "-q", "127.0.0.1")
+        # While it records, the minutes grow with what it sees (every ping is two
+        # packets on lo; the service's own HTTP answers add more).
+        wait_for(
+            lambda: sum(x["seen"] for x in api("/api/v1/stats")["points"])
+            >= before + 2 * pings,
+            20,
+            "the timeline to count the pings while recording",
         )
-        second = run_once(300, first["seen"])
-        both = first["seen"] + second["seen"]
-        stored = first["stored"] + second["stored"]
-        assert on_file("seen") == both and on_file("stored") == stored, (
-            "after a restart the timeline file does not hold both runs' totals"
-        )
-        assert on_file("dropped_kernel") == 0
-        r = tapdeck.verify(store)
-        assert r.returncode == 0, f"the store with its timeline does not verify: {r.describe()}"
-        # Read-only now: the file is the timeline.
-        p = subprocess.Popen(
-            [
-                "ip", "netns", "exec", NS, tapdeck.bin, "serve", "--listen",
-                "127.0.0.1:9798", "--no-capture", store,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        procs.append(p)
-        wait_for(lambda: api("/healthz") is not None, 20, "the read-only service")
-        doc = api("/api/v1/stats")
-        assert doc["source"] == "files"
-        assert sum(x["seen"] for x in doc["points"]) == both
-        assert sum(x["stored"] for x in doc["points"]) == stored
-        info = api("/api/v1/info")
-        assert info["stores"][0]["packets"] == stored, (
-            "the timeline's stored packets are not the packets the store holds"
-        )
-    finally:
-        kill_all(procs)
-        subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
+        # The page says what is recording now: the open file's packets are not in the
+        # store's numbers until it is finished.
+        page = run_in(ns, "curl", "-s", "http://127.0.0.1:9798/", text=True).stdout
+        assert "id=recording>Recording since" in page and "being written" in page, page[-1500:]
+        assert s.terminate(timeout=20) == 0
+        # After the stop, the file holds exactly the run's final totals.
+        final = json.loads(stats.read_text().splitlines()[-1])["totals"]
+        return final
+
+    def on_file(key):
+        lines = (store / "timeline.jsonl").read_text().splitlines()
+        return sum(json.loads(x)[key] for x in lines)
+
+    first = run_once(200, 0, "first")
+    assert on_file("seen") == first["seen"] and on_file("stored") == first["stored"], (
+        "the timeline file does not hold the run's final totals"
+    )
+    second = run_once(300, first["seen"], "second")
+    both = first["seen"] + second["seen"]
+    stored = first["stored"] + second["stored"]
+    assert on_file("seen") == both and on_file("stored") == stored, (
+        "after a restart the timeline file does not hold both runs' totals"
+    )
+    assert on_file("dropped_kernel") == 0
+    r = tapdeck.verify(store)
+    assert r.returncode == 0, f"the store with its timeline does not verify: {r.describe()}"
+    # Read-only now: the file is the timeline.
+    Served(tapdeck.bin, procs, tmp_path, "--listen", "127.0.0.1:9798", "--no-capture", store,
+           ns=ns, name="read-only")
+    wait_for(lambda: api("/healthz") is not None, 20, "the read-only service")
+    doc = api("/api/v1/stats")
+    assert doc["source"] == "files"
+    assert sum(x["seen"] for x in doc["points"]) == both
+    assert sum(x["stored"] for x in doc["points"]) == stored
+    info = api("/api/v1/info")
+    assert info["stores"][0]["packets"] == stored, (
+        "the timeline's stored packets are not the packets the store holds"
+    )
 
 
 def test_a_window_before_the_retention_horizon_is_refused(served):
@@ -384,14 +345,8 @@ def test_a_named_token_logs_in_through_the_form_and_the_cookie_is_its(
     tokens = tmp_path / "tokens"
     tokens.write_text("# who may look\nalice alice-token-0123456789\nbob bob-token-0123456789\n")
     port = free_port()
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as f:
-        p = subprocess.Popen(
-            [tapdeck.bin, "serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokens,
-             "--no-capture", store],
-            stdout=subprocess.DEVNULL, stderr=f,
-        )
-    procs.append(p)
+    s = Served(tapdeck.bin, procs, tmp_path, "--listen", f"127.0.0.1:{port}", "--token-file",
+               tokens, "--no-capture", store)
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: get(base + "/healthz", "bob-token-0123456789")[0] == 200, 20, "serve")
 
@@ -413,8 +368,8 @@ def test_a_named_token_logs_in_through_the_form_and_the_cookie_is_its(
     assert code == 200 and str(store) in body.decode()
     code, _, body = get(base + "/api/v1/count?filter=udp", cookie=pair)
     assert code == 200 and json.loads(body)["packets"] > 0
-    wait_for(lambda: "web login by alice" in log.read_text(), 5, "the login in the log")
-    wait_for(lambda: "count by alice" in log.read_text(), 5, "the count, by name, in the log")
+    wait_for(lambda: "web login by alice" in s.log_text(), 5, "the login in the log")
+    wait_for(lambda: "count by alice" in s.log_text(), 5, "the count, by name, in the log")
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("POST", "/logout")
     r = c.getresponse()

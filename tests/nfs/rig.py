@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import netlab  # tests/netlab.py: whoever imports the rig has tests/ on sys.path
+
 SERVER_NS = "tdnfs-srv"
 CLIENT_NS = "tdnfs-cli"
 SERVER_IF = "tdnfs-s"
@@ -284,17 +286,20 @@ class NfsRig:
         (self.workdir / "ganesha.conf").write_text(ganesha_config(self.workdir, self.export_dir))
 
     def _make_network(self) -> None:
-        for ns in (SERVER_NS, CLIENT_NS):
-            _sh(["ip", "netns", "add", ns])
-            _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
-        _sh(["ip", "link", "add", SERVER_IF, "netns", SERVER_NS, "type", "veth",
-             "peer", "name", CLIENT_IF, "netns", CLIENT_NS])
-        for ns, dev, ip in ((SERVER_NS, SERVER_IF, SERVER_IP), (CLIENT_NS, CLIENT_IF, CLIENT_IP)):
-            _sh(["ip", "-n", ns, "addr", "add", f"{ip}/{PREFIX}", "dev", dev])
-            # Offloads off: without this the kernel hands the capture 64 KB TCP "frames".
-            _sh(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "gro", "off", "gso", "off",
-                 "tso", "off"])
-            _sh(["ip", "-n", ns, "link", "set", dev, "up"])
+        """The two namespaces and their veth, made as every test's are (tests/netlab.py:
+        offloads off, so the capture never sees 64 KB TCP "frames"), under the rig's fixed
+        names (one rig at a time, see the lock) and with IPv6 left on, as the daemons
+        expect. Removed by `remove_leftovers`, which kills what runs in them first."""
+        lab = netlab.Lab()
+        try:
+            for ns in (SERVER_NS, CLIENT_NS):
+                lab.add_ns(ns, ipv6=True)
+            lab.pair(SERVER_NS, SERVER_IF, CLIENT_NS, CLIENT_IF, ipv6=True)
+            for ns, dev, ip in ((SERVER_NS, SERVER_IF, SERVER_IP),
+                                (CLIENT_NS, CLIENT_IF, CLIENT_IP)):
+                lab.address(ns, dev, f"{ip}/{PREFIX}")
+        except netlab.CommandError as e:
+            raise RigError(str(e)) from e
 
     def _start_server(self) -> None:
         env = dict(os.environ, W=str(self.workdir))
