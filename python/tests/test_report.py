@@ -7,8 +7,9 @@ import re
 import pyarrow as pa
 import pytest
 
+import tapdeck_analyze
 from tapdeck_analyze import open_dataset, units
-from tapdeck_analyze.analyses import ANALYSES, Analysis, run
+from tapdeck_analyze.analyses import ANALYSES, Analysis, run, table_names
 from tapdeck_analyze.reduce import TOP, shown
 from tapdeck_analyze.report import capture_counts, write_report
 
@@ -54,6 +55,18 @@ def test_headlines_say_the_fixtures_numbers(tables):
         "3 files read or written; the busiest, …/data/a.bin, moved 12 KiB (92 %); "
         "25 % of reads sequential."
     )
+
+
+def test_every_display_names_a_table_of_its_analysis():
+    # a misspelt table name would silently fall back to the default display
+    for analysis in ANALYSES.values():
+        assert set(analysis.shown) <= set(table_names(analysis)), analysis.name
+
+
+def test_every_analysis_is_a_function_of_the_package():
+    # README's "From Python": `from tapdeck_analyze import NAME` is the analysis' main table
+    for name, analysis in ANALYSES.items():
+        assert getattr(tapdeck_analyze, name) is analysis.main, name
 
 
 def test_any_analysis_headline_is_in_the_summary(nfs_path, tmp_path, monkeypatch):
