@@ -11,7 +11,10 @@ from functools import reduce
 
 import pyarrow as pa
 
+from . import plots, units
+from .analysis import Analysis, Tables
 from .opening import as_dataset
+from .reduce import Shown, plot_data
 from .sqlkit import PERCENTILES, nearest_rank
 from .times import parse_duration
 
@@ -114,3 +117,77 @@ FROM intervals
 GROUP BY scale_ns, bytes
 ORDER BY scale_ns, bytes
 """)
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(t: Tables) -> str | None:
+    rows = [r for r in t["burstiness"].to_pylist() if not r["below_resolution"]]
+    if not rows:
+        return None
+    r = rows[0]  # the finest meaningful scale shows the bursts best
+    scale = units.duration(r["scale_s"])
+    p99 = units.rate(r["p99_bps"])
+    busiest = units.rate(r["max_bps"])
+    if not r["p50_bps"]:
+        empty = r["empty_intervals"] / r["intervals"] if r["intervals"] else 0
+        tail = f"1 % exceed {p99}" if r["p99_bps"] else f"the busiest reached {busiest}"
+        return f"At {scale}, {units.percent(empty)} of intervals are empty; {tail}."
+    return (
+        f"At {scale}, 1 % of intervals exceed {p99}, {units.number(r['p99_bps'] / r['p50_bps'])}× the "
+        f"median ({units.rate(r['p50_bps'])}); the busiest reached {busiest}."
+    )
+
+
+def plot(t: Tables, tz):
+    rows = t["burstiness_distribution"].to_pylist()
+    if not rows:
+        return plots.empty("burstiness")
+    fig, ax = plots.subplots(figsize=(7, 5))
+    for scale in sorted({r["scale_s"] for r in rows}):
+        pts = [r for r in rows if r["scale_s"] == scale and r["bps"] > 0]
+        total = sum(r["intervals"] for r in rows if r["scale_s"] == scale)
+        above, xs, ys = total, [], []
+        for r in pts:
+            xs.append(r["bps"])
+            ys.append(above / total)
+            above -= r["intervals"]
+        zero = next((r["intervals"] for r in rows if r["scale_s"] == scale and r["bps"] == 0), 0)
+        ys = [y - zero / total for y in ys]
+        if xs:
+            ax.step(xs, ys, where="post", marker=".", label=units.duration(scale))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plots.human(ax.xaxis, units.rate)
+    plots.human(ax.yaxis, units.percent)
+    ax.set_xlabel("rate in an interval")
+    ax.set_ylabel("fraction of intervals at or above")
+    ax.set_title("burstiness: CCDF of the rate per time scale")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def shown_scales(rows, columns) -> Shown:
+    """The main table without the rarest percentiles, which the whole table keeps."""
+    keep = ["scale_s", "intervals", "empty_intervals", "p50_bps", "p90_bps", "p99_bps",
+            "max_bps", "p50_pps", "p99_pps", "max_pps", "below_resolution"]  # fmt: skip
+    note = ""
+    if rows:
+        resolution = units.duration(rows[0]["resolution_ns"] / 1e9)
+        note = f"Timestamps resolve {resolution}; p99.9 and p99.99 are in the whole table."
+    return Shown(rows, [c for c in keep if c in columns], note)
+
+
+ANALYSIS = Analysis(
+    "burstiness",
+    burstiness,
+    "For each time scale, the rate that intervals of that length exceed only 50 %, 10 %, "
+    "1 % … of the time; the further the curves spread at short scales, the burstier the "
+    "traffic (scales flagged below the timestamp resolution are not meaningful).",
+    parts={"distribution": burstiness_distribution},
+    headline=headline,
+    plot=plot,
+    shown={"burstiness": shown_scales, "burstiness_distribution": plot_data},
+)

@@ -12,11 +12,13 @@ import datetime as dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
 from . import schema
 from .errors import DatasetError, IncompleteDatasetError
+from .names import NameKey
 from .times import NS, format_time
 
 __all__ = ["DatasetError", "IncompleteDatasetError"]  # re-exported: raised with a Dataset
@@ -40,6 +42,18 @@ def _hour(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns // NS, dt.timezone.utc).strftime("%Y-%m-%dT%H")
 
 
+class Engine(Protocol):
+    """What serves a dataset's views (`Dataset.view_sql`) and runs the analyses' queries over
+    them: engine.DuckDBEngine (embedded, the default) and engine.SparkEngine."""
+
+    name: str  # "duckdb" or "spark", as `--engine` names it
+
+    def query(self, sql: str) -> pa.Table:
+        """Runs one query, written in DuckDB's dialect, and returns its result as Arrow; raises
+        engine.QueryError when the query fails."""
+        ...
+
+
 @dataclass
 class Dataset:
     """An opened dataset: its directory, `dataset.json`, the range and filters, and an engine."""
@@ -49,9 +63,9 @@ class Dataset:
     start_ns: int | None = None
     end_ns: int | None = None
     filters: Filters = field(default_factory=Filters)
-    engine: object = None  # duckdb or spark, see engine.py
+    engine: Engine | None = None  # set by opening.open_dataset once the views are known
     tables_present: dict[str, bool] = field(default_factory=dict)
-    name_key: object = None  # names.NameKey: decrypts names (files) when the key is given
+    name_key: NameKey | None = None  # decrypts names (files) when the key is given
     incomplete: str | None = None  # why the dataset is incomplete, when opened anyway
 
     def query(self, sql: str) -> pa.Table:

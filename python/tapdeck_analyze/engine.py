@@ -2,6 +2,7 @@
 
 Analyses are written once, in DuckDB's dialect, using only constructs that sqlglot transpiles
 to Spark SQL; the Spark engine transpiles each query before running it. See README.md.
+Both implement `dataset.Engine`, what a Dataset asks of its engine.
 """
 
 import os
@@ -19,6 +20,9 @@ def _sql_list(files) -> str:
 
 
 class DuckDBEngine:
+    """Serves the dataset's views in an embedded DuckDB (a new in-memory connection unless
+    `con` is given)."""
+
     name = "duckdb"
 
     def __init__(self, ds: Dataset, con=None):

@@ -13,7 +13,8 @@ capture, or a change the trace did not show, can make an age negative (its own b
 
 import pyarrow as pa
 
-from . import units
+from . import plots, units
+from .analysis import Analysis, Tables
 from .files import ACCESSES
 from .opening import as_dataset
 from .sqlkit import floor_edge, latest, next_edge, percentiles_disc
@@ -115,7 +116,10 @@ ORDER BY {_EVENT_ORDER}, lower_ns NULLS FIRST
 """)
 
 
-def headline(tables: dict) -> str | None:
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(tables: Tables) -> str | None:
     """'Median time since the last change: 3.2 d at reads, 1.2 s at writes, 45 d at first
     access'."""
     rows = [r for r in tables["file_age"].to_pylist() if r["p50_s"] is not None]
@@ -124,3 +128,36 @@ def headline(tables: dict) -> str | None:
     what = {"read": "at reads", "write": "at writes", "first_access": "at first access"}
     ages = ", ".join(f"{units.duration(r['p50_s'])} {what[r['event']]}" for r in rows)
     return f"Median time since the file's last change: {ages}"
+
+
+def plot(t: Tables, tz):
+    rows = [r for r in t["file_age_distribution"].to_pylist() if r["lower_s"] is not None]
+    if not rows:
+        return plots.empty("file age")
+    fig, ax = plots.subplots(figsize=(7, 4))
+    for event in ("read", "write", "first_access"):
+        pts = [r for r in rows if r["event"] == event]
+        if pts:  # from 0 at the first bucket's lower edge to each bucket's upper edge
+            x = [pts[0]["lower_s"] or 1e-4] + [r["upper_s"] or r["lower_s"] * 10 for r in pts]
+            y = [0.0] + [r["cumulative_fraction"] for r in pts]
+            ax.plot(x, y, marker=".", label=event.replace("_", " "))
+    ax.set_xscale("log")
+    ax.set_xlabel("time since the last change (s, bucket upper bound)")
+    ax.set_ylabel("cumulative fraction of accesses")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("file age at access")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "file_age",
+    file_age,
+    "Time since the file's last change (its mtime in the attributes) when it is read "
+    "or written, and when the trace first touches it: small ages mean fresh data (a "
+    "cache must follow changes), large ages data that is old and stable.",
+    parts={"distribution": age_distribution},
+    headline=headline,
+    plot=plot,
+)

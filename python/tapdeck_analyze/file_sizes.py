@@ -12,7 +12,8 @@ size bucket; files read or written whose size no attributes show form a bucket o
 
 import pyarrow as pa
 
-from . import units
+from . import plots, units
+from .analysis import Analysis, Tables
 from .files import ATTR_ORDER
 from .opening import as_dataset
 from .sqlkit import POWERS_OF_TWO, floor_edge, latest, next_edge
@@ -92,7 +93,10 @@ ORDER BY lower
 """)
 
 
-def headline(tables: dict) -> str | None:
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(tables: Tables) -> str | None:
     """'Half of the 1,234 files are under 16 KiB; 73 % of the bytes read and written go to
     files of 1 GiB or more'."""
     rows = tables["file_sizes"].to_pylist()
@@ -120,3 +124,34 @@ def headline(tables: dict) -> str | None:
         return None
     text = "; ".join(parts)
     return text[0].upper() + text[1:]
+
+
+def plot(t: Tables, tz):
+    rows = [r for r in t["file_sizes"].to_pylist() if r["size_lower_bytes"] is not None]
+    if not rows:
+        return plots.empty("file sizes")
+    fig, ax = plots.subplots(figsize=(7, 4))
+    x = [max(r["size_upper_bytes"] or 2**63, 1) for r in rows]  # a bucket's curve ends at its top
+    ax.step(x, [r["cumulative_file_fraction"] for r in rows], where="post", label="files")
+    ax.step(x, [r["cumulative_byte_fraction"] for r in rows], where="post",
+            label="bytes read and written")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("file size (bytes, bucket upper bound)")
+    ax.set_ylabel("cumulative fraction")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("file sizes: files and bytes by the size of their file")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "file_sizes",
+    file_sizes,
+    "How many files fall in each size bucket (their last size seen) and how many of the "
+    "bytes read and written go to files of that size: where the byte curve rises, the "
+    "data lives; a file count and a byte count far apart mean many small files and a "
+    "few big ones that carry the traffic.",
+    headline=headline,
+    plot=plot,
+)

@@ -9,6 +9,8 @@ the same kind (read or write) to the same file.
 
 import pyarrow as pa
 
+from . import plots, units
+from .analysis import Analysis, Tables
 from .names import NameKey, key_for
 from .opening import as_dataset
 from .sqlkit import last_row, latest
@@ -138,3 +140,54 @@ def directory_path(fh: str, links: dict[str, tuple[str, str]]) -> str | None:
         return None
     prefix = "" if fh is None else "…/"
     return prefix + "/".join(reversed(parts))
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(t: Tables) -> str | None:
+    rows = t["files"].to_pylist()
+    if not rows:
+        return None
+    moved = [r["bytes_read"] + r["bytes_written"] for r in rows]
+    total = sum(moved)
+    top = rows[0]
+    name = top["path"] or top["name"] or f"handle {top['fh'][:12]}…"
+    text = f"{units.counted(len(rows), 'file')} read or written"
+    if total:
+        text += (
+            f"; the busiest, {name}, moved {units.size(moved[0])} "
+            f"({units.percent(moved[0] / total)})"
+        )
+    reads = sum(r["reads"] for r in rows)
+    sequential = sum(r["sequential_reads"] for r in rows)
+    if reads:
+        text += f"; {units.percent(sequential / reads)} of reads sequential"
+    return text + "."
+
+
+def plot(t: Tables, tz):
+    rows = t["files"].to_pylist()[:20]
+    if not rows:
+        return plots.empty("files")
+    fig, ax = plots.subplots(figsize=(9, 5))
+    labels = [(r["path"] or r["name"] or r["fh"][:16]) for r in rows][::-1]
+    ax.barh(labels, [r["bytes_read"] for r in rows][::-1], label="read")
+    ax.barh(labels, [r["bytes_written"] for r in rows][::-1],
+            left=[r["bytes_read"] for r in rows][::-1], label="written")  # fmt: skip
+    plots.human(ax.xaxis, units.size)
+    ax.set_xlabel("bytes moved")
+    ax.set_title("files by bytes moved")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "files",
+    files,
+    "The files read and written most, with how sequentially they were accessed: "
+    "sequential reads near reads − 1 mean streaming access.",
+    headline=headline,
+    plot=plot,
+)

@@ -9,7 +9,10 @@ belongs to the time range by its call.
 
 import pyarrow as pa
 
+from . import plots, units
+from .analysis import Analysis, Tables
 from .opening import as_dataset
+from .reduce import busiest, ranked
 from .sqlkit import MINUTE_NS, bucket, percentiles_disc
 
 NFS_PROGRAM = 100003
@@ -143,3 +146,65 @@ WHERE p.latency_ns IS NOT NULL
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3
 """)
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def operation_label(r: dict) -> str:
+    """A row's NFS version and operation as the report names them: 'v3 GETATTR'."""
+    return f"v{r['nfs_version']} {r['operation']}"
+
+
+def headline(t: Tables) -> str | None:
+    rows = [r for r in t["nfs_latency"].to_pylist() if r["calls"]]
+    if not rows:
+        return None
+    busiest = max(rows, key=lambda r: r["calls"])
+    text = (
+        f"{operation_label(busiest)} ({units.counted(busiest['calls'], 'call')}): median "
+        f"{units.duration(busiest['p50_s'])}, p99 {units.duration(busiest['p99_s'])}"
+    )
+    slowest = max(rows, key=lambda r: r["p99_s"])
+    if slowest is not busiest:
+        text += f"; slowest p99: {operation_label(slowest)} {units.duration(slowest['p99_s'])}"
+    retransmits = sum(r["retransmits"] for r in t["nfs_latency"].to_pylist())
+    if retransmits:
+        text += f"; {units.counted(retransmits, 'retransmitted call')}"
+    return text + "."
+
+
+def plot(t: Tables, tz):
+    rows = t["nfs_latency_over_time"].to_pylist()
+    if not rows:
+        return plots.empty("NFS latency")
+    fig, ax = plots.subplots(figsize=(9, 4))
+    for key in sorted({(r["nfs_version"], r["operation"]) for r in rows}):
+        pts = [r for r in rows if (r["nfs_version"], r["operation"]) == key]
+        ax.plot(plots.times([r["interval_start_ns"] for r in pts], tz), [r["mean_s"] for r in pts],
+                "o-", markersize=3, label=f"v{key[0]} {key[1]}")  # fmt: skip
+    ax.set_yscale("log")
+    plots.human(ax.yaxis, units.duration)
+    ax.set_ylabel("mean latency")
+    plots.time_axis(ax, plots.times([r["interval_start_ns"] for r in rows], tz))
+    ax.set_title("NFS latency over time, busiest operations")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "nfs_latency",
+    nfs_latency,
+    "Server response time per operation from the first call to the first reply; p99 far "
+    "above p50 means a slow tail, and retransmits or duplicate replies point at loss or "
+    "an overloaded server.",
+    parts={"over_time": latency_over_time},
+    headline=headline,
+    plot=plot,
+    shown={
+        "nfs_latency": ranked("calls", "operations"),
+        "nfs_latency_over_time": busiest("max_s"),
+    },
+)

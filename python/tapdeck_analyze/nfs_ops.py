@@ -5,10 +5,15 @@ An operation is counted once per transaction (retransmissions of a call are not 
 bytes are those the server's first reply returned (READ) or acknowledged writing (WRITE).
 """
 
+from functools import partial
+
 import pyarrow as pa
 
-from .nfs_latency import TRANSACTIONS
+from . import plots, units
+from .analysis import Analysis, Tables
+from .nfs_latency import TRANSACTIONS, operation_label
 from .opening import as_dataset
+from .reduce import busiest, ranked
 from .sqlkit import MINUTE_NS, bucket
 
 # nfsstat3 / nfsstat4 names of the statuses seen most (RFC 1813, RFC 8881); NFSv2's nfsstat
@@ -142,3 +147,69 @@ FROM running
 GROUP BY 1
 ORDER BY 1
 """)
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(t: Tables) -> str | None:
+    rows = t["nfs_ops"].to_pylist()
+    calls = sum(r["calls"] for r in rows)
+    if not calls:
+        return None
+    top = rows[0]
+    read = sum(r["bytes_read"] for r in rows)
+    written = sum(r["bytes_written"] for r in rows)
+    text = (
+        f"{units.count(calls)} NFS operations, {units.percent(top['call_share'])} of them "
+        f"{operation_label(top)}; {units.size(read)} read, {units.size(written)} written"
+    )
+    error_rows = t.get("nfs_ops_errors")
+    failed = sum(r["replies"] for r in error_rows.to_pylist()) if error_rows is not None else 0
+    if failed:
+        text += f"; {units.counted(failed, 'error reply', 'error replies')}"
+    return text + "."
+
+
+def plot(t: Tables, tz):
+    rows = t["nfs_ops"].to_pylist()
+    if not rows:
+        return plots.empty("NFS operations")
+    fig, (a, b) = plots.subplots(1, 2, figsize=(11, 4))
+    top = rows[:15]
+    a.barh([f"v{r['nfs_version']} {r['operation']}" for r in top][::-1],
+           [r["calls"] for r in top][::-1])  # fmt: skip
+    a.set_xlabel("calls")
+    a.set_title("operation mix")
+    out = t["nfs_ops_outstanding"].to_pylist()
+    b.step(plots.times([r["interval_start_ns"] for r in out], tz),
+           [r["max_outstanding"] for r in out], where="post")  # fmt: skip
+    plots.time_axis(b, plots.times([r["interval_start_ns"] for r in out], tz))
+    b.set_ylabel("max outstanding requests")
+    b.set_title("outstanding requests")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "nfs_ops",
+    nfs_ops,
+    "Which NFS operations the clients use and how many bytes they move; per minute, per "
+    "host, the errors, and the requests still waiting for a reply.",
+    parts={
+        "per_minute": per_minute,
+        "per_client": partial(per_host, side="client"),
+        "per_server": partial(per_host, side="server"),
+        "errors": errors,
+        "outstanding": outstanding,
+    },
+    headline=headline,
+    plot=plot,
+    shown={
+        "nfs_ops_per_minute": busiest("calls"),
+        "nfs_ops_per_client": ranked("calls", "rows"),
+        "nfs_ops_per_server": ranked("calls", "rows"),
+        "nfs_ops_outstanding": busiest("max_outstanding"),
+    },
+)

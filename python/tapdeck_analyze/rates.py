@@ -7,8 +7,11 @@ minimum of 0 rather than disappearing.
 
 import pyarrow as pa
 
+from . import plots, units
+from .analysis import Analysis, Tables
 from .errors import DatasetError
 from .opening import as_dataset
+from .reduce import busiest
 from .times import parse_duration
 
 COLUMNS = [
@@ -136,3 +139,57 @@ def _fill_empty_windows(
     rows += added
     rows.sort(key=order)
     return pa.Table.from_pylist(rows, schema=table.schema)
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(t: Tables) -> str | None:
+    rows = [r for r in t["rates"].to_pylist() if r["samples"]]
+    if not rows or not any(r["packets"] for r in rows):
+        return None
+    samples = sum(r["samples"] for r in rows)
+    mean_bps = sum(r["mean_bps"] * r["samples"] for r in rows) / samples
+    mean_pps = sum(r["mean_pps"] * r["samples"] for r in rows) / samples
+    peak = max(rows, key=lambda r: r["max_bps"])
+    text = f"{units.rate(mean_bps)} ({units.packet_rate(mean_pps)}) on average"
+    if samples > 1 and mean_bps:
+        text += (
+            f"; the busiest sample reached {units.rate(peak['max_bps'])} "
+            f"({units.packet_rate(peak['max_pps'])}), {units.number(peak['max_bps'] / mean_bps)}× the mean"
+        )
+    return text + "."
+
+
+def plot(t: Tables, tz):
+    rows = t["rates"].to_pylist()
+    if not rows:
+        return plots.empty("rates")
+    fig, ax = plots.subplots(figsize=(9, 4))
+    x = plots.times([r["window_start_ns"] for r in rows], tz)
+    if len(rows) > 1:  # the last window drawn to its end
+        x.append(x[-1] + (x[-1] - x[-2]))
+    for col, style in (("max_bps", "r.-"), ("mean_bps", "k.-"), ("min_bps", "b.-")):
+        y = [r[col] for r in rows]
+        y = y + y[-1:] if len(rows) > 1 else y
+        ax.plot(x, y, style, label=col.split("_")[0], drawstyle="steps-post", markersize=3)
+    plots.time_axis(ax, x)
+    plots.human(ax.yaxis, units.rate)
+    ax.set_ylabel("rate")
+    ax.set_title("rate per window: min, mean and max of the samples")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "rates",
+    rates,
+    "Each window shows the lowest, mean and highest rate of its samples: a max far above "
+    "the mean means short busy periods that the mean hides.",
+    options=("sample", "window", "align", "by"),
+    headline=headline,
+    plot=plot,
+    shown={"rates": busiest("max_bps")},
+)

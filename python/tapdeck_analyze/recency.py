@@ -13,8 +13,11 @@ import math
 
 import pyarrow as pa
 
+from . import plots, units
+from .analysis import Analysis, Tables
 from .files import ACCESSES
 from .opening import as_dataset
+from .reduce import QUANTILES, TOP, Shown
 
 BLOCK = 4096
 MIB = 1 << 20
@@ -198,4 +201,88 @@ _DIST_SCHEMA = pa.schema(
         ("reads", pa.int64()),
         ("cumulative_fraction", pa.float64()),
     ]
+)
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(t: Tables) -> str | None:
+    rows = t["recency"].to_pylist()
+    if not rows or not rows[0]["reads"]:
+        return None
+    whole = rows[-1]
+    best = whole["hit_ratio"]
+    if not best:
+        return f"No read of {units.count(whole['reads'])} asked for data seen before."
+    # The smallest cache that gets within 90 % of what the whole working set would hit.
+    enough = next(r for r in rows if r["hit_ratio"] >= 0.9 * best)
+    return (
+        f"An LRU cache of {units.size(enough['cache_bytes'])} would serve "
+        f"{units.percent(enough['hit_ratio'])} of reads; the whole working set "
+        f"({units.size(whole['cache_bytes'])}) {units.percent(best)}."
+    )
+
+
+def plot(t: Tables, tz):
+    rows = t["recency"].to_pylist()
+    if not rows or not rows[0]["reads"]:
+        return plots.empty("recency")
+    fig, ax = plots.subplots(figsize=(7, 4))
+    x = [r["cache_bytes"] for r in rows]
+    ax.plot(x, [r["hit_ratio"] for r in rows], "o-", label="requests")
+    ax.plot(x, [r["byte_hit_ratio"] for r in rows], "s-", label="bytes")
+    ax.set_xscale("log", base=2)
+    plots.human(ax.xaxis, units.size)
+    ax.set_xlabel("LRU cache size")
+    ax.set_ylabel("hit ratio")
+    ax.set_ylim(0, 1)
+    ax.set_title("read cache hit ratio")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def shown_cache_sizes(rows, columns) -> Shown:
+    """Cache sizes spread over the table, the last the working set."""
+    if len(rows) <= TOP:
+        return Shown(rows, columns)
+    step = -(-len(rows) // (TOP - 1))
+    picked = rows[:-1:step] + rows[-1:]
+    return Shown(
+        picked, columns, f"{len(picked)} of {len(rows)} cache sizes, the last the working set."
+    )
+
+
+def shown_quantiles(rows, columns) -> Shown:
+    """Per level, the share never accessed before and the quantiles of the time since."""
+    out = []
+    for level in dict.fromkeys(r["level"] for r in rows):
+        bins = [r for r in rows if r["level"] == level]
+        never = next((r for r in bins if r["lower_s"] is None), None)
+        row = {"level": level, "never_accessed_fraction": never["cumulative_fraction"] if never
+               else 0.0}  # fmt: skip
+        for q in ("p50", "p90", "p99"):
+            hit = next((r for r in bins if r["cumulative_fraction"] >= QUANTILES[q] - 1e-12),
+                       None)  # fmt: skip
+            # within the bin: at most its upper edge (null when never accessed before)
+            row[f"{q}_upto_s"] = hit["upper_s"] if hit and hit["lower_s"] is not None else None
+        out.append(row)
+    cols = ["level", "never_accessed_fraction", "p50_upto_s", "p90_upto_s", "p99_upto_s"]
+    note = (
+        "Time since the same file or block was last accessed, at a read: quantiles as the upper "
+        "edge of their histogram bin (empty when the read's data was never accessed before)."
+    )
+    return Shown(out, cols, note)
+
+
+ANALYSIS = Analysis(
+    "recency",
+    recency,
+    "The fraction of reads (and of bytes read) an LRU cache of each size would have "
+    "served; where the curve flattens, a bigger cache stops helping.",
+    parts={"distribution": recency_distribution},
+    headline=headline,
+    plot=plot,
+    shown={"recency": shown_cache_sizes, "recency_distribution": shown_quantiles},
 )

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from . import plots, units
 from .analyses import ANALYSES, run
 from .dataset import Dataset
-from .reduce import shown
+from .reduce import Display, shown
 from .times import format_time
 
 CAUSES = {
@@ -112,10 +112,11 @@ def write_report(ds: Dataset, out, tz: dt.tzinfo = dt.timezone.utc, progress: bo
             pq.write_table(table, out / f"{name}.parquet")
             pacsv.write_csv(table, out / f"{name}.csv")
         images = []
-        for name, fig in plots.figures(analysis.name, tables, tz).items():
-            fig.savefig(out / f"{name}.png", dpi=100)
-            fig.savefig(out / f"{name}.svg")
-            images.append(name)
+        if analysis.plot is not None:
+            fig = analysis.plot(tables, tz)
+            fig.savefig(out / f"{analysis.name}.png", dpi=100)
+            fig.savefig(out / f"{analysis.name}.svg")
+            images.append(analysis.name)
             plots.close(fig)
         sections.append((analysis, tables, images, _headline(analysis, tables)))
         if progress:
@@ -126,8 +127,8 @@ def write_report(ds: Dataset, out, tz: dt.tzinfo = dt.timezone.utc, progress: bo
     return path
 
 
-def _table_html(name: str, table, tz) -> str:
-    s = shown(name, table)
+def _table_html(name: str, table, display: Display | None, tz) -> str:
+    s = shown(table, display)
     links = f"<a href='{name}.csv'>CSV</a> · <a href='{name}.parquet'>Parquet</a>"
     total = f"{table.num_rows:,} rows"
     if s.omitted or not table.num_rows:
@@ -218,7 +219,8 @@ def _html(s: dict, sections, tz) -> str:
         imgs = "".join(f"<a href='{n}.svg'><img src='{n}.png' alt='{n} plot'></a>" for n in images)
         lead = f"<p class=headline>{html.escape(headline)}</p>" if headline else ""
         tables_html = "".join(
-            f"<h3>{html.escape(name)}</h3>{_table_html(name, t, tz)}" for name, t in tables.items()
+            f"<h3>{html.escape(name)}</h3>{_table_html(name, t, analysis.shown.get(name), tz)}"
+            for name, t in tables.items()
         )
         body.append(
             f"<section id='{analysis.name}' class=analysis><h2>{analysis.name}</h2>{lead}"

@@ -10,7 +10,8 @@ access that continues nothing starts a new run, so a run's length is at least 1.
 
 import pyarrow as pa
 
-from . import units
+from . import plots, units
+from .analysis import Analysis, Tables
 from .files import ACCESSES
 from .opening import as_dataset
 from .sqlkit import POWERS_OF_TWO, floor_edge, next_edge
@@ -86,7 +87,10 @@ ORDER BY operation, lower
 """)
 
 
-def headline(tables: dict) -> str | None:
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(tables: Tables) -> str | None:
     """'92 % of reads and 40 % of writes continue the previous one (same file and client);
     runs average 12 reads and 1.5 writes'."""
     rows = tables["sequentiality"].to_pylist()
@@ -108,3 +112,37 @@ def headline(tables: dict) -> str | None:
         text = (f"{' and '.join(shares)} continue the previous one (same file and client); "
                 f"runs average {' and '.join(means)}")  # fmt: skip
     return text[0].upper() + text[1:]
+
+
+def plot(t: Tables, tz):
+    rows = t["sequentiality_runs"].to_pylist()
+    if not rows:
+        return plots.empty("sequentiality")
+    fig, ax = plots.subplots(figsize=(7, 4))
+    lengths = sorted({r["length_lower"] for r in rows})
+    ops = sorted({r["operation"] for r in rows})
+    width = 0.8 / len(ops)
+    for i, op in enumerate(ops):
+        share = {r["length_lower"]: r["access_fraction"] for r in rows if r["operation"] == op}
+        ax.bar([k + i * width for k in range(len(lengths))],
+               [share.get(n, 0) for n in lengths], width, label=op)  # fmt: skip
+    ax.set_xticks([k + width * (len(ops) - 1) / 2 for k in range(len(lengths))],
+                  [f"{n}–{2 * n - 1}" if n > 1 else "1" for n in lengths])  # fmt: skip
+    ax.set_xlabel("run length (consecutive sequential accesses)")
+    ax.set_ylabel("fraction of accesses")
+    ax.set_title("sequential runs per file and client")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "sequentiality",
+    sequentiality,
+    "Per file and client, the share of reads and writes that start where the previous "
+    "one ended, and how long such runs last: high shares and long runs mean streaming "
+    "access that read-ahead and large transfers serve well.",
+    parts={"runs": run_lengths},
+    headline=headline,
+    plot=plot,
+)

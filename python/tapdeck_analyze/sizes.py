@@ -3,7 +3,10 @@ mix, top talkers and top flows by bytes. Sizes are lengths on the wire."""
 
 import pyarrow as pa
 
+from . import plots, units
+from .analysis import Analysis, Tables
 from .opening import as_dataset
+from .reduce import QUANTILES, Shown
 from .sqlkit import first_row
 
 PROTOCOL_NAMES = {1: "ICMP", 2: "IGMP", 6: "TCP", 17: "UDP", 47: "GRE", 50: "ESP", 58: "ICMPv6",
@@ -102,3 +105,74 @@ FROM per_flow AS f
 ORDER BY f.bytes DESC, f.flow_id
 LIMIT {int(top)}
 """)
+
+
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(t: Tables) -> str | None:
+    rows = t["sizes"].to_pylist()
+    if not rows:
+        return None
+    median = next(r["wire_len"] for r in rows if r["cumulative_fraction"] >= 0.5)
+    common = min(rows, key=lambda r: r["rank"])
+    text = (
+        f"Median packet {units.size(median)}; the most common size is "
+        f"{units.size(common['wire_len'])} ({units.percent(common['fraction'])} of packets)"
+    )
+    protocols = t.get("sizes_protocols")
+    top = protocols.to_pylist()[0] if protocols is not None and protocols.num_rows else None
+    if top:
+        text += f"; {top['protocol_name']} carries {units.percent(top['byte_share'])} of the bytes"
+    return text + "."
+
+
+def plot(t: Tables, tz):
+    rows = t["sizes"].to_pylist()
+    if not rows:
+        return plots.empty("sizes")
+    fig, (a, b) = plots.subplots(1, 2, figsize=(10, 4))
+    a.step([r["wire_len"] for r in rows], [r["cumulative_fraction"] for r in rows], where="post")
+    plots.human(a.xaxis, units.size)
+    a.set_xlabel("length on the wire")
+    a.set_ylabel("cumulative fraction of packets")
+    a.set_title("by size")
+    ranked = sorted(rows, key=lambda r: r["rank"])
+    b.loglog([r["rank"] for r in ranked], [r["fraction"] for r in ranked], "o-", markersize=3)
+    b.set_xlabel("rank of the size")
+    b.set_ylabel("fraction of packets")
+    b.set_title("by rank")
+    fig.tight_layout()
+    return fig
+
+
+def shown_quantiles(rows, columns) -> Shown:
+    """The packet sizes as quantiles, and the most common sizes."""
+    if not rows:
+        return Shown([], ["quantile", "wire_len"])
+    out = [
+        {
+            "quantile": q,
+            "wire_len": next(r["wire_len"] for r in rows if r["cumulative_fraction"] >= p - 1e-12),
+        }  # fmt: skip
+        for q, p in QUANTILES.items()
+    ]
+    out.append({"quantile": "max", "wire_len": rows[-1]["wire_len"]})
+    common = sorted(rows, key=lambda r: r["rank"])[:5]
+    note = "Most common sizes: " + ", ".join(
+        f"{r['wire_len']:,} B ({r['fraction']:.1%})" for r in common
+    )
+    return Shown(out, ["quantile", "wire_len"], f"Packet sizes on the wire. {note}.")
+
+
+ANALYSIS = Analysis(
+    "sizes",
+    sizes,
+    "Packet sizes on the wire: the cumulative curve shows which sizes carry the "
+    "packets, the rank plot how few sizes dominate; protocols, talkers and flows show "
+    "where the bytes go.",
+    parts={"protocols": protocols, "talkers": talkers, "flows": flows},
+    headline=headline,
+    plot=plot,
+    shown={"sizes": shown_quantiles},
+)

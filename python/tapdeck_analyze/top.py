@@ -8,7 +8,8 @@ acknowledged. Each kind lists the union of its top `n` by calls and its top `n` 
 
 import pyarrow as pa
 
-from . import units
+from . import plots, units
+from .analysis import Analysis, Tables
 from .files import NAME_ORDER, NAMED
 from .opening import as_dataset
 from .sqlkit import latest
@@ -79,7 +80,10 @@ ORDER BY {kind_order}, t.calls_rank
     return table
 
 
-def headline(tables: dict) -> str | None:
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(tables: Tables) -> str | None:
     """'Client 10.0.0.1 has 45 % of the calls; server 10.0.0.2 has 60 % of the calls; the
     busiest file (data.bin) takes 30 % of the bytes' (a kind with one name is left out)."""
     rows = tables["top"].to_pylist()
@@ -104,3 +108,29 @@ def headline(tables: dict) -> str | None:
         return None
     text = "; ".join(parts)
     return text[0].upper() + text[1:]
+
+
+def plot(t: Tables, tz):
+    rows = t["top"].to_pylist()
+    if not rows:
+        return plots.empty("top")
+    fig, axes = plots.subplots(1, 3, figsize=(12, 4))
+    for ax, kind in zip(axes, ("client", "server", "file"), strict=True):
+        mine = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["bytes_rank"])[:10]
+        labels = [r["file_name"] or r["name"][:12] for r in mine][::-1]
+        ax.barh(labels, [(r["bytes_read"] + r["bytes_written"]) / 2**20 for r in mine][::-1])
+        ax.set_xlabel("MiB read and written")
+        ax.set_title(f"top {kind}s by bytes")
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "top",
+    top,
+    "The clients, servers and files with the most NFS calls and the most bytes, with "
+    "their share of the total: a few names with most of the share are where tuning or "
+    "a problem matters most.",
+    headline=headline,
+    plot=plot,
+)

@@ -60,6 +60,11 @@ def count(n) -> str:
     return f"{n:,}"
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """3, 'call' → '3 calls'; 1, 'reply', 'replies' → '1 reply'."""
+    return f"{count(n)} {one if n == 1 else many or one + 's'}"
+
+
 def number(v: float) -> str:
     """Three significant digits, never in exponent notation: 0.00239, 4.22, 1,234, 42,200,000;
     below 0.001 only that it is."""

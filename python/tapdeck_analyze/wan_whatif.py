@@ -13,11 +13,13 @@ for clients that keep several calls outstanding (read-ahead, write-behind) and i
 time to send the bytes at the link's bandwidth and any queueing.
 """
 
+import datetime as dt
 import re
 
 import pyarrow as pa
 
-from . import units
+from . import plots, units
+from .analysis import Analysis, Tables
 from .errors import DatasetError
 from .opening import as_dataset
 from .sqlkit import MINUTE_NS, bucket
@@ -211,7 +213,10 @@ ORDER BY calls DESC, program_name, version, operation
 """)
 
 
-def headline(tables: dict) -> str | None:
+# -- in the report ---------------------------------------------------------------------------
+
+
+def headline(tables: Tables) -> str | None:
     """'At 100 Mbit/s, 12 % of minutes exceed capacity (peak 340 Mbit/s); 30 ms more per call
     adds 2.1 min to the busiest client, up to ×1.8 a client's traced time'."""
     rows = tables["wan_whatif"].to_pylist()
@@ -228,3 +233,43 @@ def headline(tables: dict) -> str | None:
         if r["max_client_slowdown"] is not None:
             text += f", up to ×{r['max_client_slowdown']:.3g} a client's traced time"
     return text
+
+
+def plot(t: Tables, tz):
+    rows = t["wan_whatif_per_minute"].to_pylist()
+    if not rows:
+        return plots.empty("WAN what-if")
+    capacity = t["wan_whatif"].to_pylist()[0]["bandwidth_bps"]
+    fig, ax = plots.subplots(figsize=(9, 4))
+    x = plots.times([r["minute_start_ns"] for r in rows], tz)
+    over = ["tab:red" if r["over_capacity"] else "tab:blue" for r in rows]
+    ax.bar(x, [r["demand_bps"] / 1e6 for r in rows], width=1 / 1440, align="edge", color=over,
+           label="demand per minute (busier direction)")  # fmt: skip
+    ax.axhline(capacity / 1e6, color="k", linestyle="--", label="link bandwidth")
+    plots.time_axis(ax, x)
+    minute = dt.timedelta(minutes=1)
+    ax.set_xlim(x[0] - minute / 4, x[-1] + minute * 5 / 4)  # whole bars, also a single one
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("Mbit/s")
+    ax.set_title("WAN what-if: per-minute demand against the link")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return fig
+
+
+ANALYSIS = Analysis(
+    "wan_whatif",
+    wan_whatif,
+    "The traffic put on a WAN link of the given bandwidth and added round trip: the "
+    "share of minutes whose demand exceeds the link, and how much longer calls and "
+    "each client's work would take if every call waited one more round trip.",
+    parts={
+        "per_minute": per_minute,
+        "per_client": per_client,
+        "per_operation": per_operation,
+    },
+    options=("bandwidth", "rtt"),
+    headline=headline,
+    plot=plot,
+)

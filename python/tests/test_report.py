@@ -7,11 +7,16 @@ import re
 import pyarrow as pa
 import pytest
 
+import tapdeck_analyze
 from tapdeck_analyze import open_dataset, units
-from tapdeck_analyze.analyses import ANALYSES, Analysis, run
-from tapdeck_analyze.headlines import HEADLINES
+from tapdeck_analyze.analyses import ANALYSES, Analysis, run, table_names
 from tapdeck_analyze.reduce import TOP, shown
 from tapdeck_analyze.report import capture_counts, write_report
+
+# The analyses whose headline is a sentence on this fixture (the others have nothing to say of
+# it, or say it without a full stop).
+SENTENCES = {"rates", "burstiness", "sizes", "nfs_latency", "nfs_ops", "rpc_matching", "files",
+             "recency"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +28,7 @@ def test_every_analysis_has_a_headline(tables):
     for name, analysis in ANALYSES.items():
         assert analysis.headline is not None, name
         text = analysis.headline(tables[name])
-        if name in HEADLINES:  # this module's: a sentence on this fixture
+        if name in SENTENCES:
             assert text and text.endswith("."), (name, text)
         assert text is None or "\n" not in text, (name, text)
         assert not re.search(r"\de[+-]\d|\d{10}", text or ""), (name, text)
@@ -50,6 +55,18 @@ def test_headlines_say_the_fixtures_numbers(tables):
         "3 files read or written; the busiest, …/data/a.bin, moved 12 KiB (92 %); "
         "25 % of reads sequential."
     )
+
+
+def test_every_display_names_a_table_of_its_analysis():
+    # a misspelt table name would silently fall back to the default display
+    for analysis in ANALYSES.values():
+        assert set(analysis.shown) <= set(table_names(analysis)), analysis.name
+
+
+def test_every_analysis_is_a_function_of_the_package():
+    # README's "From Python": `from tapdeck_analyze import NAME` is the analysis' main table
+    for name, analysis in ANALYSES.items():
+        assert getattr(tapdeck_analyze, name) is analysis.main, name
 
 
 def test_any_analysis_headline_is_in_the_summary(nfs_path, tmp_path, monkeypatch):
@@ -117,7 +134,7 @@ def test_distributions_are_reduced_to_quantiles_and_top_rows():
         dict(wire_len=i, packets=1, bytes=i, fraction=1 / n, cumulative_fraction=i / n,
              rank=i) for i in range(1, n + 1)
     ])  # fmt: skip
-    s = shown("sizes", sizes)
+    s = shown(sizes, ANALYSES["sizes"].shown["sizes"])
     q = {r["quantile"]: r["wire_len"] for r in s.rows}
     assert q == {"p10": 100, "p25": 250, "p50": 500, "p75": 750, "p90": 900, "p99": 990,
                  "max": 1000}  # fmt: skip
@@ -125,12 +142,12 @@ def test_distributions_are_reduced_to_quantiles_and_top_rows():
     series = pa.Table.from_pylist(
         [dict(interval_start_ns=i, calls=(i * 7) % 31) for i in range(100)]
     )
-    s = shown("some_new_analysis_per_minute", series)
+    s = shown(series)  # as a new analysis' table is shown
     want = sorted(range(100), key=lambda i: (-((i * 7) % 31), i))[:TOP]
     assert [r["interval_start_ns"] for r in s.rows] == sorted(want)
     # a ranking: its first rows
     ranked = pa.Table.from_pylist([dict(addr=str(i), bytes=1000 - i) for i in range(50)])
-    assert [r["addr"] for r in shown("x_top", ranked).rows] == [str(i) for i in range(TOP)]
+    assert [r["addr"] for r in shown(ranked).rows] == [str(i) for i in range(TOP)]
 
 
 def test_capture_counts_add_tapdeck_files_and_take_the_last_statistics_block():
