@@ -8,14 +8,17 @@
 
 pub mod auth;
 pub mod config;
+pub mod error;
 pub mod health;
 pub mod history;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod process;
 pub mod query;
 pub mod reload;
+pub mod session;
 pub mod state;
 pub mod status;
 pub mod tls;
