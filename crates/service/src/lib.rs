@@ -5,6 +5,10 @@
 //! metrics and a health check over HTTP ([`metrics`], [`health`], [`http`]), systemd
 //! readiness and watchdog notifications ([`notify`]), and the client behind
 //! `tapdeck status` ([`status`]).
+//!
+//! Dependencies point one way: [`state`] (what every thread shares) uses the settings,
+//! tokens ([`auth`], [`session`]), [`tls`] and [`listen`]; [`health`], [`metrics`] and
+//! [`web`] read the state; [`http`] sits on top of them all. See the crate's README.
 
 pub mod auth;
 pub mod config;
