@@ -3,12 +3,25 @@
 
 use std::io::IsTerminal;
 
+use tapdeck_service::reload::LogLevelError;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, reload, EnvFilter};
 
 /// Changes the log level (a `RUST_LOG`-style filter) of the running process.
-pub type SetLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+pub type SetLevel = Box<dyn Fn(&str) -> Result<(), LogLevelError> + Send + Sync>;
+
+/// Why the log level stays as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum LevelError {
+    #[error("log-level {level:?} is not a level or filter: {source}")]
+    NotAFilter {
+        level: String,
+        source: tracing_subscriber::filter::ParseError,
+    },
+    #[error("cannot change the log level: {0}")]
+    Reload(#[from] reload::Error),
+}
 
 /// Installs the global logger; `RUST_LOG` wins over `level` at start.
 pub fn init(level: &str, json: bool) -> SetLevel {
@@ -26,10 +39,11 @@ pub fn init(level: &str, json: bool) -> SetLevel {
         registry.with(layer).init();
     }
     Box::new(move |level: &str| {
-        let filter = EnvFilter::try_new(level)
-            .map_err(|e| format!("log-level {level:?} is not a level or filter: {e}"))?;
-        handle
-            .reload(filter)
-            .map_err(|e| format!("cannot change the log level: {e}"))
+        let filter = EnvFilter::try_new(level).map_err(|source| LevelError::NotAFilter {
+            level: level.to_string(),
+            source,
+        })?;
+        handle.reload(filter).map_err(LevelError::from)?;
+        Ok(())
     })
 }

@@ -19,7 +19,7 @@ use tapdeck_recorder::pipeline::Control;
 use tapdeck_service::config::{LogFormat, ServeConfig, ServeSettings};
 use tapdeck_service::history::{self, Timeline};
 use tapdeck_service::state::{Phase, Service};
-use tapdeck_service::{health, http, notify, reload};
+use tapdeck_service::{health, http, listen, notify, reload};
 
 use crate::args::{Cli, ServeArgs};
 use crate::exit::usage;
@@ -138,7 +138,7 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     ));
     // Before capture starts and privileges go: a taken port fails the start, and a port
     // under 1024 may still be bound.
-    let listener = http::bind(addr).map_err(anyhow::Error::msg)?;
+    let listener = listen::bind(addr).map_err(anyhow::Error::msg)?;
     let sources = record::open_live(&opts, &cfg)?;
     tracing::info!("{}", record::live_defaults(&cfg.rotation, &cfg.retention));
     tracing::info!(
@@ -192,10 +192,12 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
 /// The HTTP side's settings, checked as the start checks them (the query limits, the token
 /// and TLS files, the address): the address to bind, and the `--check` line that describes it.
 fn check_http(settings: &ServeSettings) -> anyhow::Result<(SocketAddr, String)> {
-    settings.query_limits().map_err(usage)?;
-    let (tokens, tls) = tapdeck_service::state::load_access(settings).map_err(usage)?;
+    settings.query_limits().map_err(|e| usage(e.to_string()))?;
+    let (tokens, tls) =
+        tapdeck_service::state::load_access(settings).map_err(|e| usage(e.to_string()))?;
     // Binding is left to the start; the address must at least be one we may use.
-    let addr = http::check_listen(&settings.listen, !tokens.is_empty()).map_err(usage)?;
+    let addr = listen::check_listen(&settings.listen, !tokens.is_empty())
+        .map_err(|e| usage(e.to_string()))?;
     let mut required = Vec::new();
     if !tokens.is_empty() {
         required.push("token required");
@@ -228,19 +230,19 @@ fn scheme(service: &Service) -> &'static str {
 /// config file): from the config file as it is now, if there is one, with the command
 /// line over it.
 fn reread_access(path: Option<&Path>, overrides: &Overrides, service: &Service) {
-    let reread = || -> Result<Vec<&'static str>, String> {
+    let reread = || -> anyhow::Result<Vec<&'static str>> {
         let Some(path) = path else {
-            return service.reread_access();
+            return Ok(service.reread_access()?);
         };
-        let mut new = ServeConfig::load(path).map_err(|e| e.to_string())?;
-        new.override_with(overrides).map_err(|e| e.to_string())?;
+        let mut new = ServeConfig::load(path)?;
+        new.override_with(overrides)?;
         let mut settings = service.settings();
         settings.metrics_token_file = new.serve.metrics_token_file;
         settings.token_file = new.serve.token_file;
         settings.tls_cert = new.serve.tls_cert;
         settings.tls_key = new.serve.tls_key;
         settings.tls_client_ca = new.serve.tls_client_ca;
-        service.set_settings(settings)
+        Ok(service.set_settings(settings)?)
     };
     match reread() {
         Ok(changed) if changed.is_empty() => {
@@ -297,7 +299,7 @@ fn serve_read_only(
         Arc::new(Service::new(Arc::clone(&control), settings.clone()).map_err(anyhow::Error::msg)?);
     *service.stores.write().unwrap() = args.serve_stores.clone();
     service.set_phase(Phase::ReadOnly);
-    let listener = http::bind(addr).map_err(anyhow::Error::msg)?;
+    let listener = listen::bind(addr).map_err(anyhow::Error::msg)?;
     http::spawn(listener, Arc::clone(&service)).context("cannot start the HTTP server")?;
     {
         let (service, path) = (Arc::clone(&service), args.config.clone());

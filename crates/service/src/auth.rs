@@ -9,13 +9,12 @@
 //! Tokens are compared in constant time ([`subtle`]), every token every time, so the time
 //! an answer takes tells nothing about how much of which token a guess got right.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use axum::http::{header, HeaderMap};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::ServeSettings;
-use crate::state::Service;
 
 /// The name `metrics-token-file`'s token goes by.
 pub const METRICS_NAME: &str = "metrics";
@@ -23,6 +22,55 @@ pub const METRICS_NAME: &str = "metrics";
 pub const ANONYMOUS: &str = "anonymous";
 /// A named token is at least this long: long enough not to be guessed.
 pub const MIN_TOKEN_LEN: usize = 16;
+
+/// Why a token file gives no tokens: one line, naming the file (and the line).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("cannot read token-file {}: {source}", path.display())]
+    ReadTokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: {problem}", path.display())]
+    Line {
+        path: PathBuf,
+        line: usize,
+        problem: LineProblem,
+    },
+    #[error("token-file {} holds no `NAME TOKEN` line: an empty file would let nobody in, or everybody", path.display())]
+    NoPairs { path: PathBuf },
+    #[error("cannot read metrics-token-file {}: {source}", path.display())]
+    ReadMetricsTokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("metrics-token-file {} is empty: put a token in it (e.g. `openssl rand -hex 32 > {}`)", path.display(), path.display())]
+    EmptyMetricsToken { path: PathBuf },
+    #[error("cannot read token file {}: {source}", path.display())]
+    ReadClientTokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("token file {} has no token named `{name}`", path.display())]
+    NoTokenNamed { path: PathBuf, name: String },
+}
+
+/// What is wrong with one line of a token file.
+#[derive(Debug, thiserror::Error)]
+pub enum LineProblem {
+    #[error("expected `NAME TOKEN` (two words), found {words} word(s)")]
+    NotAPair { words: usize },
+    #[error("the name `{name}` may hold only letters, digits and - _ . @")]
+    BadName { name: String },
+    #[error("the token of `{name}` has {len} characters, fewer than {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)")]
+    ShortToken { name: String, len: usize },
+    #[error("the name `{name}` is also on line {first}: names must be unique")]
+    DuplicateName { name: String, first: usize },
+    #[error("the token of `{name}` is another name's too: a token must say who it is")]
+    SharedToken { name: String },
+    #[error("the name `{METRICS_NAME}` is metrics-token-file's token: name this one otherwise")]
+    MetricsNameTaken,
+}
 
 /// Who made a request: the name of the token it carried (see [`authenticate`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,20 +90,24 @@ pub struct Tokens {
 impl Tokens {
     /// The tokens of `settings`' token files; an unreadable, empty or malformed file is an
     /// error, never an open door.
-    pub fn load(settings: &ServeSettings) -> Result<Tokens, String> {
+    pub fn load(settings: &ServeSettings) -> Result<Tokens, TokenError> {
         let mut tokens = Tokens::default();
         if let Some(path) = &settings.metrics_token_file {
             tokens.metrics = Some(read_metrics_token(path)?.into_bytes());
         }
         if let Some(path) = &settings.token_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read token-file {}: {e}", path.display()))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|source| TokenError::ReadTokenFile {
+                    path: path.clone(),
+                    source,
+                })?;
             for (line, name, token) in parse_token_file(path, &text)? {
                 if name == METRICS_NAME && settings.metrics_token_file.is_some() {
-                    return Err(format!(
-                        "{}:{line}: the name `{METRICS_NAME}` is metrics-token-file's token: name this one otherwise",
-                        path.display()
-                    ));
+                    return Err(TokenError::Line {
+                        path: path.clone(),
+                        line,
+                        problem: LineProblem::MetricsNameTaken,
+                    });
                 }
                 tokens.named.push((name, token.into_bytes()));
             }
@@ -101,20 +153,19 @@ impl Tokens {
     }
 }
 
-/// Who sent `headers`, or `None` if the service should refuse them (401). Without tokens
-/// everyone is [`ANONYMOUS`]. The one place that decides: another credential (a session
-/// cookie, say) is another way to an identity here.
-pub fn authenticate(service: &Service, headers: &HeaderMap) -> Option<Identity> {
-    let tokens = service.tokens();
+/// Who sent `headers`, or `None` if the service should refuse them (401). Without
+/// `tokens` everyone is [`ANONYMOUS`]. The one place that decides: another credential (a
+/// session cookie, say) is another way to an identity here.
+pub fn authenticate(tokens: &Tokens, headers: &HeaderMap) -> Option<Identity> {
     if tokens.is_empty() {
         return Some(Identity {
             name: ANONYMOUS.into(),
         });
     }
-    // The header, or the cookie a browser got from `/login` (see [`crate::web`]).
+    // The header, or the cookie a browser got from `/login` (see [`crate::session`]).
     let given = match bearer(headers) {
         Some(b) => b.to_string(),
-        None => crate::web::cookie_token(headers)?,
+        None => crate::session::cookie_token(headers)?,
     };
     tokens.find(given.as_bytes()).map(|name| Identity {
         name: name.to_string(),
@@ -129,82 +180,89 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// `NAME TOKEN` pairs, one a line, with the line each is on; `#` starts a comment line,
 /// blank lines are skipped. Errors are one line naming `path:line`.
-pub fn parse_token_file(path: &Path, text: &str) -> Result<Vec<(usize, String, String)>, String> {
+pub fn parse_token_file(
+    path: &Path,
+    text: &str,
+) -> Result<Vec<(usize, String, String)>, TokenError> {
     let mut out: Vec<(usize, String, String)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let (n, line) = (i + 1, line.trim());
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let at = || format!("{}:{n}", path.display());
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let [name, token] = words[..] else {
-            return Err(format!(
-                "{}: expected `NAME TOKEN` (two words), found {} word(s)",
-                at(),
-                words.len()
-            ));
-        };
-        if !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
-        {
-            return Err(format!(
-                "{}: the name `{name}` may hold only letters, digits and - _ . @",
-                at()
-            ));
-        }
-        if token.len() < MIN_TOKEN_LEN {
-            return Err(format!(
-                "{}: the token of `{name}` has {} characters, fewer than {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)",
-                at(),
-                token.len()
-            ));
-        }
-        if let Some((first, _, _)) = out.iter().find(|(_, other, _)| other == name) {
-            return Err(format!(
-                "{}: the name `{name}` is also on line {first}: names must be unique",
-                at()
-            ));
-        }
-        if out.iter().any(|(_, _, other)| other == token) {
-            return Err(format!(
-                "{}: the token of `{name}` is another name's too: a token must say who it is",
-                at()
-            ));
-        }
+        let (name, token) = parse_pair(line, &out).map_err(|problem| TokenError::Line {
+            path: path.to_path_buf(),
+            line: n,
+            problem,
+        })?;
         out.push((n, name.to_string(), token.to_string()));
     }
     if out.is_empty() {
-        return Err(format!(
-            "token-file {} holds no `NAME TOKEN` line: an empty file would let nobody in, or everybody",
-            path.display()
-        ));
+        return Err(TokenError::NoPairs {
+            path: path.to_path_buf(),
+        });
     }
     Ok(out)
 }
 
+/// One `NAME TOKEN` line, checked against the pairs `before` it.
+fn parse_pair<'a>(
+    line: &'a str,
+    before: &[(usize, String, String)],
+) -> Result<(&'a str, &'a str), LineProblem> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let [name, token] = words[..] else {
+        return Err(LineProblem::NotAPair { words: words.len() });
+    };
+    let owned = || name.to_string();
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+    {
+        return Err(LineProblem::BadName { name: owned() });
+    }
+    if token.len() < MIN_TOKEN_LEN {
+        return Err(LineProblem::ShortToken {
+            name: owned(),
+            len: token.len(),
+        });
+    }
+    if let Some((first, _, _)) = before.iter().find(|(_, other, _)| other == name) {
+        return Err(LineProblem::DuplicateName {
+            name: owned(),
+            first: *first,
+        });
+    }
+    if before.iter().any(|(_, _, other)| other == token) {
+        return Err(LineProblem::SharedToken { name: owned() });
+    }
+    Ok((name, token))
+}
+
 /// `metrics-token-file`'s token: the whole file, surrounding whitespace ignored; an empty
 /// file is an error.
-pub fn read_metrics_token(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read metrics-token-file {}: {e}", path.display()))?;
+pub fn read_metrics_token(path: &Path) -> Result<String, TokenError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| TokenError::ReadMetricsTokenFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let token = text.trim();
     if token.is_empty() {
-        return Err(format!(
-            "metrics-token-file {} is empty: put a token in it (e.g. `openssl rand -hex 32 > {}`)",
-            path.display(),
-            path.display()
-        ));
+        return Err(TokenError::EmptyMetricsToken {
+            path: path.to_path_buf(),
+        });
     }
     Ok(token.to_string())
 }
 
 /// The token a client sends, from a file that holds either one token or `NAME TOKEN`
 /// lines (the first, or the one named `name`).
-pub fn client_token(path: &Path, name: Option<&str>) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+pub fn client_token(path: &Path, name: Option<&str>) -> Result<String, TokenError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TokenError::ReadClientTokenFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let single = text
         .lines()
         .map(str::trim)
@@ -222,7 +280,10 @@ pub fn client_token(path: &Path, name: Option<&str>) -> Result<String, String> {
             .into_iter()
             .find(|(_, n, _)| n == want)
             .map(|(_, _, t)| t)
-            .ok_or_else(|| format!("token file {} has no token named `{want}`", path.display())),
+            .ok_or_else(|| TokenError::NoTokenNamed {
+                path: path.to_path_buf(),
+                name: want.to_string(),
+            }),
     }
 }
 
@@ -234,7 +295,7 @@ mod tests {
     const B: &str = "fedcba9876543210-bob";
 
     fn parse(text: &str) -> Result<Vec<(usize, String, String)>, String> {
-        parse_token_file(Path::new("/etc/tapdeck/tokens"), text)
+        parse_token_file(Path::new("/etc/tapdeck/tokens"), text).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -362,7 +423,7 @@ mod tests {
         assert_eq!(t.find(A.as_bytes()), Some("alice"));
         assert_eq!(t.find(b"m-secret"), Some(METRICS_NAME));
         std::fs::write(&named, format!("alice {A}\nmetrics {B}\n")).unwrap();
-        let e = Tokens::load(&settings).unwrap_err();
+        let e = Tokens::load(&settings).unwrap_err().to_string();
         assert!(
             e.contains("tokens:2: the name `metrics` is metrics-token-file's"),
             "{e}"
@@ -388,7 +449,7 @@ mod tests {
         std::fs::write(&pairs, format!("# mine\nalice {A}\nbob {B}\n")).unwrap();
         assert_eq!(client_token(&pairs, None).unwrap(), A);
         assert_eq!(client_token(&pairs, Some("bob")).unwrap(), B);
-        let e = client_token(&pairs, Some("carol")).unwrap_err();
+        let e = client_token(&pairs, Some("carol")).unwrap_err().to_string();
         assert!(e.ends_with("has no token named `carol`"), "{e}");
     }
 }

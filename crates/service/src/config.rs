@@ -136,17 +136,22 @@ fn keys_of(value: &impl Serialize) -> Vec<String> {
     }
 }
 
+/// Why the query settings give no limits.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    #[error(transparent)]
+    Size(#[from] OptionsError),
+    #[error("query-max-concurrent, query-max-bytes and query-max-seconds must be above 0")]
+    Zero,
+}
+
 impl ServeSettings {
     /// The query limits these settings give.
-    pub fn query_limits(&self) -> Result<crate::query::Limits, String> {
+    pub fn query_limits(&self) -> Result<crate::query::Limits, LimitsError> {
         let max_bytes =
-            tapdeck_recorder::options::parse_size("query-max-bytes", &self.query_max_bytes)
-                .map_err(|e| e.to_string())?;
+            tapdeck_recorder::options::parse_size("query-max-bytes", &self.query_max_bytes)?;
         if self.query_max_concurrent == 0 || self.query_max_seconds == 0 || max_bytes == 0 {
-            return Err(
-                "query-max-concurrent, query-max-bytes and query-max-seconds must be above 0"
-                    .into(),
-            );
+            return Err(LimitsError::Zero);
         }
         Ok(crate::query::Limits {
             concurrent: self.query_max_concurrent,

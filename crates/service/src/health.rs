@@ -3,39 +3,10 @@
 //! directory is failing, or when more packets were dropped in the last minute than the
 //! configured threshold.
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
-
 use serde::Serialize;
 use tapdeck_recorder::recorder::now_ns;
 
 use crate::state::{Phase, Service};
-
-/// Total drops sampled over the last minute.
-#[derive(Default)]
-pub struct DropWindow {
-    samples: VecDeque<(Instant, u64)>,
-}
-
-impl DropWindow {
-    pub const SPAN: Duration = Duration::from_secs(60);
-
-    pub fn add(&mut self, at: Instant, dropped_total: u64) {
-        self.samples.push_back((at, dropped_total));
-        // Keep one sample at or before the window's start, to measure from it.
-        while self.samples.len() > 2 && at.duration_since(self.samples[1].0) >= Self::SPAN {
-            self.samples.pop_front();
-        }
-    }
-
-    /// Drops between the oldest sample in the window and the newest.
-    pub fn last_minute(&self) -> u64 {
-        match (self.samples.front(), self.samples.back()) {
-            (Some(a), Some(b)) => b.1.saturating_sub(a.1),
-            _ => 0,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Health {
@@ -123,32 +94,4 @@ pub fn check(service: &Service) -> Health {
     }
     health.healthy = health.reasons.is_empty();
     health
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_window_counts_drops_of_the_last_minute_only() {
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let mut w = DropWindow::default();
-        assert_eq!(w.last_minute(), 0);
-        w.add(at(0), 100);
-        w.add(at(30), 150);
-        assert_eq!(w.last_minute(), 50);
-        // Measured from the newest sample at or before the window's start (10 s): the drops
-        // between 0 and 30 s may have happened inside it, so they count.
-        w.add(at(70), 150);
-        assert_eq!(w.last_minute(), 50);
-        // From 30 s on: only what came after.
-        w.add(at(91), 152);
-        assert_eq!(w.last_minute(), 2);
-        for s in 72..200 {
-            w.add(at(s), 152);
-        }
-        assert!(w.samples.len() <= 62, "bounded: {}", w.samples.len());
-        assert_eq!(w.last_minute(), 0);
-    }
 }

@@ -324,6 +324,21 @@ pub struct Request {
     pub step: Option<String>,
 }
 
+/// Why a `/api/v1/stats` request cannot be answered (a 400 with this message).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("{name}: {reason}")]
+    Time { name: &'static str, reason: String },
+    #[error("start must be before end: the range [start, end) is empty")]
+    EmptyWindow,
+    #[error("{steps} steps of {step} min is more than {MAX_POINTS}: ask for a larger step or a shorter window")]
+    TooManyPoints { steps: u64, step: u64 },
+    #[error("step {0:?} is not a duration: use seconds (300) or 5m, 1h, 1d (whole minutes)")]
+    NotADuration(String),
+    #[error("step {0:?}: the timeline is kept per minute, so a step is a whole number of minutes (60, 5m, 1h)")]
+    NotWholeMinutes(String),
+}
+
 /// Steps chosen when none is asked for: the smallest that gives at most 1,440 points.
 const STEPS_MINUTES: [u64; 12] = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440];
 
@@ -334,13 +349,16 @@ pub fn answer(
     req: &Request,
     now_ns: u64,
     source: &str,
-) -> Result<serde_json::Value, String> {
-    let time = |name: &str, v: &Option<String>| -> Result<Option<u64>, String> {
+) -> Result<serde_json::Value, RequestError> {
+    let time = |name: &'static str, v: &Option<String>| -> Result<Option<u64>, RequestError> {
         v.as_deref()
             .filter(|s| !s.is_empty())
             .map(tapdeck_store::extract::parse_time)
             .transpose()
-            .map_err(|e| format!("{name}: {e}"))
+            .map_err(|e| RequestError::Time {
+                name,
+                reason: e.to_string(),
+            })
     };
     const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
     let (start, end) = match (time("start", &req.start)?, time("end", &req.end)?) {
@@ -353,7 +371,7 @@ pub fn answer(
         }
     };
     if start >= end {
-        return Err("start must be before end: the range [start, end) is empty".into());
+        return Err(RequestError::EmptyWindow);
     }
     let minutes = (end - start).div_ceil(MINUTE_NS);
     let step = match req.step.as_deref().filter(|s| !s.is_empty()) {
@@ -364,10 +382,10 @@ pub fn answer(
             .unwrap_or_else(|| minutes.div_ceil(1440)),
     };
     if minutes.div_ceil(step) > MAX_POINTS {
-        return Err(format!(
-            "{} steps of {step} min is more than {MAX_POINTS}: ask for a larger step or a shorter window",
-            minutes.div_ceil(step)
-        ));
+        return Err(RequestError::TooManyPoints {
+            steps: minutes.div_ceil(step),
+            step,
+        });
     }
     let points: Vec<serde_json::Value> = timeline
         .range(start, end, step)
@@ -391,9 +409,8 @@ pub fn answer(
 }
 
 /// `300`, `300s`, `5m`, `1h`, `1d` as whole minutes.
-fn parse_step(s: &str) -> Result<u64, String> {
-    let bad =
-        || format!("step {s:?} is not a duration: use seconds (300) or 5m, 1h, 1d (whole minutes)");
+fn parse_step(s: &str) -> Result<u64, RequestError> {
+    let bad = || RequestError::NotADuration(s.to_string());
     let (digits, unit) = s.trim().split_at(
         s.trim()
             .find(|c: char| !c.is_ascii_digit())
@@ -408,9 +425,7 @@ fn parse_step(s: &str) -> Result<u64, String> {
         _ => return Err(bad()),
     };
     if seconds == 0 || seconds % 60 != 0 {
-        return Err(format!(
-            "step {s:?}: the timeline is kept per minute, so a step is a whole number of minutes (60, 5m, 1h)"
-        ));
+        return Err(RequestError::NotWholeMinutes(s.to_string()));
     }
     Ok(seconds / 60)
 }
@@ -524,7 +539,7 @@ mod tests {
         assert_eq!(answer(&t, &step("1h"), now, "x").unwrap()["step_s"], 3600);
         assert_eq!(answer(&t, &step("300"), now, "x").unwrap()["step_s"], 300);
         for bad in ["90", "0", "5x", "-1", "1.5m"] {
-            let e = answer(&t, &step(bad), now, "x").unwrap_err();
+            let e = answer(&t, &step(bad), now, "x").unwrap_err().to_string();
             assert!(e.contains("step"), "{bad}: {e}");
         }
         let year = Request {
@@ -534,6 +549,7 @@ mod tests {
         };
         assert!(answer(&t, &year, now, "x")
             .unwrap_err()
+            .to_string()
             .contains("larger step"));
         let empty = Request {
             start: Some("2000".into()),
@@ -542,6 +558,7 @@ mod tests {
         };
         assert!(answer(&t, &empty, now, "x")
             .unwrap_err()
+            .to_string()
             .contains("before end"));
         let garbage = Request {
             end: Some("yesterday".into()),
@@ -549,6 +566,7 @@ mod tests {
         };
         assert!(answer(&t, &garbage, now, "x")
             .unwrap_err()
+            .to_string()
             .starts_with("end: "));
     }
 

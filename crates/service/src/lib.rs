@@ -5,17 +5,24 @@
 //! metrics and a health check over HTTP ([`metrics`], [`health`], [`http`]), systemd
 //! readiness and watchdog notifications ([`notify`]), and the client behind
 //! `tapdeck status` ([`status`]).
+//!
+//! Dependencies point one way: [`state`] (what every thread shares) uses the settings,
+//! tokens ([`auth`], [`session`]), [`tls`] and [`listen`]; [`health`], [`metrics`] and
+//! [`web`] read the state; [`http`] sits on top of them all. See the crate's README.
 
 pub mod auth;
 pub mod config;
+pub mod error;
 pub mod health;
 pub mod history;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod process;
 pub mod query;
 pub mod reload;
+pub mod session;
 pub mod state;
 pub mod status;
 pub mod tls;

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use tapdeck_index::Predicate;
 use tapdeck_pcap::{Format, Packet};
-use tapdeck_store::extract::{self, ExtractReport, PacketFilter, Plan, StoreInput, TimeWindow};
+use tapdeck_store::extract::{
+    self, ExtractError, ExtractReport, PacketFilter, Plan, StoreInput, TimeWindow,
+};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
@@ -168,12 +170,13 @@ pub fn prepare(stores: &[PathBuf], req: &Request) -> Result<Prepared, QueryError
 }
 
 /// Writes the query's answer to `out` (which may refuse more: the limits, or a client
-/// that went away), stopping at `deadline` even while nothing matches.
+/// that went away), stopping at `deadline` even while nothing matches (see
+/// [`reached_time_limit`]).
 pub fn run(
     prepared: Prepared,
     out: &mut dyn Write,
     deadline: Instant,
-) -> Result<ExtractReport, String> {
+) -> Result<ExtractReport, ExtractError> {
     let Prepared {
         plan,
         format,
@@ -186,7 +189,11 @@ pub fn run(
         packets: 0,
     };
     plan.write(format, &mut filter, out)
-        .map_err(|e| e.to_string())
+}
+
+/// Whether [`run`] stopped at its deadline (the answer so far is then partial, not wrong).
+pub fn reached_time_limit(e: &ExtractError) -> bool {
+    matches!(e, ExtractError::Stopped(why) if why == TIME_LIMIT)
 }
 
 /// libpcap's programs per link type, and the time limit.

@@ -17,12 +17,25 @@ pub struct Outcome {
     pub need_restart: Vec<String>,
 }
 
+/// Why the log level could not be changed: the logger is the binary's, and so is its error.
+pub type LogLevelError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Changes the log level of the running process (a `RUST_LOG`-style filter).
+pub type SetLogLevel<'a> = &'a dyn Fn(&str) -> Result<(), LogLevelError>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A record option the recorder refused, named as the config file or flag set it
+    /// ([`ServeConfig::option_error`]).
     #[error("{0}")]
-    Invalid(String),
+    Option(String),
+    /// The token or TLS files, the address or the query limits.
+    #[error(transparent)]
+    Settings(#[from] crate::error::Error),
+    #[error(transparent)]
+    LogLevel(LogLevelError),
 }
 
 /// Loads `path`, applies the command line's `overrides` over it as at start, and puts
@@ -33,7 +46,7 @@ pub fn reload(
     overrides: &std::collections::BTreeMap<String, serde_json::Value>,
     current: &ServeConfig,
     service: &Service,
-    set_log_level: &dyn Fn(&str) -> Result<(), String>,
+    set_log_level: SetLogLevel<'_>,
 ) -> Result<(ServeConfig, Outcome), ReloadError> {
     let mut new = ServeConfig::load(path)?;
     new.override_with(overrides)?;
@@ -45,13 +58,13 @@ pub fn apply(
     current: &ServeConfig,
     new: &ServeConfig,
     service: &Service,
-    set_log_level: &dyn Fn(&str) -> Result<(), String>,
+    set_log_level: SetLogLevel<'_>,
 ) -> Result<(ServeConfig, Outcome), ReloadError> {
     // Every value is checked as at start, even those that will wait for a restart.
     let built = new
         .record
         .builder()
-        .map_err(|e| ReloadError::Invalid(new.option_error(&e)))?
+        .map_err(|e| ReloadError::Option(new.option_error(&e)))?
         .build();
     let changed = current.changed_keys(new);
     let (mut live, restart): (Vec<String>, Vec<String>) = changed
@@ -75,16 +88,14 @@ pub fn apply(
     settings.tls_key = new.serve.tls_key.clone();
     settings.tls_client_ca = new.serve.tls_client_ca.clone();
     settings.log_level = new.serve.log_level.clone();
-    let rewritten = service
-        .set_settings(settings.clone())
-        .map_err(ReloadError::Invalid)?;
+    let rewritten = service.set_settings(settings.clone())?;
     for key in rewritten {
         if !live.iter().any(|k| k == key) {
             live.push(key.to_string());
         }
     }
     if settings.log_level != current.serve.log_level {
-        set_log_level(&settings.log_level).map_err(ReloadError::Invalid)?;
+        set_log_level(&settings.log_level).map_err(ReloadError::LogLevel)?;
     }
     effective.serve = settings;
     if live.is_empty() {

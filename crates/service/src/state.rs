@@ -1,14 +1,19 @@
 //! What the service's threads share: the recorder's control, the settings a reload may
 //! change, the tokens and TLS settings, and the recent drop history the health check reads.
+//!
+//! The modules that answer requests (health, metrics, web, http) read this state; it reads
+//! none of them, so dependencies point one way.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use tapdeck_recorder::pipeline::Control;
 
 use crate::auth::Tokens;
 use crate::config::ServeSettings;
-use crate::health::DropWindow;
+use crate::error::Error;
 use crate::tls::Tls;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +45,7 @@ pub struct Service {
 }
 
 impl Service {
-    pub fn new(control: Arc<Control>, settings: ServeSettings) -> Result<Service, String> {
+    pub fn new(control: Arc<Control>, settings: ServeSettings) -> Result<Service, Error> {
         let (tokens, tls) = load_access(&settings)?;
         Ok(Service {
             control,
@@ -62,7 +67,7 @@ impl Service {
     /// New settings from a reload. The token and TLS files are read again, so that a token
     /// or a certificate can be rotated by rewriting its file: returns the keys whose files
     /// now say something else. On error nothing changes.
-    pub fn set_settings(&self, settings: ServeSettings) -> Result<Vec<&'static str>, String> {
+    pub fn set_settings(&self, settings: ServeSettings) -> Result<Vec<&'static str>, Error> {
         let (tokens, tls) = load_access(&settings)?;
         let mut changed = self.tokens().changed_keys(&tokens);
         let mut current_tls = self.tls.write().unwrap();
@@ -82,7 +87,7 @@ impl Service {
 
     /// Reads the token and TLS files of the settings in force again (a SIGHUP without a
     /// config file to re-read); see [`Service::set_settings`].
-    pub fn reread_access(&self) -> Result<Vec<&'static str>, String> {
+    pub fn reread_access(&self) -> Result<Vec<&'static str>, Error> {
         self.set_settings(self.settings())
     }
 
@@ -112,9 +117,63 @@ impl Service {
 
 /// The tokens and TLS settings of `settings`, checked together: beyond loopback, some
 /// token is required.
-pub fn load_access(settings: &ServeSettings) -> Result<(Tokens, Option<Tls>), String> {
+pub fn load_access(settings: &ServeSettings) -> Result<(Tokens, Option<Tls>), Error> {
     let tokens = Tokens::load(settings)?;
-    crate::http::check_listen(&settings.listen, !tokens.is_empty())?;
+    crate::listen::check_listen(&settings.listen, !tokens.is_empty())?;
     let tls = Tls::load(settings)?;
     Ok((tokens, tls))
+}
+
+/// Total drops sampled over the last minute.
+#[derive(Default)]
+pub struct DropWindow {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl DropWindow {
+    pub const SPAN: Duration = Duration::from_secs(60);
+
+    pub fn add(&mut self, at: Instant, dropped_total: u64) {
+        self.samples.push_back((at, dropped_total));
+        // Keep one sample at or before the window's start, to measure from it.
+        while self.samples.len() > 2 && at.duration_since(self.samples[1].0) >= Self::SPAN {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Drops between the oldest sample in the window and the newest.
+    pub fn last_minute(&self) -> u64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some(a), Some(b)) => b.1.saturating_sub(a.1),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_counts_drops_of_the_last_minute_only() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut w = DropWindow::default();
+        assert_eq!(w.last_minute(), 0);
+        w.add(at(0), 100);
+        w.add(at(30), 150);
+        assert_eq!(w.last_minute(), 50);
+        // Measured from the newest sample at or before the window's start (10 s): the drops
+        // between 0 and 30 s may have happened inside it, so they count.
+        w.add(at(70), 150);
+        assert_eq!(w.last_minute(), 50);
+        // From 30 s on: only what came after.
+        w.add(at(91), 152);
+        assert_eq!(w.last_minute(), 2);
+        for s in 72..200 {
+            w.add(at(s), 152);
+        }
+        assert!(w.samples.len() <= 62, "bounded: {}", w.samples.len());
+        assert_eq!(w.last_minute(), 0);
+    }
 }

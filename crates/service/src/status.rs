@@ -1,12 +1,89 @@
 //! The client side of `tapdeck status` (`/api/v1/status`) and `tapdeck query`
 //! (`/api/v1/packets`), over HTTP or HTTPS.
+//!
+//! Its errors say what went wrong with which file or answer; the binary, which knows its
+//! flags, words them as the flags that gave each file ([`ClientError`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 
+use crate::auth::TokenError;
+
 type Response = ureq::http::Response<ureq::Body>;
+
+/// Which of a [`Remote`]'s TLS files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFile {
+    /// [`Remote::cacert`].
+    CaCert,
+    /// [`Remote::cert`].
+    Cert,
+    /// [`Remote::key`].
+    Key,
+}
+
+impl std::fmt::Display for TlsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFile::CaCert => "the CA certificate file",
+            TlsFile::Cert => "the client certificate file",
+            TlsFile::Key => "the client key file",
+        })
+    }
+}
+
+/// Why a service could not be asked, or what its refusal was.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot read {file} {}: {source}", path.display())]
+    Read {
+        file: TlsFile,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{file} {}: not PEM: {reason}", path.display())]
+    NotPem {
+        file: TlsFile,
+        path: PathBuf,
+        reason: ureq::Error,
+    },
+    #[error("{file} {} holds no certificate (-----BEGIN CERTIFICATE-----)", path.display())]
+    NoCertificate { file: TlsFile, path: PathBuf },
+    #[error("the client key file {} holds no PEM private key: {reason}", path.display())]
+    NoPrivateKey { path: PathBuf, reason: ureq::Error },
+    #[error("a client certificate and its key go together")]
+    CertWithoutKey,
+    #[error("a token name names a token of the token file: give the file too")]
+    TokenNameWithoutFile,
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error("TLS with {addr} failed ({reason})")]
+    Tls { addr: String, reason: ureq::Error },
+    #[error("no tapdeck service answers at {addr} ({reason})")]
+    Unreachable { addr: String, reason: ureq::Error },
+    /// A 401 to a request without a token.
+    #[error("{url} wants a token")]
+    TokenRequired { url: String },
+    /// A 401 to the token of `path`.
+    #[error("{url} refused the token in {}: is it one of the service's tokens (its token-file or metrics-token-file), as they are now?", path.display())]
+    TokenRefused { url: String, path: PathBuf },
+    #[error("{url}: cannot read the answer: {reason}")]
+    ReadAnswer { url: String, reason: ureq::Error },
+    #[error("{url}: not a status document: {reason}")]
+    NotStatus {
+        url: String,
+        reason: serde_json::Error,
+    },
+    /// Any other status than 200 and 401, with the service's reason.
+    #[error("{url} answered {code}: {reason}")]
+    Answered {
+        url: String,
+        code: u16,
+        reason: String,
+    },
+}
 
 /// A service and how to reach it.
 #[derive(Debug, Clone, Default)]
@@ -37,49 +114,71 @@ impl Remote {
         }
     }
 
-    fn tls_config(&self) -> Result<TlsConfig, String> {
+    fn tls_config(&self) -> Result<TlsConfig, ClientError> {
         let mut tls = TlsConfig::builder();
         if let Some(ca) = &self.cacert {
-            let certs = read_pem_certs("--cacert", ca)?;
+            let certs = read_pem_certs(TlsFile::CaCert, ca)?;
             tls = tls.root_certs(RootCerts::new_with_certs(&certs));
         }
         match (&self.cert, &self.key) {
             (None, None) => {}
             (Some(cert), Some(key)) => {
-                let chain = read_pem_certs("--cert", cert)?;
-                let pem = std::fs::read(key)
-                    .map_err(|e| format!("cannot read --key {}: {e}", key.display()))?;
-                let key = PrivateKey::from_pem(&pem).map_err(|e| {
-                    format!("--key {} holds no PEM private key: {e}", key.display())
+                let chain = read_pem_certs(TlsFile::Cert, cert)?;
+                let pem = std::fs::read(key).map_err(|source| ClientError::Read {
+                    file: TlsFile::Key,
+                    path: key.clone(),
+                    source,
                 })?;
+                let key =
+                    PrivateKey::from_pem(&pem).map_err(|reason| ClientError::NoPrivateKey {
+                        path: key.clone(),
+                        reason,
+                    })?;
                 tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
             }
-            _ => {
-                return Err(
-                    "--cert and --key go together (a client certificate and its key)".into(),
-                )
-            }
+            _ => return Err(ClientError::CertWithoutKey),
         }
         Ok(tls.build())
     }
+
+    /// The token to send, if any.
+    fn token(&self) -> Result<Option<String>, ClientError> {
+        match &self.token_file {
+            Some(file) => Ok(Some(crate::auth::client_token(
+                file,
+                self.token_name.as_deref(),
+            )?)),
+            None if self.token_name.is_some() => Err(ClientError::TokenNameWithoutFile),
+            None => Ok(None),
+        }
+    }
 }
 
-fn read_pem_certs(flag: &str, path: &Path) -> Result<Vec<Certificate<'static>>, String> {
-    let pem =
-        std::fs::read(path).map_err(|e| format!("cannot read {flag} {}: {e}", path.display()))?;
+fn read_pem_certs(file: TlsFile, path: &Path) -> Result<Vec<Certificate<'static>>, ClientError> {
+    let pem = std::fs::read(path).map_err(|source| ClientError::Read {
+        file,
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut certs = Vec::new();
     for item in ureq::tls::parse_pem(&pem) {
         match item {
             Ok(PemItem::Certificate(c)) => certs.push(c),
             Ok(_) => {}
-            Err(e) => return Err(format!("{flag} {}: not PEM: {e}", path.display())),
+            Err(reason) => {
+                return Err(ClientError::NotPem {
+                    file,
+                    path: path.to_path_buf(),
+                    reason,
+                })
+            }
         }
     }
     if certs.is_empty() {
-        return Err(format!(
-            "{flag} {} holds no certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        ));
+        return Err(ClientError::NoCertificate {
+            file,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
@@ -93,17 +192,8 @@ fn get(
     path: &str,
     params: &[(&str, Option<&str>)],
     whole: bool,
-) -> Result<(String, Response), String> {
-    let token = match &remote.token_file {
-        Some(file) => Some(crate::auth::client_token(
-            file,
-            remote.token_name.as_deref(),
-        )?),
-        None if remote.token_name.is_some() => {
-            return Err("--token-name names a token of --token-file: give the file too".into())
-        }
-        None => None,
-    };
+) -> Result<(String, Response), ClientError> {
+    let token = remote.token()?;
     let url = format!("{}{path}", remote.base_url());
     let limit = Some(Duration::from_secs(5));
     let config = ureq::Agent::config_builder()
@@ -124,14 +214,10 @@ fn get(
     if let Some(t) = &token {
         request = request.header("Authorization", &format!("Bearer {t}"));
     }
-    let addr = &remote.addr;
-    let response = request.call().map_err(|e| match e {
-        e if is_tls(&e) => format!(
-            "TLS with {addr} failed ({e}): does --cacert hold the CA of the service's certificate, and does the service want a client certificate (--cert, --key)?"
-        ),
-        e => format!(
-            "no tapdeck service answers at {addr} ({e}): is `tapdeck serve` running, and is the address (and http or https) right?"
-        ),
+    let addr = remote.addr.clone();
+    let response = request.call().map_err(|reason| match reason {
+        reason if is_tls(&reason) => ClientError::Tls { addr, reason },
+        reason => ClientError::Unreachable { addr, reason },
     })?;
     Ok((url, response))
 }
@@ -145,31 +231,33 @@ fn is_tls(e: &ureq::Error) -> bool {
     }
 }
 
-/// What a 401 means, in one line.
-fn refused(url: &str, remote: &Remote) -> String {
+/// What a 401 means.
+fn refused(url: String, remote: &Remote) -> ClientError {
     match &remote.token_file {
-        Some(file) => format!(
-            "{url} refused the token in {}: is it one of the service's tokens (its token-file or metrics-token-file), as they are now?",
-            file.display()
-        ),
-        None => format!("{url} wants a token: pass --token-file (a file with one of the service's tokens)"),
+        Some(file) => ClientError::TokenRefused {
+            url,
+            path: file.clone(),
+        },
+        None => ClientError::TokenRequired { url },
     }
 }
 
-/// The service's status document, or a one-line reason it could not be had.
-pub fn fetch(remote: &Remote) -> Result<serde_json::Value, String> {
+/// The service's status document, or the reason it could not be had.
+pub fn fetch(remote: &Remote) -> Result<serde_json::Value, ClientError> {
     let (url, mut response) = get(remote, "/api/v1/status", &[], true)?;
     let code = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| format!("{url}: cannot read the answer: {e}"))?;
+    let body = match response.body_mut().read_to_string() {
+        Ok(body) => body,
+        Err(reason) => return Err(ClientError::ReadAnswer { url, reason }),
+    };
     match code {
-        200 => {
-            serde_json::from_str(&body).map_err(|e| format!("{url}: not a status document: {e}"))
-        }
-        401 => Err(refused(&url, remote)),
-        _ => Err(format!("{url} answered {code}: {}", body.trim())),
+        200 => serde_json::from_str(&body).map_err(|reason| ClientError::NotStatus { url, reason }),
+        401 => Err(refused(url, remote)),
+        _ => Err(ClientError::Answered {
+            url,
+            code,
+            reason: body.trim().to_string(),
+        }),
     }
 }
 
@@ -178,7 +266,7 @@ pub fn fetch(remote: &Remote) -> Result<serde_json::Value, String> {
 pub fn fetch_packets(
     remote: &Remote,
     params: &[(&str, Option<&str>)],
-) -> Result<Box<dyn std::io::Read + Send>, String> {
+) -> Result<Box<dyn std::io::Read + Send>, ClientError> {
     let (url, response) = get(remote, "/api/v1/packets", params, false)?;
     let code = response.status().as_u16();
     if code == 200 {
@@ -190,7 +278,7 @@ pub fn fetch_packets(
         .and_then(|v| v["error"].as_str().map(str::to_string))
         .unwrap_or_else(|| body.trim().to_string());
     Err(match code {
-        401 => refused(&url, remote),
-        _ => format!("{url} answered {code}: {reason}"),
+        401 => refused(url, remote),
+        _ => ClientError::Answered { url, code, reason },
     })
 }

@@ -6,7 +6,7 @@
 //! are read (at start, by `serve --check`, and on SIGHUP), in one line naming the key and
 //! the file, never at the first handshake.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -16,6 +16,55 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
 use crate::config::ServeSettings;
+
+/// Why the TLS settings cannot be used: one line, naming the key and its file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("tls-client-ca is set without tls-cert and tls-key: client certificates are asked for over TLS only")]
+    ClientCaWithoutCert,
+    #[error("tls-cert is set without tls-key: set both (the key of the certificate)")]
+    CertWithoutKey,
+    #[error("tls-key is set without tls-cert: set both (the certificate of the key)")]
+    KeyWithoutCert,
+    #[error("cannot read {key} {}: {source}", path.display())]
+    Read {
+        key: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{key} {}: not PEM: {reason}", path.display())]
+    NotPem {
+        key: &'static str,
+        path: PathBuf,
+        reason: rustls::pki_types::pem::Error,
+    },
+    #[error("{key} {} holds no certificate (-----BEGIN CERTIFICATE-----)", path.display())]
+    NoCertificate { key: &'static str, path: PathBuf },
+    #[error("tls-key {} holds no PEM private key (-----BEGIN PRIVATE KEY-----): {reason}", path.display())]
+    NoPrivateKey {
+        path: PathBuf,
+        reason: rustls::pki_types::pem::Error,
+    },
+    #[error("tls-key {} is not the key of the certificate in tls-cert {}", key.display(), cert.display())]
+    NotTheCertificatesKey { key: PathBuf, cert: PathBuf },
+    #[error("tls-key {}: not a usable private key: {reason}", path.display())]
+    UnusableKey {
+        path: PathBuf,
+        reason: rustls::Error,
+    },
+    #[error("TLS: {0}")]
+    Protocols(rustls::Error),
+    #[error("tls-client-ca {}: not a CA certificate: {reason}", path.display())]
+    NotACa {
+        path: PathBuf,
+        reason: rustls::Error,
+    },
+    #[error("tls-client-ca {}: {reason}", path.display())]
+    ClientVerifier {
+        path: PathBuf,
+        reason: rustls::server::VerifierBuilderError,
+    },
+}
 
 /// The server's TLS settings as read from their files.
 #[derive(Clone)]
@@ -29,52 +78,43 @@ pub struct Tls {
 
 impl Tls {
     /// TLS as `settings` ask for it: `None` without `tls-cert` and `tls-key`.
-    pub fn load(settings: &ServeSettings) -> Result<Option<Tls>, String> {
+    pub fn load(settings: &ServeSettings) -> Result<Option<Tls>, TlsError> {
         let (cert, key) = match (&settings.tls_cert, &settings.tls_key) {
             (None, None) if settings.tls_client_ca.is_some() => {
-                return Err("tls-client-ca is set without tls-cert and tls-key: client certificates are asked for over TLS only".into())
+                return Err(TlsError::ClientCaWithoutCert)
             }
             (None, None) => return Ok(None),
-            (Some(_), None) => return Err("tls-cert is set without tls-key: set both (the key of the certificate)".into()),
-            (None, Some(_)) => return Err("tls-key is set without tls-cert: set both (the certificate of the key)".into()),
+            (Some(_), None) => return Err(TlsError::CertWithoutKey),
+            (None, Some(_)) => return Err(TlsError::KeyWithoutCert),
             (Some(c), Some(k)) => (c, k),
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (chain, mut source) = read_certs("tls-cert", cert)?;
         let key_pem = read("tls-key", key)?;
-        let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-            format!(
-                "tls-key {} holds no PEM private key (-----BEGIN PRIVATE KEY-----): {e}",
-                key.display()
-            )
-        })?;
+        let key_der =
+            PrivateKeyDer::from_pem_slice(&key_pem).map_err(|reason| TlsError::NoPrivateKey {
+                path: key.clone(),
+                reason,
+            })?;
         source.extend_from_slice(&key_pem);
         let certified = CertifiedKey::from_der(chain, key_der, &provider).map_err(|e| match e {
-            rustls::Error::InconsistentKeys(_) => format!(
-                "tls-key {} is not the key of the certificate in tls-cert {}",
-                key.display(),
-                cert.display()
-            ),
-            e => format!("tls-key {}: not a usable private key: {e}", key.display()),
+            rustls::Error::InconsistentKeys(_) => TlsError::NotTheCertificatesKey {
+                key: key.clone(),
+                cert: cert.clone(),
+            },
+            reason => TlsError::UnusableKey {
+                path: key.clone(),
+                reason,
+            },
         })?;
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(TlsError::Protocols)?;
         let builder = match &settings.tls_client_ca {
             None => builder.with_no_client_auth(),
             Some(ca) => {
-                let (cas, ca_source) = read_certs("tls-client-ca", ca)?;
+                let (verifier, ca_source) = client_verifier(ca, provider)?;
                 source.extend_from_slice(&ca_source);
-                let mut roots = RootCertStore::empty();
-                for c in cas {
-                    roots.add(c).map_err(|e| {
-                        format!("tls-client-ca {}: not a CA certificate: {e}", ca.display())
-                    })?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                        .build()
-                        .map_err(|e| format!("tls-client-ca {}: {e}", ca.display()))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
@@ -94,21 +134,55 @@ impl Tls {
     }
 }
 
-fn read(key: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read {key} {}: {e}", path.display()))
+/// The verifier of client certificates signed by the CAs of `tls-client-ca`, and the
+/// file's bytes.
+fn client_verifier(
+    ca: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<(Arc<dyn rustls::server::danger::ClientCertVerifier>, Vec<u8>), TlsError> {
+    let (cas, source) = read_certs("tls-client-ca", ca)?;
+    let mut roots = RootCertStore::empty();
+    for c in cas {
+        roots.add(c).map_err(|reason| TlsError::NotACa {
+            path: ca.to_path_buf(),
+            reason,
+        })?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|reason| TlsError::ClientVerifier {
+            path: ca.to_path_buf(),
+            reason,
+        })?;
+    Ok((verifier, source))
+}
+
+fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        key,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The PEM certificates of a file (at least one), and its bytes.
-fn read_certs(key: &str, path: &Path) -> Result<(Vec<CertificateDer<'static>>, Vec<u8>), String> {
+fn read_certs(
+    key: &'static str,
+    path: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, Vec<u8>), TlsError> {
     let pem = read(key, path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{key} {}: not PEM: {e}", path.display()))?;
+        .map_err(|reason| TlsError::NotPem {
+            key,
+            path: path.to_path_buf(),
+            reason,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "{key} {} holds no certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        ));
+        return Err(TlsError::NoCertificate {
+            key,
+            path: path.to_path_buf(),
+        });
     }
     Ok((certs, pem))
 }
@@ -132,7 +206,7 @@ mod tests {
 
     fn error(s: &ServeSettings) -> String {
         match Tls::load(s) {
-            Err(e) => e,
+            Err(e) => e.to_string(),
             Ok(_) => panic!("accepted"),
         }
     }
@@ -161,7 +235,7 @@ mod tests {
             "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
         )
         .unwrap();
-        let e = read_certs("tls-cert", &cert).unwrap_err();
+        let e = read_certs("tls-cert", &cert).unwrap_err().to_string();
         assert_eq!(
             e,
             format!(

@@ -5,7 +5,7 @@
 //! nothing else (a strict Content-Security-Policy).
 //!
 //! A browser cannot send a bearer header when it loads a page, so `/login` takes a token
-//! once and keeps it in an HttpOnly, SameSite=Strict cookie that the server accepts as it
+//! once and keeps it in a cookie (see [`crate::session`]) that the server accepts as it
 //! accepts the header.
 
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -16,9 +16,6 @@ pub const UPLOT_JS: &str = include_str!("../assets/uplot/uPlot.iife.min.js");
 pub const UPLOT_CSS: &str = include_str!("../assets/uplot/uPlot.min.css");
 pub const PAGE_JS: &str = include_str!("../assets/tapdeck.js");
 pub const PAGE_CSS: &str = include_str!("../assets/tapdeck.css");
-
-/// The cookie `/login` sets.
-pub const COOKIE: &str = "tapdeck_token";
 
 /// Headers every page and asset carries: nothing from elsewhere runs, nothing frames us.
 pub fn security_headers(headers: &mut HeaderMap) {
@@ -44,21 +41,52 @@ pub struct Page<'a> {
     pub files: &'a Value,
     /// The retention horizon (the oldest packet kept) while recording.
     pub horizon_ns: Option<u64>,
-    /// While recording: packets seen, stored and dropped since the service started, and
-    /// when it started (the open files' packets are not in the store's numbers yet).
-    pub recording: Option<(u64, u64, u64, u64)>,
+    /// While recording: what this run has counted (the open files' packets are not in the
+    /// store's numbers yet).
+    pub recording: Option<Recording>,
     pub dirs: Vec<tapdeck_recorder::live::DirState>,
     /// A token is needed (the page then offers to log out).
     pub authenticated: bool,
 }
 
+/// Packets seen, stored and dropped since the service started, and when it started.
+#[derive(Debug, Clone, Copy)]
+pub struct Recording {
+    pub seen: u64,
+    pub stored: u64,
+    pub dropped: u64,
+    pub started_ns: u64,
+}
+
 /// At most this many files are listed (the newest).
 const FILES_SHOWN: usize = 50;
 
+/// The page, section by section, top to bottom.
 pub fn page(p: &Page<'_>) -> String {
-    let h = p.health;
     let mut out = String::with_capacity(16 * 1024);
     out.push_str(&head("tapdeck"));
+    status_line(&mut out, p.health, p.authenticated);
+    out.push_str(TIMELINE);
+    out.push_str(QUERY_FORM);
+    out.push_str("<h2>Store</h2>\n");
+    if let Some(r) = p.recording {
+        recording_line(&mut out, r);
+    }
+    if let Some(horizon) = p.horizon_ns {
+        out.push_str(&format!(
+            "<p>Retention horizon (the oldest packet kept): <b>{}</b></p>\n",
+            rfc3339_utc(horizon)
+        ));
+    }
+    stores_table(&mut out, p.info);
+    dirs_table(&mut out, &p.dirs);
+    files_table(&mut out, p.files);
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The title, and whether the service is healthy (and why not).
+fn status_line(out: &mut String, h: &crate::health::Health, authenticated: bool) {
     let state = if h.healthy {
         "<span class=good>healthy</span>".to_string()
     } else {
@@ -71,57 +99,52 @@ pub fn page(p: &Page<'_>) -> String {
         "<h1>tapdeck</h1>\n<p class=status>{} · {state} · version {}{}</p>\n",
         escape(h.phase),
         escape(env!("CARGO_PKG_VERSION")),
-        if p.authenticated {
+        if authenticated {
             " · <form method=post action=/logout class=inline><button>log out</button></form>"
         } else {
             ""
         }
     ));
+}
 
-    out.push_str(
-        "<h2>Timeline</h2>\n<p>\
-         <button data-last=3600>1 h</button><button data-last=21600>6 h</button>\
-         <button data-last=86400>24 h</button><button data-last=604800>7 d</button>\
-         <span id=timeline-status class=status>loading…</span></p>\n\
-         <div id=chart-packets class=chart></div>\n<div id=chart-bytes class=chart></div>\n",
-    );
+/// The charts' places and range buttons (the script draws them from `/api/v1/stats`).
+const TIMELINE: &str = "<h2>Timeline</h2>\n<p>\
+     <button data-last=3600>1 h</button><button data-last=21600>6 h</button>\
+     <button data-last=86400>24 h</button><button data-last=604800>7 d</button>\
+     <span id=timeline-status class=status>loading…</span></p>\n\
+     <div id=chart-packets class=chart></div>\n<div id=chart-bytes class=chart></div>\n";
 
-    out.push_str(
-        "<h2>Query</h2>\n<form id=query method=get action=/api/v1/packets>\n\
-         <label>start <input type=text name=start id=q-start placeholder=\"2026-11-26T04:00:00Z\" size=24></label>\
-         <label>end <input type=text name=end id=q-end placeholder=\"(the newest packet)\" size=24></label>\
-         <button type=button id=use-view disabled>use the chart's range</button><br>\n\
-         <label>filter <input type=text name=filter id=q-filter placeholder=\"host 198.18.0.1 and tcp port 443\"></label>\
-         <label>format <select name=format><option value=\"\">the store's</option><option>pcap</option><option>pcapng</option></select></label><br>\n\
-         <button type=button id=count>Count matches</button><button type=submit id=download>Download</button>\n\
-         <span id=q-result class=status></span>\n</form>\n\
-         <p class=note>Times are RFC 3339 or seconds since the epoch; empty means the whole store. \
-         The filter is libpcap's (as tcpdump's); the flow index skips chunks that cannot match.</p>\n",
-    );
+/// The query form: count matches (the script asks `/api/v1/count`) or download them.
+const QUERY_FORM: &str = "<h2>Query</h2>\n<form id=query method=get action=/api/v1/packets>\n\
+     <label>start <input type=text name=start id=q-start placeholder=\"2026-11-26T04:00:00Z\" size=24></label>\
+     <label>end <input type=text name=end id=q-end placeholder=\"(the newest packet)\" size=24></label>\
+     <button type=button id=use-view disabled>use the chart's range</button><br>\n\
+     <label>filter <input type=text name=filter id=q-filter placeholder=\"host 198.18.0.1 and tcp port 443\"></label>\
+     <label>format <select name=format><option value=\"\">the store's</option><option>pcap</option><option>pcapng</option></select></label><br>\n\
+     <button type=button id=count>Count matches</button><button type=submit id=download>Download</button>\n\
+     <span id=q-result class=status></span>\n</form>\n\
+     <p class=note>Times are RFC 3339 or seconds since the epoch; empty means the whole store. \
+     The filter is libpcap's (as tcpdump's); the flow index skips chunks that cannot match.</p>\n";
 
-    out.push_str("<h2>Store</h2>\n");
-    if let Some((seen, stored, dropped, started)) = p.recording {
-        out.push_str(&format!(
-            "<p id=recording>Recording since {}: {} packets seen, {} stored, {} dropped{}</p>\n",
-            rfc3339_utc(started),
-            count(seen),
-            count(stored),
-            count(dropped),
-            if dropped > 0 {
-                " (see the timeline for the causes)"
-            } else {
-                ""
-            }
-        ));
-    }
-    if let Some(horizon) = p.horizon_ns {
-        out.push_str(&format!(
-            "<p>Retention horizon (the oldest packet kept): <b>{}</b></p>\n",
-            rfc3339_utc(horizon)
-        ));
-    }
+fn recording_line(out: &mut String, r: Recording) {
+    out.push_str(&format!(
+        "<p id=recording>Recording since {}: {} packets seen, {} stored, {} dropped{}</p>\n",
+        rfc3339_utc(r.started_ns),
+        count(r.seen),
+        count(r.stored),
+        count(r.dropped),
+        if r.dropped > 0 {
+            " (see the timeline for the causes)"
+        } else {
+            ""
+        }
+    ));
+}
+
+/// One row per served store, from `/api/v1/info`'s document.
+fn stores_table(out: &mut String, info: &Value) {
     out.push_str("<table><tr><th>store</th><th class=n>files</th><th class=n>packets (finished files)</th><th class=n>bytes</th><th>oldest packet</th><th>newest packet</th></tr>\n");
-    for s in p.info["stores"].as_array().into_iter().flatten() {
+    for s in info["stores"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td></tr>\n",
             escape(s["store"].as_str().unwrap_or("")),
@@ -139,25 +162,33 @@ pub fn page(p: &Page<'_>) -> String {
         ));
     }
     out.push_str("</table>\n");
-    if !p.dirs.is_empty() {
-        out.push_str("<table><tr><th>data directory</th><th>state</th><th class=n>free</th><th class=n>size</th></tr>\n");
-        for d in &p.dirs {
-            out.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td></tr>\n",
-                escape(&d.path.display().to_string()),
-                if d.up {
-                    "up"
-                } else {
-                    "<span class=bad>failing</span>"
-                },
-                d.free_bytes.map(bytes).unwrap_or_default(),
-                d.size_bytes.map(bytes).unwrap_or_default(),
-            ));
-        }
-        out.push_str("</table>\n");
-    }
+}
 
-    let files = p.files.as_array().map(Vec::as_slice).unwrap_or_default();
+/// The data directories while recording (none: no table).
+fn dirs_table(out: &mut String, dirs: &[tapdeck_recorder::live::DirState]) {
+    if dirs.is_empty() {
+        return;
+    }
+    out.push_str("<table><tr><th>data directory</th><th>state</th><th class=n>free</th><th class=n>size</th></tr>\n");
+    for d in dirs {
+        out.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td></tr>\n",
+            escape(&d.path.display().to_string()),
+            if d.up {
+                "up"
+            } else {
+                "<span class=bad>failing</span>"
+            },
+            d.free_bytes.map(bytes).unwrap_or_default(),
+            d.size_bytes.map(bytes).unwrap_or_default(),
+        ));
+    }
+    out.push_str("</table>\n");
+}
+
+/// The newest [`FILES_SHOWN`] files of `/api/v1/files`'s list, newest first.
+fn files_table(out: &mut String, files: &Value) {
+    let files = files.as_array().map(Vec::as_slice).unwrap_or_default();
     out.push_str(&format!(
         "<h2>Files</h2>\n<p class=status>{} files{}</p>\n",
         files.len(),
@@ -171,30 +202,34 @@ pub fn page(p: &Page<'_>) -> String {
     let mut newest: Vec<&Value> = files.iter().collect();
     newest.sort_by_key(|f| std::cmp::Reverse(f["first_ts_ns"].as_u64().unwrap_or(0)));
     for f in newest.into_iter().take(FILES_SHOWN) {
-        let path = f["path"].as_str().unwrap_or("");
-        let name = path.rsplit('/').next().unwrap_or(path);
-        if let Some(e) = f["error"].as_str() {
-            out.push_str(&format!(
-                "<tr><td>{}</td><td colspan=6 class=bad>{}</td></tr>\n",
-                escape(name),
-                escape(e)
-            ));
-            continue;
-        }
-        out.push_str(&format!(
-            "<tr><td title=\"{}\">{}</td><td class=n>{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>\n",
-            escape(path),
-            escape(name),
-            f["stream"].as_u64().unwrap_or(0),
-            time(&f["first_ts_ns"]),
-            time(&f["last_ts_ns"]),
-            count(f["packets"].as_u64().unwrap_or(0)),
-            bytes(f["bytes"].as_u64().unwrap_or(0)),
-            if f["flow_index"].as_bool() == Some(true) { "yes" } else { "no" },
-        ));
+        file_row(out, f);
     }
-    out.push_str("</table>\n</body>\n</html>\n");
-    out
+    out.push_str("</table>\n");
+}
+
+/// A file's row, or its name and why it could not be read.
+fn file_row(out: &mut String, f: &Value) {
+    let path = f["path"].as_str().unwrap_or("");
+    let name = path.rsplit('/').next().unwrap_or(path);
+    if let Some(e) = f["error"].as_str() {
+        out.push_str(&format!(
+            "<tr><td>{}</td><td colspan=6 class=bad>{}</td></tr>\n",
+            escape(name),
+            escape(e)
+        ));
+        return;
+    }
+    out.push_str(&format!(
+        "<tr><td title=\"{}\">{}</td><td class=n>{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>\n",
+        escape(path),
+        escape(name),
+        f["stream"].as_u64().unwrap_or(0),
+        time(&f["first_ts_ns"]),
+        time(&f["last_ts_ns"]),
+        count(f["packets"].as_u64().unwrap_or(0)),
+        bytes(f["bytes"].as_u64().unwrap_or(0)),
+        if f["flow_index"].as_bool() == Some(true) { "yes" } else { "no" },
+    ));
 }
 
 /// The page a browser without the token gets (a 401): a form for it, and nothing else.
@@ -218,61 +253,6 @@ fn head(title: &str) -> String {
          <script src=/assets/uPlot.iife.min.js defer></script>\n<script src=/assets/tapdeck.js defer></script>\n</head>\n<body>\n",
         escape(title)
     )
-}
-
-/// The token in the request's cookie, if any.
-pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .and_then(|(_, v)| percent_decode(v))
-}
-
-/// The `Set-Cookie` value that keeps `token` (`Secure` when served over TLS).
-pub fn set_cookie(token: &str, secure: bool) -> String {
-    format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{}",
-        percent_encode(token),
-        if secure { "; Secure" } else { "" }
-    )
-}
-
-/// The `Set-Cookie` value that forgets it.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Text made safe for HTML content and quoted attribute values.
@@ -320,32 +300,6 @@ fn bytes(v: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cookie_round_trips_any_token_and_ignores_other_cookies() {
-        for token in ["abc123", "a b;c=d%e,f\"g", "ünïcode-tøken"] {
-            let set = set_cookie(token, true);
-            assert!(
-                set.contains("HttpOnly")
-                    && set.contains("SameSite=Strict")
-                    && set.ends_with("Secure")
-            );
-            let value = set.split(';').next().unwrap();
-            let mut h = HeaderMap::new();
-            h.insert(
-                header::COOKIE,
-                HeaderValue::from_str(&format!("other=1; {value}; x=y")).unwrap(),
-            );
-            assert_eq!(cookie_token(&h).as_deref(), Some(token));
-        }
-        assert_eq!(cookie_token(&HeaderMap::new()), None);
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::COOKIE,
-            HeaderValue::from_static("tapdeck_token=%zz"),
-        );
-        assert_eq!(cookie_token(&h), None, "a malformed escape is no token");
-    }
 
     #[test]
     fn names_from_the_store_cannot_inject_markup() {

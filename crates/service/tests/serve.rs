@@ -11,8 +11,8 @@ use tapdeck_capture::{SyntheticProfile, SyntheticSource};
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{self, RecorderConfig};
 use tapdeck_service::config::ServeSettings;
-use tapdeck_service::http;
 use tapdeck_service::state::Service;
+use tapdeck_service::{http, listen};
 
 fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -62,7 +62,7 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
         ..ServeSettings::default()
     };
     let service = Arc::new(Service::new(Arc::clone(&control), settings).unwrap());
-    let listener = http::bind(http::check_listen("127.0.0.1:0", true).unwrap()).unwrap();
+    let listener = listen::bind(listen::check_listen("127.0.0.1:0", true).unwrap()).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     http::spawn(listener, Arc::clone(&service)).unwrap();
 
@@ -130,7 +130,7 @@ fn healthz_is_200_while_recording_on_a_healthy_store() {
     let dir = tempfile::tempdir().unwrap();
     let control = Arc::new(Control::default());
     let service = Arc::new(Service::new(Arc::clone(&control), ServeSettings::default()).unwrap());
-    let listener = http::bind(http::check_listen("127.0.0.1:0", false).unwrap()).unwrap();
+    let listener = listen::bind(listen::check_listen("127.0.0.1:0", false).unwrap()).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     http::spawn(listener, Arc::clone(&service)).unwrap();
     service.set_phase(tapdeck_service::state::Phase::Recording);
@@ -191,7 +191,8 @@ fn a_query_stops_at_its_deadline_even_while_nothing_matches() {
     let prepared = tapdeck_service::query::prepare(&stores, &req).unwrap();
     let err = tapdeck_service::query::run(prepared, &mut out, Instant::now()).unwrap_err();
     assert!(
-        err.contains(tapdeck_service::query::TIME_LIMIT),
+        tapdeck_service::query::reached_time_limit(&err)
+            && err.to_string().contains(tapdeck_service::query::TIME_LIMIT),
         "a deadline already passed must stop the scan: {err}"
     );
     // With time to spare the same query runs to the end: nothing matches.

@@ -1,0 +1,135 @@
+//! The service's HTTP server (axum on a one-thread tokio runtime, beside the recorder's
+//! threads): `GET /metrics`, `GET /healthz`, `GET /api/v1/status`, the query API and the
+//! web page. With a token file every route requires `Authorization: Bearer TOKEN`
+//! ([`crate::auth`]); with `tls-cert` it is HTTPS ([`crate::tls`]).
+//!
+//! Hostile or broken clients cannot take it over: at most [`MAX_CONNECTIONS`] at once and
+//! [`MAX_PER_CLIENT`] from one address (more are closed on accept), a TLS handshake within
+//! [`HANDSHAKE_TIMEOUT`], request headers within [`HEADER_TIMEOUT`] and
+//! [`MAX_HEADER_BYTES`], and no connection lives longer than [`CONNECTION_LIFETIME`].
+//!
+//! Layers, outside in: [`conn`] accepts and times connections; [`guard`] decides which
+//! requests reach a handler; [`api`] and [`browser`] answer them.
+
+mod api;
+mod browser;
+mod conn;
+mod guard;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use prometheus_client::registry::Registry;
+
+pub use api::{OPENMETRICS, PROMETHEUS_TEXT};
+pub use conn::{
+    CONNECTION_LIFETIME, HANDSHAKE_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES,
+    MAX_PER_CLIENT,
+};
+
+use crate::state::Service;
+use crate::web;
+
+/// What every handler reads.
+struct Shared {
+    service: Arc<Service>,
+    registry: Registry,
+    /// Slots for queries running at once (see `query::Limits`).
+    queries: Arc<tokio::sync::Semaphore>,
+}
+
+/// The address a request came from (for the query log).
+#[derive(Clone, Copy)]
+struct Client(SocketAddr);
+
+/// Serves on `listener` (from [`crate::listen::bind`]) from a thread of its own until the
+/// process exits.
+pub fn spawn(
+    listener: TcpListener,
+    service: Arc<Service>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let registry = crate::metrics::registry(Arc::clone(&service));
+    let queries = Arc::new(tokio::sync::Semaphore::new(service.query_limits.concurrent));
+    let shared = Arc::new(Shared {
+        service,
+        registry,
+        queries,
+    });
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("the HTTP server cannot start: {e}");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!("the HTTP server cannot start: {e}");
+                        return;
+                    }
+                };
+                let service = Arc::clone(&shared.service);
+                conn::serve(listener, router(shared), service).await;
+            });
+        })
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    let protected = Router::new()
+        .route("/", get(browser::page))
+        .route("/assets/{name}", get(browser::asset))
+        .route("/metrics", get(api::metrics))
+        .route("/healthz", get(api::healthz))
+        .route("/api/v1/status", get(api::status))
+        .route("/api/v1/packets", get(api::packets))
+        .route("/api/v1/count", get(api::count))
+        .route("/api/v1/stats", get(api::stats))
+        .route("/api/v1/files", get(api::files))
+        .route("/api/v1/info", get(api::info))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            guard::require_token,
+        ));
+    Router::new()
+        .merge(protected)
+        .route("/login", get(browser::login_form).post(browser::login))
+        .route("/logout", post(browser::logout))
+        // Browsers ask for it on every page; there is none.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .with_state(shared)
+}
+
+fn html(code: StatusCode, body: String) -> Response {
+    let mut response = (
+        code,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response();
+    web::security_headers(response.headers_mut());
+    response
+}
+
+fn json_error(code: StatusCode, message: impl Into<String>) -> Response {
+    (
+        code,
+        axum::Json(serde_json::json!({ "error": message.into() })),
+    )
+        .into_response()
+}
