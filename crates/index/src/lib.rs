@@ -14,6 +14,9 @@
 //!   false only when no packet of the chunk can match, so a reader skips the chunk. Exact
 //!   matching stays with libpcap.
 //!
+//! - `bpf` (feature `bpf`): libpcap's programs for a filter, one per link type, which decide
+//!   every packet of the chunks a predicate did not rule out.
+//!
 //! - [`sidecar`] is the block index `tapdeck index` writes beside a plain pcap or pcapng
 //!   file (`FILE.tdx`): per block of a few MiB, its place, time range and flow index, and
 //!   what the file was (size, hashes of its ends) so that a stale one is recognised.
@@ -50,7 +53,10 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "bpf")]
+pub mod bpf;
 mod builder;
+mod expr;
 mod index;
 mod parse;
 mod predicate;

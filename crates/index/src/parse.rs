@@ -6,7 +6,7 @@
 
 use std::net::Ipv6Addr;
 
-use crate::predicate::{Dir, Node, Test, Transports};
+use crate::expr::{Dir, Node, Test, Transports};
 
 /// The predicate tree of `filter`, or `None`.
 pub(crate) fn parse(filter: &str) -> Option<Node> {

@@ -1,5 +1,7 @@
-//! The flow index of a chunk (`tapdeck_index`): which addresses, ports, protocols and VLANs
-//! its packets hold, so that a filtered extract reads only the chunks that can match.
+//! The chunk filter of a chunk (its flow index, `tapdeck_index`): which addresses, ports,
+//! protocols and VLANs its packets hold, so that a filtered extract reads only the chunks
+//! that can match. It is the lowest level of the store's index: chunk filter (per chunk,
+//! here), file summary (per file, merged from its chunks'), store catalog (per store).
 //! The recorder builds it off the capture path (the compressor that takes the chunk, or
 //! the writer for a chunk stored raw); `tapdeck index` builds it here too for files written
 //! without one, so both give the same bytes for the same chunk.
@@ -14,10 +16,10 @@ thread_local! {
     static BUILDER: RefCell<FlowIndexBuilder> = RefCell::new(FlowIndexBuilder::new());
 }
 
-/// The encoded flow index of a chunk of `format` records (as the capture loop wrote them:
+/// The encoded chunk filter (flow index) of a chunk of `format` records (as the capture loop wrote them:
 /// whole records, pcap or pcapng enhanced packet blocks), whose interfaces have
 /// `linktypes`. Records it cannot walk make the index answer "maybe" for the rest.
-pub fn index_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> Vec<u8> {
+pub fn of_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> Vec<u8> {
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
         for (iface, frame) in records(format, data) {
@@ -118,7 +120,7 @@ mod tests {
             udp_frame([198, 18, 0, 3], [198, 18, 0, 2], 1001, 123),
         ];
         for format in [Format::Pcap, Format::Pcapng] {
-            let bytes = index_chunk(format, &chunk(format, &frames), &[1]);
+            let bytes = of_chunk(format, &chunk(format, &frames), &[1]);
             let index = FlowIndex::decode(&bytes).unwrap();
             assert_eq!(index.packets(), 2, "{format:?}");
             let may = |f: &str| Predicate::parse(f).unwrap().may_match(&index);
@@ -135,7 +137,7 @@ mod tests {
     #[test]
     fn an_unknown_interface_makes_the_chunk_a_maybe() {
         let frames = vec![udp_frame([198, 18, 0, 1], [198, 18, 0, 2], 1, 2)];
-        let bytes = index_chunk(Format::Pcapng, &chunk(Format::Pcapng, &frames), &[]);
+        let bytes = of_chunk(Format::Pcapng, &chunk(Format::Pcapng, &frames), &[]);
         let index = FlowIndex::decode(&bytes).unwrap();
         assert!(Predicate::parse("host 198.18.0.9")
             .unwrap()
