@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+use tapdeck_filter::{FlowIndex, FlowIndexBuilder, Predicate};
 
 const LINKTYPES: [u32; 10] = [1, 101, 113, 276, 0, 108, 228, 229, 12, 127];
 

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use tapdeck_index::bpf::LinkPrograms;
-use tapdeck_index::Predicate;
+use tapdeck_filter::bpf::LinkPrograms;
+use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_recorder::merge::{parse_offset, InputSpec};
 use tapdeck_store::extract::{self, ExtractError, OnDamage, Plan, StoreInput, TimeWindow};

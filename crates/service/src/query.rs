@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use tapdeck_index::bpf::LinkPrograms;
-use tapdeck_index::Predicate;
+use tapdeck_filter::bpf::LinkPrograms;
+use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_store::extract::{
     self, ExtractReport, OnDamage, PacketFilter, Plan, StoreInput, TimeWindow,

@@ -220,7 +220,7 @@ mod tests {
     use crate::sidecar::{check_sidecar, SidecarCheck};
     use crate::verify;
     use std::path::PathBuf;
-    use tapdeck_index::sidecar::Sidecar;
+    use tapdeck_filter::sidecar::Sidecar;
     use tapdeck_pcap::container::Codec;
     use tapdeck_pcap::Format;
 

@@ -1,4 +1,4 @@
-//! The chunk filter of a chunk (its flow index, `tapdeck_index`): which addresses, ports,
+//! The chunk filter of a chunk (its flow index, `tapdeck_filter`): which addresses, ports,
 //! protocols and VLANs its packets hold, so that a filtered extract reads only the chunks
 //! that can match. It is the lowest level of the store's index: chunk filter (per chunk,
 //! here), file summary (per file, merged from its chunks'), store catalog (per store).
@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use tapdeck_index::FlowIndexBuilder;
+use tapdeck_filter::FlowIndexBuilder;
 use tapdeck_pcap::Format;
 
 thread_local! {
@@ -80,7 +80,7 @@ fn records(format: Format, data: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapdeck_index::{FlowIndex, Predicate};
+    use tapdeck_filter::{FlowIndex, Predicate};
     use tapdeck_pcap::Packet;
 
     fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {

@@ -30,7 +30,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 
-use tapdeck_index::{FlowIndex, Predicate};
+use tapdeck_filter::{FlowIndex, Predicate};
 use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 

@@ -1,5 +1,5 @@
 //! Plain capture files (pcap or pcapng that other tools own, perhaps compressed) and their
-//! sidecar `FILE.tdx` ([`tapdeck_index::sidecar`]): its blocks' places, time ranges and
+//! sidecar `FILE.tdx` ([`tapdeck_filter::sidecar`]): its blocks' places, time ranges and
 //! chunk filters, and what the file was when it was written, so a stale one is recognised
 //! and ignored. A compressed capture file (`trace.pcap.gz`, `.bz2`, `.xz`, or a
 //! `.zst`/`.lz4` that a stock tool wrote) is read through its decompressor, and its
@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tapdeck_index::sidecar::{Block, FileIdentity, Sidecar, IDENTITY_SPAN};
-use tapdeck_index::FlowIndexBuilder;
+use tapdeck_filter::sidecar::{Block, FileIdentity, Sidecar, IDENTITY_SPAN};
+use tapdeck_filter::FlowIndexBuilder;
 use tapdeck_pcap::compression::{self, Compression};
 use tapdeck_pcap::{Format, TraceReader};
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use tapdeck_index::{FlowIndex, FlowIndexBuilder};
+use tapdeck_filter::{FlowIndex, FlowIndexBuilder};
 use tapdeck_pcap::container::{ChunkEntry, Container, FrameKind};
 use tapdeck_pcap::validate::Validator;
 use tapdeck_pcap::{Format, TraceReader};

@@ -58,7 +58,7 @@ impl Predicate {
     /// Keywords are lower case, as libpcap's scanner has them.
     ///
     /// ```
-    /// use tapdeck_index::Predicate;
+    /// use tapdeck_filter::Predicate;
     ///
     /// let p = Predicate::parse("host 10.0.0.1 or 10.0.0.2 and not port 22").unwrap();
     /// assert_eq!(

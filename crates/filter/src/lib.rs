@@ -26,7 +26,7 @@
 //! `true` promises nothing.
 //!
 //! ```
-//! use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+//! use tapdeck_filter::{FlowIndex, FlowIndexBuilder, Predicate};
 //!
 //! // An Ethernet frame: IPv4 10.0.0.1 → 10.0.0.2, TCP 40000 → 80.
 //! let mut frame = vec![0u8; 12];
@@ -43,7 +43,7 @@
 //! assert!(may("host 10.0.0.1 and tcp port 80"));
 //! assert!(!may("host 10.0.0.3 or udp"));
 //! assert!(may("not host 10.0.0.1")); // `not` is never ruled out
-//! # Ok::<(), tapdeck_index::IndexError>(())
+//! # Ok::<(), tapdeck_filter::IndexError>(())
 //! ```
 //!
 //! [`finish`]: FlowIndexBuilder::finish

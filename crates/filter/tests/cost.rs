@@ -9,7 +9,7 @@
 //! finds no match in (the best any chunk index could do). Ignored by default, as timings
 //! mean nothing in a debug build:
 //!
-//!     cargo test --release -p tapdeck-index --test cost -- --ignored --nocapture
+//!     cargo test --release -p tapdeck-filter --test cost -- --ignored --nocapture
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -17,7 +17,7 @@ use std::time::Instant;
 use pcap::{Capture, Linktype};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+use tapdeck_filter::{FlowIndex, FlowIndexBuilder, Predicate};
 
 const PACKETS: usize = 1_000_000;
 const CHUNK_BYTES: usize = 4 << 20;

@@ -15,7 +15,7 @@ use pcap::{Capture, Linktype};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+use tapdeck_filter::{FlowIndex, FlowIndexBuilder, Predicate};
 
 use common::Pools;
 
