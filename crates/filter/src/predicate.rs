@@ -1,4 +1,4 @@
-//! [`Predicate`]: the part of a libpcap filter a [`FlowIndex`] can answer, evaluated over a
+//! [`Predicate`]: the part of a libpcap filter a [`ChunkFilter`] can answer, evaluated over a
 //! chunk's index with three-valued logic reduced to "no packet can match" / "maybe".
 //!
 //! Each primitive asks whether the chunk holds a value it names (an address under a mask,
@@ -24,8 +24,8 @@
 //!   (`vlan 100 and host A`), else it is "maybe"; everything after a second
 //!   `vlan` is "maybe".
 
+use crate::chunk_filter::{flag, ChunkFilter};
 use crate::expr::{Node, Test};
-use crate::index::{flag, FlowIndex};
 
 /// A filter the index can answer. Made by [`Predicate::parse`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Predicate {
     }
 
     /// False only when no packet of the chunk `index` describes can match the filter.
-    pub fn may_match(&self, index: &FlowIndex) -> bool {
+    pub fn may_match(&self, index: &ChunkFilter) -> bool {
         if index.is_empty() {
             return false;
         }
@@ -89,7 +89,7 @@ impl Predicate {
 }
 
 impl Node {
-    fn may_match(&self, index: &FlowIndex) -> bool {
+    fn may_match(&self, index: &ChunkFilter) -> bool {
         match self {
             Node::And(a, b) => a.may_match(index) && b.may_match(index),
             Node::Or(a, b) => a.may_match(index) || b.may_match(index),
@@ -100,7 +100,7 @@ impl Node {
 }
 
 impl Test {
-    fn may_match(&self, index: &FlowIndex) -> bool {
+    fn may_match(&self, index: &ChunkFilter) -> bool {
         match *self {
             Test::Ipv4 { addr, mask, .. } => index.ipv4.may_contain_masked(addr, mask),
             Test::Ipv6 { addr, mask, .. } => index.ipv6.may_contain_masked(addr, mask),

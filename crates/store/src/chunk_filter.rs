@@ -8,12 +8,12 @@
 
 use std::cell::RefCell;
 
-use tapdeck_filter::FlowIndexBuilder;
+use tapdeck_filter::ChunkFilterBuilder;
 use tapdeck_pcap::Format;
 
 thread_local! {
     // About 200 KiB of sets, reused for every chunk a thread indexes.
-    static BUILDER: RefCell<FlowIndexBuilder> = RefCell::new(FlowIndexBuilder::new());
+    static BUILDER: RefCell<ChunkFilterBuilder> = RefCell::new(ChunkFilterBuilder::new());
 }
 
 /// The encoded chunk filter (flow index) of a chunk of `format` records (as the capture loop wrote them:
@@ -80,7 +80,7 @@ fn records(format: Format, data: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapdeck_filter::{FlowIndex, Predicate};
+    use tapdeck_filter::{ChunkFilter, Predicate};
     use tapdeck_pcap::Packet;
 
     fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
@@ -121,7 +121,7 @@ mod tests {
         ];
         for format in [Format::Pcap, Format::Pcapng] {
             let bytes = of_chunk(format, &chunk(format, &frames), &[1]);
-            let index = FlowIndex::decode(&bytes).unwrap();
+            let index = ChunkFilter::decode(&bytes).unwrap();
             assert_eq!(index.packets(), 2, "{format:?}");
             let may = |f: &str| Predicate::parse(f).unwrap().may_match(&index);
             assert!(may("host 198.18.0.3"));
@@ -138,7 +138,7 @@ mod tests {
     fn an_unknown_interface_makes_the_chunk_a_maybe() {
         let frames = vec![udp_frame([198, 18, 0, 1], [198, 18, 0, 2], 1, 2)];
         let bytes = of_chunk(Format::Pcapng, &chunk(Format::Pcapng, &frames), &[]);
-        let index = FlowIndex::decode(&bytes).unwrap();
+        let index = ChunkFilter::decode(&bytes).unwrap();
         assert!(Predicate::parse("host 198.18.0.9")
             .unwrap()
             .may_match(&index));

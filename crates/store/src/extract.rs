@@ -30,7 +30,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 
-use tapdeck_filter::{FlowIndex, Predicate};
+use tapdeck_filter::{ChunkFilter, Predicate};
 use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
@@ -683,7 +683,7 @@ fn output_interfaces_of(
 fn may_hold(p: &Predicate, flows: Option<&Vec<u8>>) -> bool {
     match flows
         .filter(|f| !f.is_empty())
-        .map(|f| FlowIndex::decode(f))
+        .map(|f| ChunkFilter::decode(f))
     {
         Some(Ok(index)) => p.may_match(&index),
         _ => true,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tapdeck_filter::sidecar::{Block, FileIdentity, Sidecar, IDENTITY_SPAN};
-use tapdeck_filter::FlowIndexBuilder;
+use tapdeck_filter::ChunkFilterBuilder;
 use tapdeck_pcap::compression::{self, Compression};
 use tapdeck_pcap::{Format, TraceReader};
 
@@ -94,7 +94,7 @@ pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
     let defect = |e| stream_defect(path, compression, e);
     let mut reader = TraceReader::new(input).map_err(defect)?;
     let mut blocks = Vec::new();
-    let mut builder = FlowIndexBuilder::new();
+    let mut builder = ChunkFilterBuilder::new();
     let mut open: Option<Block> = None;
     while let Some(c) = reader.next_packet_with_context().map_err(defect)? {
         if let Some(b) = open

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use tapdeck_filter::{FlowIndex, FlowIndexBuilder};
+use tapdeck_filter::{ChunkFilter, ChunkFilterBuilder};
 use tapdeck_pcap::container::{ChunkEntry, Container, FrameKind};
 use tapdeck_pcap::validate::Validator;
 use tapdeck_pcap::{Format, TraceReader};
@@ -136,7 +136,7 @@ pub fn verify_stored(path: &Path) -> Result<VerifiedFile, VerifyError> {
     let mut scratch = Vec::new();
     let mut order = TimeOrder::default();
     let (mut packets, mut chunks) = (0u64, 0u64);
-    let mut flows = FlowIndexBuilder::new();
+    let mut flows = ChunkFilterBuilder::new();
     for (i, entry) in f.index.entries.iter().enumerate().skip(1) {
         let chunk = f.read_chunk(&header, entry, &mut scratch)?;
         for (k, r) in chunk.records.iter().enumerate() {
@@ -170,7 +170,7 @@ pub fn verify_stored(path: &Path) -> Result<VerifiedFile, VerifyError> {
                 .map_err(|e| defect(e.kind.to_string()))?;
         }
         check_chunk_against_index(&f, i, entry, &chunk)?;
-        check_flow_index(&f, i, &header, &chunk, &mut flows)?;
+        check_chunk_filter(&f, i, &header, &chunk, &mut flows)?;
         packets += chunk.len() as u64;
         chunks += u64::from(entry.kind == FrameKind::Packets);
     }
@@ -383,12 +383,12 @@ fn check_header(f: &StoredFile, header: &Header) -> Result<(), FileError> {
 
 /// A chunk's flow index, if the file has them, must be exactly the one its packets give:
 /// a stale or damaged index would make a filtered extract skip packets it should return.
-fn check_flow_index(
+fn check_chunk_filter(
     f: &StoredFile,
     i: usize,
     header: &Header,
     chunk: &ChunkPackets,
-    builder: &mut FlowIndexBuilder,
+    builder: &mut ChunkFilterBuilder,
 ) -> Result<(), VerifyError> {
     let Some(stored) = f.index.flows.get(i) else {
         return Ok(());
@@ -411,7 +411,7 @@ fn check_flow_index(
         // A chunk the recorder did not index (none of this file's, or a salvaged one).
         return Ok(());
     }
-    if let Err(err) = FlowIndex::decode(stored) {
+    if let Err(err) = ChunkFilter::decode(stored) {
         return fail(format!("does not decode: {err}"));
     }
     for k in 0..chunk.len() {
@@ -588,7 +588,7 @@ mod tests {
     fn a_flow_index_that_does_not_describe_its_chunk_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         // A valid flow index, but of a frame the chunk does not hold.
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         b.add(1, &[0u8; 60]);
         let other = b.finish().encode();
         for (flows, want) in [
