@@ -22,8 +22,8 @@
 //! stream's next file place it outside the window, else salvaged in memory up to its last
 //! whole chunk. Without it, the first defect is an error, as `extract --strict` wants.
 //!
-//! The packet filter is a [`PacketFilter`], so this crate needs no libpcap: the CLI
-//! compiles the BPF expression and hands in a closure.
+//! The packet filter is a [`PacketFilter`], so this crate needs no libpcap: the CLI and
+//! the service compile the BPF expression (`tapdeck_filter::bpf`) and hand in a filter.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -175,8 +175,8 @@ pub struct Plan {
     pub chunks_pruned: u64,
     /// Per file met by the window, what was chosen and why (`extract --explain`).
     pub choices: Vec<FileChoice>,
-    /// Go on past damage (see the module comment) instead of stopping at it.
-    skip_damage: bool,
+    /// Stop at damage, or go on past it (see the module comment).
+    on_damage: OnDamage,
     /// Damage found while planning (files whose index is lost).
     damage: Vec<Damage>,
 }
@@ -204,7 +204,7 @@ pub struct ExtractReport {
     pub files_total: u64,
     pub chunks_decoded: u64,
     pub chunks_total: u64,
-    /// What could not be read, in the order it was met (only with `skip_damage`).
+    /// What could not be read, in the order it was met (only with [`OnDamage::Skip`]).
     pub damage: Vec<Damage>,
 }
 
@@ -512,7 +512,7 @@ impl Planning {
             chunks_selected: self.chunks_selected,
             chunks_pruned: self.chunks_pruned,
             choices: self.choices,
-            skip_damage: how.on_damage == OnDamage::Skip,
+            on_damage: how.on_damage,
             damage: self.damage,
         }
     }
@@ -817,7 +817,7 @@ impl Plan {
             scratch: Vec::new(),
             current: None,
             started: false,
-            skip_damage: self.skip_damage,
+            on_damage: self.on_damage,
             report: ExtractReport {
                 files_total: self.files_total,
                 chunks_total: self.chunks_total,
@@ -890,7 +890,7 @@ pub struct Merger {
     /// The cursor whose packet `next` returned last; it moves on at the next call.
     current: Option<usize>,
     started: bool,
-    skip_damage: bool,
+    on_damage: OnDamage,
     /// Files and chunks decoded so far (packet counts are the caller's to keep).
     pub report: ExtractReport,
 }
@@ -900,7 +900,7 @@ impl Merger {
     /// chunk is an error naming the file and place; the packets before it were returned.
     #[allow(clippy::should_implement_trait)] // a lending iterator: packets borrow the merger
     pub fn next(&mut self) -> Result<Option<MergedPacket<'_>>, FileError> {
-        let skip = self.skip_damage;
+        let skip = self.on_damage;
         if !self.started {
             self.started = true;
             for (i, c) in self.cursors.iter_mut().enumerate() {
@@ -960,14 +960,14 @@ struct StreamCursor {
 impl StreamCursor {
     /// Moves to the next packet inside the window (the current one if it is), decoding
     /// further chunks as needed; returns its corrected timestamp, or `None` when the
-    /// stream is done. With `skip_damage`, a chunk (or a header) that does not decode is
+    /// stream is done. With [`OnDamage::Skip`], a chunk (or a header) that does not decode is
     /// noted in the report and passed over.
     fn seek(
         &mut self,
         window: &TimeWindow,
         scratch: &mut Vec<u8>,
         report: &mut ExtractReport,
-        skip_damage: bool,
+        on_damage: OnDamage,
     ) -> Result<Option<u64>, FileError> {
         loop {
             if let Some(r) = self.chunk.records.get(self.pos) {
@@ -992,7 +992,7 @@ impl StreamCursor {
                     report.files_decoded += 1;
                     match file.file.read_header() {
                         Ok(h) => self.header.insert(h),
-                        Err(e) if skip_damage => {
+                        Err(e) if on_damage == OnDamage::Skip => {
                             let lost = u64::from(entry.packets)
                                 + file
                                     .chunks
@@ -1016,7 +1016,7 @@ impl StreamCursor {
             report.chunks_decoded += 1;
             match file.file.read_chunk(header, &entry, scratch) {
                 Ok(chunk) => self.chunk = chunk,
-                Err(e) if skip_damage => {
+                Err(e) if on_damage == OnDamage::Skip => {
                     self.chunk = ChunkPackets::default();
                     report.damage.push(Damage {
                         error: e.to_string(),
