@@ -14,6 +14,7 @@ use tapdeck_pcap::container::{
 };
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
+use crate::chunk_filter;
 use crate::controller::SharedController;
 use crate::direct::DirectFile;
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -455,11 +456,8 @@ impl StreamWriter {
         let data_len = chunk.segment.data().len();
         if self.cfg.flow_index && chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
             // Stored raw without a compressor's visit: indexed here.
-            chunk.flows = crate::chunk_filter::of_chunk(
-                self.cfg.format,
-                chunk.segment.data(),
-                &chunk.linktypes,
-            );
+            chunk.flows =
+                chunk_filter::of_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
         }
         let (codec, frame_len) = match &encoded {
             Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
