@@ -1,16 +1,16 @@
 //! The flow index from both ends. The first byte picks the mode:
 //! - even: a filter (its length in the next byte, then its bytes) and an encoded index (the
 //!   rest). With bit 1 set, the index bytes get a valid checksum appended first, so the
-//!   fuzzer gets past it to the sets. `Predicate::parse` and `FlowIndex::decode` must not
+//!   fuzzer gets past it to the sets. `Predicate::parse` and `ChunkFilter::decode` must not
 //!   panic; a decoded index re-encodes to the same bytes (the encoding is canonical),
 //!   merges with itself, and answers the predicate.
 //! - odd: frames (a link type selector byte and a length byte before each) through a
-//!   `FlowIndexBuilder`; its index must survive encode/decode unchanged and answer a few
+//!   `ChunkFilterBuilder`; its index must survive encode/decode unchanged and answer a few
 //!   predicates.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+use tapdeck_filter::{ChunkFilter, ChunkFilterBuilder, Predicate};
 
 const LINKTYPES: [u32; 10] = [1, 101, 113, 276, 0, 108, 228, 229, 12, 127];
 
@@ -34,13 +34,13 @@ fuzz_target!(|data: &[u8]| {
             let sum = xxhash_rust::xxh32::xxh32(&bytes, 0);
             bytes.extend(sum.to_le_bytes());
         }
-        if let Ok(index) = FlowIndex::decode(&bytes) {
+        if let Ok(index) = ChunkFilter::decode(&bytes) {
             assert_eq!(index.encode(), bytes, "not canonical");
             let _ = index.to_string();
             let mut twice = index.clone();
             twice.merge(&index);
             assert_eq!(twice.packets(), index.packets().saturating_mul(2));
-            assert_eq!(FlowIndex::decode(&twice.encode()), Ok(twice.clone()));
+            assert_eq!(ChunkFilter::decode(&twice.encode()), Ok(twice.clone()));
             if let Some(p) = &predicate {
                 // Merging only adds: what may match a part may match the whole.
                 if p.may_match(&index) {
@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     } else {
-        let mut builder = FlowIndexBuilder::new();
+        let mut builder = ChunkFilterBuilder::new();
         let mut rest = rest;
         while let [lt, len, tail @ ..] = rest {
             let n = usize::from(*len).min(tail.len());
@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
         }
         let index = builder.finish();
         let bytes = index.encode();
-        assert_eq!(FlowIndex::decode(&bytes), Ok(index.clone()));
+        assert_eq!(ChunkFilter::decode(&bytes), Ok(index.clone()));
         for f in ["host 10.0.0.1", "tcp port 80 or udp", "vlan 1 and net ::/0", "not icmp6"] {
             let _ = Predicate::parse(f).unwrap().may_match(&index);
         }

@@ -1,4 +1,4 @@
-//! The sidecar block index of a capture file (`FILE.tdx`, `tapdeck_index::sidecar`)
+//! The sidecar block index of a capture file (`FILE.tdx`, `tapdeck_filter::sidecar`)
 //! over arbitrary bytes. The first byte is a switch: with bit 0 set, the rest gets a valid
 //! checksum appended first, so the fuzzer gets past it to the header and blocks.
 //! `Sidecar::decode` must not panic, must fail with one line, and what it accepts must
@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tapdeck_index::sidecar::Sidecar;
+use tapdeck_filter::sidecar::Sidecar;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else {

@@ -240,12 +240,17 @@ fn selected_input(args: &ConvertArgs, stores: &[PathBuf]) -> anyhow::Result<Path
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let offsets = vec![0; opened.len()];
-    let selection = crate::extract::select(&opened, &offsets, window, &expr, true, true)?;
+    let selection = crate::extract::select(
+        &opened,
+        &offsets,
+        window,
+        &expr,
+        true,
+        tapdeck_store::extract::OnDamage::Skip,
+    )?;
     let (read, skipped) = (selection.plan.chunks_selected, selection.plan.chunks_pruned);
     let programs = selection.programs;
-    let mut filter = |lt: u16, p: &tapdeck_pcap::Packet<'_>| {
-        programs.get(&lt).is_none_or(|prog| prog.filter(p.data))
-    };
+    let mut filter = |lt: u16, p: &tapdeck_pcap::Packet<'_>| programs.matches(lt, p.data);
     // Written beside, then renamed: an interrupted selection is never taken for a whole one.
     let tmp = dir.join(".selection.pcapng.tmp");
     let mut file = std::io::BufWriter::new(

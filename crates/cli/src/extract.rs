@@ -1,14 +1,14 @@
 //! `tapdeck extract`: wires the store's extraction to libpcap's filter compiler.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use tapdeck_index::Predicate;
+use tapdeck_filter::bpf::LinkPrograms;
+use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_recorder::merge::{parse_offset, InputSpec};
-use tapdeck_store::extract::{self, ExtractError, StoreInput, TimeWindow};
+use tapdeck_store::extract::{self, ExtractError, OnDamage, Plan, StoreInput, TimeWindow};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
@@ -99,14 +99,12 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         .iter()
         .map(|s| open_store(s, &args.data_dirs))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let selection = select(
-        &opened,
-        &offsets,
-        window,
-        &expr,
-        !args.no_index,
-        !args.strict,
-    )?;
+    let on_damage = if args.strict {
+        OnDamage::Stop
+    } else {
+        OnDamage::Skip
+    };
+    let selection = select(&opened, &offsets, window, &expr, !args.no_index, on_damage)?;
     if args.explain {
         explain(
             &expr,
@@ -121,8 +119,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         None => selection.plan.store_format.unwrap_or(Format::Pcapng),
     };
     let Selection { plan, programs, .. } = selection;
-    let mut filter =
-        |lt: u16, p: &Packet<'_>| programs.get(&lt).is_none_or(|prog| prog.filter(p.data));
+    let mut filter = |lt: u16, p: &Packet<'_>| programs.matches(lt, p.data);
 
     let (files_selected, chunks_selected) = (plan.files_selected, plan.chunks_selected);
     let pruned = match plan.chunks_pruned {
@@ -183,21 +180,21 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
 /// What an extract reads: the plan (chunks in the window that the flow index does not
 /// rule out) and libpcap's program per link type, which decides every packet.
 pub struct Selection {
-    pub plan: extract::Plan,
-    pub programs: HashMap<u16, pcap::BpfProgram>,
+    pub plan: Plan,
+    pub programs: LinkPrograms,
     pub predicate: Option<Predicate>,
 }
 
 /// Plans reading `stores` (with their clock offsets) in `window` through `expr`: the
 /// filter's index-answerable form skips chunks (unless `use_index` is false); libpcap
-/// still decides every packet. `lenient`: damaged places are reported, not fatal.
+/// still decides every packet.
 pub fn select(
     stores: &[Store],
     offsets: &[i64],
     window: TimeWindow,
     expr: &str,
     use_index: bool,
-    lenient: bool,
+    on_damage: OnDamage,
 ) -> anyhow::Result<Selection> {
     let inputs: Vec<StoreInput<'_>> = stores
         .iter()
@@ -209,19 +206,19 @@ pub fn select(
     } else {
         None
     };
-    let plan = extract::plan_selected(&inputs, window, lenient, predicate.as_ref())?;
-    let mut programs = HashMap::new();
-    if !expr.trim().is_empty() {
-        // Compile once per link type, before any output is written.
-        for lt in plan.linktypes() {
-            let program = pcap::Capture::dead(pcap::Linktype(i32::from(lt)))
-                .and_then(|c| c.compile(expr, true))
-                .map_err(|e| {
-                    anyhow::anyhow!("filter '{expr}' does not compile for link type {lt}: {e}")
-                })?;
-            programs.insert(lt, program);
-        }
-    }
+    let plan = Plan::builder(&inputs)
+        .window(window)
+        .on_damage(on_damage)
+        .prune(predicate.as_ref())
+        .build()?;
+    // Compiled once per link type, before any output is written.
+    let programs = LinkPrograms::compile(expr, &plan.linktypes()).map_err(|e| {
+        anyhow::anyhow!(
+            "filter '{expr}' does not compile for link type {}: {}",
+            e.linktype,
+            e.error
+        )
+    })?;
     Ok(Selection {
         plan,
         programs,
@@ -230,7 +227,7 @@ pub fn select(
 }
 
 /// `--explain`: how the chunks to read were chosen.
-fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &extract::Plan) {
+fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &Plan) {
     let how = match (expr.trim().is_empty(), no_index, predicate) {
         (true, _, _) => "no filter: every chunk in the window is read".to_string(),
         (false, true, _) => "--no-index: every chunk in the window is read".to_string(),

@@ -1,12 +1,12 @@
 //! The `tapdeck` binary: parses flags and wires the libraries together, nothing more.
 
 mod args;
+mod backfill;
 mod collect;
 mod convert;
 mod exit;
 mod export;
 mod extract;
-mod index;
 mod info;
 mod logging;
 mod merge;
@@ -65,7 +65,7 @@ fn run(cli: &Cli, matches: &ArgMatches) -> anyhow::Result<i32> {
         Command::Export(a) => export::run(a),
         Command::Collect(a) => collect::run(a),
         Command::Verify(a) => verify::run(a),
-        Command::Index(a) => index::run(a),
+        Command::Index(a) => backfill::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Info(a) => info::run(a),
         Command::Merge(a) => merge::run(a),

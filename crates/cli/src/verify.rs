@@ -2,9 +2,10 @@
 
 use std::path::Path;
 
-use tapdeck_store::lock;
-use tapdeck_store::read::{format_time, FileError, Store};
-use tapdeck_store::verify::{self, FileSummary, Repaired};
+use tapdeck_store::read::{format_time, Store};
+use tapdeck_store::repair::{self, Repaired};
+use tapdeck_store::verify::{self, VerifiedFile, VerifyError};
+use tapdeck_store::{lock, meta};
 
 use crate::args::VerifyArgs;
 
@@ -69,7 +70,7 @@ fn refuse_live(path: &Path) -> anyhow::Result<()> {
 
 /// Verifies (or repairs, then verifies) one file, printing one line either way.
 fn check(path: &Path, repair: bool, totals: &mut Totals) {
-    if verify::is_partial(path) {
+    if meta::is_partial(path) {
         if let Some(holder) = lock::writer_of(path) {
             println!(
                 "{}: being written by {holder} (its chunks up to the last flush are readable)",
@@ -79,8 +80,8 @@ fn check(path: &Path, repair: bool, totals: &mut Totals) {
             return;
         }
     }
-    let result = if repair && verify::is_partial(path) {
-        match verify::repair(path) {
+    let result = if repair && meta::is_partial(path) {
+        match repair::repair(path) {
             Ok(Repaired::As(done)) => {
                 eprintln!("{}: repaired as {}", path.display(), done.display());
                 verify::verify_file(&done)
@@ -92,10 +93,10 @@ fn check(path: &Path, repair: bool, totals: &mut Totals) {
                 );
                 return;
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
-    } else if repair && verify::is_truncated(path) {
-        match verify::repair_truncated(path) {
+    } else if repair && repair::is_truncated(path) {
+        match repair::repair_truncated(path) {
             Ok(packets) => {
                 eprintln!(
                     "{}: repaired: its index was lost; kept its {packets} packets up to the last whole chunk",
@@ -103,7 +104,7 @@ fn check(path: &Path, repair: bool, totals: &mut Totals) {
                 );
                 verify::verify_file(path)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     } else {
         verify::verify_file(path)
@@ -126,11 +127,24 @@ fn check(path: &Path, repair: bool, totals: &mut Totals) {
     }
 }
 
-fn report_failure(e: &FileError) {
-    eprintln!("{e}");
+fn report_failure(e: &VerifyError) {
+    eprintln!("{}", failure_line(e));
 }
 
-fn describe(s: &FileSummary) -> String {
+/// The one line a failed file gets, with what the user can do about it.
+fn failure_line(e: &VerifyError) -> String {
+    match e {
+        VerifyError::Partial(e) => {
+            format!("{e}; run `tapdeck verify --repair` to keep its complete chunks")
+        }
+        VerifyError::StaleChunkFilter(e) => format!(
+            "{e} (stale or damaged: `tapdeck verify` cannot repair it; extract with --no-index reads around it)"
+        ),
+        VerifyError::File(e) => e.to_string(),
+    }
+}
+
+fn describe(s: &VerifiedFile) -> String {
     let range = match (s.first_ts_ns, s.last_ts_ns) {
         (Some(a), Some(b)) => format!("{} .. {}", format_time(a), format_time(b)),
         _ => "empty".into(),
@@ -155,4 +169,21 @@ fn describe(s: &FileSummary) -> String {
         s.path.display(),
         s.packets
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_file_is_refused_with_the_way_to_repair_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir
+            .path()
+            .join(".20261123T055734.000000123Z-s01-000007.pcapng.zst.partial");
+        std::fs::write(&path, b"").unwrap();
+        let line = failure_line(&verify::verify_file(&path).unwrap_err());
+        assert!(line.contains("run `tapdeck verify --repair`"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
 }

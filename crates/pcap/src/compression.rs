@@ -52,7 +52,7 @@ impl Compression {
         }
     }
 
-    /// The code a sidecar records (`tapdeck_index::sidecar`): 1 to 5; 0 means none.
+    /// The code a sidecar records (`tapdeck_filter::sidecar`): 1 to 5; 0 means none.
     pub fn code(self) -> u8 {
         match self {
             Compression::Gzip => 1,

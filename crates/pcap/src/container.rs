@@ -172,7 +172,7 @@ pub struct ChunkEntry {
 pub struct ChunkIndex {
     pub meta: String,
     pub entries: Vec<ChunkEntry>,
-    /// Per entry, the flows its packets hold (an encoded `tapdeck_index::FlowIndex`; empty
+    /// Per entry, the flows its packets hold (an encoded `tapdeck_filter::ChunkFilter`; empty
     /// for frames without packets or when unknown). Empty when the file has no flow index
     /// (files written before it existed): then the index is written as version 1, byte
     /// for byte as before.

@@ -14,7 +14,7 @@ pub mod affinity;
 pub mod controller;
 pub mod direct;
 pub mod error;
-pub use tapdeck_store::flows;
+pub use tapdeck_store::chunk_filter;
 pub mod ladder;
 pub mod live;
 pub mod merge;

@@ -419,7 +419,9 @@ pub fn merge(
             offset_ns: spec.offset_ns,
         })
         .collect();
-    let plan = extract::plan_many(&store_inputs, opts.window)?;
+    let plan = extract::Plan::builder(&store_inputs)
+        .window(opts.window)
+        .build()?;
     let interfaces = plan.output_interfaces();
     let linktypes = interfaces.iter().map(|i| i.linktype).collect();
     let mut manifest = MergeManifest {
@@ -727,7 +729,7 @@ mod tests {
                 offset_ns: i.offset_ns,
             })
             .collect();
-        let plan = extract::plan_many(&si, TimeWindow::default()).unwrap();
+        let plan = extract::Plan::builder(&si).build().unwrap();
         let mut m = plan.merger();
         let mut dd = dedup.map(Dedup::new);
         let mut out = Vec::new();
@@ -876,9 +878,7 @@ mod tests {
 
     fn read_back(store: &Path) -> Vec<(u64, u8)> {
         let store = Store::open(store).unwrap();
-        let mut m = extract::plan(&store, TimeWindow::default())
-            .unwrap()
-            .merger();
+        let mut m = extract::Plan::of_store(&store).build().unwrap().merger();
         let mut out = Vec::new();
         while let Some(p) = m.next().unwrap() {
             out.push((p.packet.ts_ns, p.packet.data[40]));
@@ -937,7 +937,8 @@ mod tests {
             ),
             (vec![0], vec![1])
         );
-        let descriptions: Vec<_> = extract::plan(&store, TimeWindow::default())
+        let descriptions: Vec<_> = extract::Plan::of_store(&store)
+            .build()
             .unwrap()
             .output_interfaces()
             .into_iter()

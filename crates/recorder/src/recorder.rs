@@ -16,6 +16,7 @@ use tapdeck_pcap::container::{Codec, FrameEncoder};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::affinity::{cpu_for, pin, set_nice, Pinning};
+use crate::chunk_filter;
 use crate::controller::{Decision, LadderController, Reason, SharedController};
 use crate::error::RecordError;
 use crate::ladder::CodecLadder;
@@ -29,7 +30,7 @@ use crate::stats::{CaptureCounts, StatsHub, StatsRecord};
 use crate::writer::{DataDirs, StreamWriter, WriterConfig};
 use tapdeck_store::lock::StoreLock;
 use tapdeck_store::meta::{self, InterfaceMeta, Manifest, MergeManifest};
-use tapdeck_store::verify::{self, Repaired};
+use tapdeck_store::repair::{self, Repaired};
 
 /// Capture and writer threads outrank everything else; compressors run at idle priority
 /// (the HP authors saw compression starve capture during bursts). Raising priority needs
@@ -197,7 +198,7 @@ pub fn record<S: PacketSource + 'static>(
     let data_dirs = Arc::new(DataDirs::new(abs_dirs.clone()));
     let started_ns = now_ns();
     // Relative paths and ids keep the store readable after a move or a copy.
-    let marked = meta::DataDirs::mark(&root, &abs_dirs).map_err(RecordError::Manifest)?;
+    let marked = meta::DataDirs::mark(&root, &abs_dirs).map_err(manifest_error)?;
     let mut manifest = Manifest {
         store_version: meta::STORE_VERSION,
         tapdeck_version: env!("CARGO_PKG_VERSION").into(),
@@ -531,7 +532,7 @@ fn finalize_leftovers(dirs: &[PathBuf]) {
             .collect();
         partials.sort();
         for partial in partials {
-            match verify::repair(&partial) {
+            match repair::repair(&partial) {
                 Ok(Repaired::As(done)) => tracing::warn!(
                     "{} was left incomplete by an earlier run; finalized as {}",
                     partial.display(),
@@ -662,7 +663,11 @@ fn merge_interfaces(manifest: &mut Manifest, ifaces: &[Interface]) {
 }
 
 fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), RecordError> {
-    meta::write_manifest(&cfg.store, manifest).map_err(RecordError::Manifest)
+    meta::write_manifest(&cfg.store, manifest).map_err(manifest_error)
+}
+
+fn manifest_error(e: meta::WriteError) -> RecordError {
+    RecordError::Manifest(e.to_string())
 }
 
 /// Frame buffers each compressor writes into every page of before its first chunk (see
@@ -716,7 +721,7 @@ fn compress_loop(
             );
         }
         if let Some(format) = index_format {
-            chunk.flows = crate::flows::index_chunk(format, chunk.segment.data(), &chunk.linktypes);
+            chunk.flows = chunk_filter::of_chunk(format, chunk.segment.data(), &chunk.linktypes);
         }
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,

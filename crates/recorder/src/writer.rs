@@ -14,6 +14,7 @@ use tapdeck_pcap::container::{
 };
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
+use crate::chunk_filter;
 use crate::controller::SharedController;
 use crate::direct::DirectFile;
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -456,7 +457,7 @@ impl StreamWriter {
         if self.cfg.flow_index && chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
             // Stored raw without a compressor's visit: indexed here.
             chunk.flows =
-                crate::flows::index_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
+                chunk_filter::of_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
         }
         let (codec, frame_len) = match &encoded {
             Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
@@ -723,8 +724,8 @@ impl StreamWriter {
             if dirs.failed[*dir].lock().unwrap().is_some() {
                 return true;
             }
-            match tapdeck_store::verify::repair(partial) {
-                Ok(tapdeck_store::verify::Repaired::As(done)) => {
+            match tapdeck_store::repair::repair(partial) {
+                Ok(tapdeck_store::repair::Repaired::As(done)) => {
                     tracing::warn!(
                         "{} (abandoned when its directory failed) finalized as {}",
                         partial.display(),
@@ -732,7 +733,7 @@ impl StreamWriter {
                     );
                     false
                 }
-                Ok(tapdeck_store::verify::Repaired::RemovedEmpty) => false,
+                Ok(tapdeck_store::repair::Repaired::RemovedEmpty) => false,
                 Err(e) => {
                     tracing::warn!("{e}; trying again later");
                     true

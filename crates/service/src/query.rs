@@ -7,16 +7,16 @@
 //! [`Limits::max_bytes`] or [`Limits::max_seconds`] (the answer then ends early, and the
 //! log says so).
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use tapdeck_index::Predicate;
+use tapdeck_filter::bpf::LinkPrograms;
+use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_store::extract::{
-    self, ExtractError, ExtractReport, PacketFilter, Plan, StoreInput, TimeWindow,
+    self, ExtractError, ExtractReport, OnDamage, PacketFilter, Plan, StoreInput, TimeWindow,
 };
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
@@ -67,7 +67,7 @@ pub enum QueryError {
 pub struct Prepared {
     plan: Plan,
     format: Format,
-    programs: HashMap<u16, pcap::BpfProgram>,
+    programs: LinkPrograms,
     pub describe: String,
 }
 
@@ -141,17 +141,14 @@ pub fn prepare(stores: &[PathBuf], req: &Request) -> Result<Prepared, QueryError
         })
         .collect();
     let predicate = Predicate::parse(&filter);
-    let plan = extract::plan_selected(&inputs, window, true, predicate.as_ref())
+    let plan = Plan::builder(&inputs)
+        .window(window)
+        .on_damage(OnDamage::Skip)
+        .prune(predicate.as_ref())
+        .build()
         .map_err(|e| QueryError::Store(e.to_string()))?;
-    let mut programs = HashMap::new();
-    if !filter.trim().is_empty() {
-        for lt in plan.linktypes() {
-            let program = pcap::Capture::dead(pcap::Linktype(i32::from(lt)))
-                .and_then(|c| c.compile(&filter, true))
-                .map_err(|e| bad(format!("filter {filter:?} does not compile: {e}")))?;
-            programs.insert(lt, program);
-        }
-    }
+    let programs = LinkPrograms::compile(&filter, &plan.linktypes())
+        .map_err(|e| bad(format!("filter {filter:?} does not compile: {}", e.error)))?;
     let describe = format!(
         "window {}..{}, filter {:?}: {} of {} chunks to read ({} skipped by the flow index)",
         req.start.as_deref().unwrap_or("start"),
@@ -198,16 +195,14 @@ pub fn reached_time_limit(e: &ExtractError) -> bool {
 
 /// libpcap's programs per link type, and the time limit.
 struct Filter {
-    programs: HashMap<u16, pcap::BpfProgram>,
+    programs: LinkPrograms,
     deadline: Instant,
     packets: u64,
 }
 
 impl PacketFilter for Filter {
     fn matches(&mut self, linktype: u16, p: &Packet<'_>) -> bool {
-        self.programs
-            .get(&linktype)
-            .is_none_or(|prog| prog.filter(p.data))
+        self.programs.matches(linktype, p.data)
     }
 
     fn stop(&mut self) -> Option<String> {

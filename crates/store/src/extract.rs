@@ -13,34 +13,30 @@
 //! to the earlier input, the lower stream, then the earlier lane: a fixed key), one decoded
 //! chunk per lane in memory at a time; one run after another is one lane.
 //!
-//! Damage: with `skip_damage` ([`plan_stores`]), a chunk that does not decode is reported
+//! Plans are made by one builder ([`Plan::builder`]): the time window, what to do on
+//! damage ([`OnDamage`]), and the predicate the chunk filters prune with.
+//!
+//! Damage: with [`OnDamage::Skip`], a chunk that does not decode is reported
 //! (file, offset, packets the index gives it) and reading goes on with the next chunk; a
 //! file whose index is lost (cut short) is skipped unread when its name's time and its
 //! stream's next file place it outside the window, else salvaged in memory up to its last
 //! whole chunk. Without it, the first defect is an error, as `extract --strict` wants.
 //!
-//! The packet filter is a [`PacketFilter`], so this crate needs no libpcap: the CLI
-//! compiles the BPF expression and hands in a closure.
+//! The packet filter is a [`PacketFilter`], so this crate needs no libpcap: the CLI and
+//! the service compile the BPF expression (`tapdeck_filter::bpf`) and hand in a filter.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io::Write;
-
 use std::path::PathBuf;
-use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 
-use tapdeck_index::{FlowIndex, Predicate};
+use tapdeck_filter::{ChunkFilter, Predicate};
+use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::meta::{self, days_from_civil};
 use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
-use crate::{lock, verify};
-
-/// What `plan_stores` reads: a complete file by its path, or a live one already opened.
-enum Source<'a> {
-    Stored(&'a std::path::PathBuf),
-    Live(Box<StoredFile>),
-}
+use crate::{lock, salvage};
 
 /// Packets with `start <= ts < end`; an open side is unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -179,8 +175,8 @@ pub struct Plan {
     pub chunks_pruned: u64,
     /// Per file met by the window, what was chosen and why (`extract --explain`).
     pub choices: Vec<FileChoice>,
-    /// Go on past damage (see the module comment) instead of stopping at it.
-    skip_damage: bool,
+    /// Stop at damage, or go on past it (see the module comment).
+    on_damage: OnDamage,
     /// Damage found while planning (files whose index is lost).
     damage: Vec<Damage>,
 }
@@ -208,7 +204,7 @@ pub struct ExtractReport {
     pub files_total: u64,
     pub chunks_decoded: u64,
     pub chunks_total: u64,
-    /// What could not be read, in the order it was met (only with `skip_damage`).
+    /// What could not be read, in the order it was met (only with [`OnDamage::Skip`]).
     pub damage: Vec<Damage>,
 }
 
@@ -217,17 +213,6 @@ impl ExtractReport {
     pub fn packets_lost(&self) -> u64 {
         self.damage.iter().filter_map(|d| d.packets_lost).sum()
     }
-}
-
-/// Reads every file's index and picks the files and chunks that meet `window`.
-pub fn plan(store: &Store, window: TimeWindow) -> Result<Plan, ExtractError> {
-    plan_many(
-        &[StoreInput {
-            store,
-            offset_ns: 0,
-        }],
-        window,
-    )
 }
 
 /// The name a store goes by in interface descriptions and reports: its directory's name,
@@ -254,12 +239,6 @@ pub fn store_labels(roots: &[&std::path::Path]) -> Vec<String> {
         .collect()
 }
 
-/// Like [`plan`], over several stores whose packets are merged by corrected time; the
-/// first defect is an error.
-pub fn plan_many(inputs: &[StoreInput<'_>], window: TimeWindow) -> Result<Plan, ExtractError> {
-    plan_stores(inputs, window, false)
-}
-
 /// A file of the plan before it is laid into a lane, with its index time range.
 struct Candidate {
     input: u32,
@@ -269,256 +248,434 @@ struct Candidate {
     file: PlannedFile,
 }
 
-/// Like [`plan_many`]; with `skip_damage`, a file whose index is lost is skipped when it
-/// lies outside the window and salvaged in memory when it may not (see the module
-/// comment), and the plan's merger goes on past corrupt chunks.
-pub fn plan_stores(
-    inputs: &[StoreInput<'_>],
-    window: TimeWindow,
-    skip_damage: bool,
-) -> Result<Plan, ExtractError> {
-    plan_selected(inputs, window, skip_damage, None)
+/// What to do about a damaged place (a chunk that does not decode, a file whose index is
+/// lost): see the module comment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnDamage {
+    /// The first defect is an error (`extract --strict`).
+    #[default]
+    Stop,
+    /// It is reported, and reading goes on around it.
+    Skip,
 }
 
-/// Like [`plan_stores`]; with `flows`, chunks whose flow index shows that no packet of
-/// theirs can match (the filter's index-answerable form, `tapdeck_index::Predicate`) are
-/// left out. Files without a flow index, and chunks whose index does not decode, are read.
-pub fn plan_selected(
-    inputs: &[StoreInput<'_>],
+/// Builds the [`Plan`] of an extraction from the stores' indexes alone: the files and
+/// chunks that meet the time window, less those the chunk filters rule out.
+///
+/// ```no_run
+/// # use tapdeck_store::extract::{OnDamage, Plan, StoreInput, TimeWindow};
+/// # use tapdeck_store::read::Store;
+/// let store = Store::open(std::path::Path::new("store"))?;
+/// let inputs = [StoreInput { store: &store, offset_ns: 0 }];
+/// let plan = Plan::builder(&inputs)
+///     .window(TimeWindow { start_ns: Some(1_000), end_ns: None })
+///     .on_damage(OnDamage::Skip)
+///     .build()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct PlanBuilder<'a> {
+    inputs: Vec<StoreInput<'a>>,
     window: TimeWindow,
-    skip_damage: bool,
-    flows: Option<&Predicate>,
-) -> Result<Plan, ExtractError> {
-    let mut interfaces: Vec<OutputInterface> = Vec::new();
-    let mut store_format = None;
-    let mut fallback_interface = None;
-    for input in inputs {
-        if let Some(m) = &input.store.manifest {
-            store_format = store_format.or_else(|| meta::parse_format(&m.format));
-            fallback_interface =
-                fallback_interface.or_else(|| m.interfaces.first().map(Interface::from));
+    on_damage: OnDamage,
+    prune: Option<&'a Predicate>,
+}
+
+impl<'a> PlanBuilder<'a> {
+    /// Packets in `window` only (default: all).
+    pub fn window(mut self, window: TimeWindow) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Stop at the first defect (the default) or read around it.
+    pub fn on_damage(mut self, on_damage: OnDamage) -> Self {
+        self.on_damage = on_damage;
+        self
+    }
+
+    /// Leaves out the chunks whose chunk filter shows that no packet of theirs can match
+    /// `predicate` (the filter's index-answerable form). Files without chunk filters, and
+    /// chunks whose filter does not decode, are read.
+    pub fn prune(mut self, predicate: Option<&'a Predicate>) -> Self {
+        self.prune = predicate;
+        self
+    }
+
+    /// Reads every file's index and picks the files and chunks to read.
+    pub fn build(self) -> Result<Plan, ExtractError> {
+        let mut planning = Planning::new(&self.inputs);
+        for (n, input) in self.inputs.iter().enumerate() {
+            planning.add_input(&self, n as u32, input)?;
+        }
+        Ok(planning.into_plan(self))
+    }
+}
+
+impl Plan {
+    /// A plan over `inputs`, whose packets are merged by corrected time: every packet, the
+    /// first defect an error, no pruning, until the builder is told otherwise.
+    pub fn builder<'a>(inputs: &[StoreInput<'a>]) -> PlanBuilder<'a> {
+        PlanBuilder {
+            inputs: inputs.to_vec(),
+            window: TimeWindow::default(),
+            on_damage: OnDamage::Stop,
+            prune: None,
         }
     }
-    let (mut files_total, mut chunks_total, mut chunks_selected) = (0, 0, 0);
-    let mut chunks_pruned = 0;
-    let mut choices = Vec::new();
-    let mut damage = Vec::new();
-    let mut candidates: Vec<Candidate> = Vec::new();
-    for (n, input) in inputs.iter().enumerate() {
-        let n = n as u32;
-        let off = input.offset_ns;
+
+    /// A plan over one store, as it is (no clock offset).
+    pub fn of_store(store: &Store) -> PlanBuilder<'_> {
+        Plan::builder(&[StoreInput {
+            store,
+            offset_ns: 0,
+        }])
+    }
+}
+
+/// What [`PlanBuilder::build`] has gathered so far.
+struct Planning {
+    interfaces: Vec<OutputInterface>,
+    store_format: Option<Format>,
+    fallback_interface: Option<Interface>,
+    files_total: u64,
+    chunks_total: u64,
+    chunks_selected: u64,
+    chunks_pruned: u64,
+    choices: Vec<FileChoice>,
+    damage: Vec<Damage>,
+    candidates: Vec<Candidate>,
+}
+
+/// What a plan reads: a complete file by its path, or a live one already opened.
+enum Source<'a> {
+    Stored(&'a PathBuf),
+    Live(Box<StoredFile>),
+}
+
+impl Planning {
+    /// The default output format and interface come from the first manifest that has them
+    /// (else from the first file read).
+    fn new(inputs: &[StoreInput<'_>]) -> Planning {
+        let manifests = || inputs.iter().filter_map(|i| i.store.manifest.as_ref());
+        Planning {
+            interfaces: Vec::new(),
+            store_format: manifests().find_map(|m| meta::parse_format(&m.format)),
+            fallback_interface: manifests().find_map(|m| m.interfaces.first().map(Interface::from)),
+            files_total: 0,
+            chunks_total: 0,
+            chunks_selected: 0,
+            chunks_pruned: 0,
+            choices: Vec::new(),
+            damage: Vec::new(),
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Opens every file of input `n`, finished or being written, and keeps those with
+    /// chunks to read.
+    fn add_input(
+        &mut self,
+        how: &PlanBuilder<'_>,
+        n: u32,
+        input: &StoreInput<'_>,
+    ) -> Result<(), ExtractError> {
         let named: Vec<(u32, u64)> = input
             .store
             .files
             .iter()
             .filter_map(|p| name_time(p))
             .collect();
-        // Files a recorder is writing are read up to their last flush (see `open_live`);
-        // one with no complete frame yet holds nothing to read.
-        let live: Vec<StoredFile> = (input.store.partials.iter())
-            .filter(|p| lock::writer_of(p).is_some())
-            .filter_map(|p| verify::open_live(p).ok())
-            .collect();
-        let sources = (input.store.files.iter().map(Source::Stored))
-            .chain(live.into_iter().map(|f| Source::Live(Box::new(f))));
-        for source in sources {
-            files_total += 1;
-            let opened = match source {
-                Source::Live(file) => Ok(*file),
-                Source::Stored(path) => StoredFile::open(path).map_err(|e| (path, e)),
-            };
-            let file = match opened {
-                Ok(file) => file,
-                Err((path, e)) if skip_damage => {
-                    // Its index is lost: its name gives where it starts, its stream's next
-                    // file where it must end.
-                    if let Some((stream, t)) = name_time(path) {
-                        let next = named
-                            .iter()
-                            .filter(|&&(s, u)| s == stream && u > t)
-                            .map(|&(_, u)| u - 1)
-                            .min();
-                        let (first, last) = (
-                            corrected(t, off),
-                            next.map_or(u64::MAX, |u| corrected(u, off)),
-                        );
-                        if !window.meets(first, last) {
-                            continue;
+        for source in sources(input.store) {
+            self.files_total += 1;
+            let file = match source {
+                Source::Live(file) => *file,
+                Source::Stored(path) => match StoredFile::open(path) {
+                    Ok(file) => file,
+                    Err(e) if how.on_damage == OnDamage::Skip => {
+                        let lost = LostIndex {
+                            path,
+                            named: &named,
+                            offset_ns: input.offset_ns,
+                        };
+                        match self.salvage(&lost, &how.window, e) {
+                            Some(file) => file,
+                            None => continue,
                         }
                     }
-                    match crate::verify::salvage(path) {
-                        Ok((file, lost_bytes)) => {
-                            damage.push(Damage {
-                                error: e.to_string(),
-                                packets_lost: None,
-                                action: format!(
-                                    "read up to its last whole chunk ({} packets; the {lost_bytes} bytes after it are lost, `tapdeck verify --repair` keeps what is whole)",
-                                    file.meta.packets
-                                ),
-                            });
-                            file
-                        }
-                        Err(_) => {
-                            damage.push(Damage {
-                                error: e.to_string(),
-                                packets_lost: None,
-                                action: "skipped the file: nothing in it is whole".into(),
-                            });
-                            continue;
-                        }
-                    }
-                }
-                Err((_, e)) => return Err(e.into()),
-            };
-            store_format.get_or_insert(file.format);
-            if let Some(i) = file.meta.interfaces.first() {
-                fallback_interface.get_or_insert_with(|| i.into());
-            }
-            chunks_total += file.packet_chunks().count() as u64;
-            let in_window: Vec<(usize, &ChunkEntry)> = (file.index.entries.iter().enumerate())
-                .filter(|(_, e)| {
-                    e.kind == FrameKind::Packets
-                        && e.packets > 0
-                        && window.meets(corrected(e.first_ts_ns, off), corrected(e.last_ts_ns, off))
-                })
-                .collect();
-            let indexed = !file.index.flows.is_empty();
-            let chunks: Vec<ChunkEntry> = in_window
-                .iter()
-                .filter(|(i, _)| flows.is_none_or(|p| may_hold(p, file.index.flows.get(*i))))
-                .map(|(_, e)| **e)
-                .collect();
-            if !in_window.is_empty() {
-                choices.push(FileChoice {
-                    path: file.path.clone(),
-                    in_window: in_window.len() as u64,
-                    chosen: chunks.len() as u64,
-                    indexed,
-                });
-            }
-            chunks_pruned += (in_window.len() - chunks.len()) as u64;
-            if chunks.is_empty() {
-                continue;
-            }
-            chunks_selected += chunks.len() as u64;
-            let (first, last) = index_span(&file);
-            candidates.push(Candidate {
-                input: n,
-                offset_ns: off,
-                first_ns: corrected(first, off),
-                last_ns: corrected(last, off),
-                file: PlannedFile {
-                    file,
-                    chunks,
-                    iface_map: Vec::new(),
+                    Err(e) => return Err(e.into()),
                 },
-            });
+            };
+            self.add_file(how, n, input.offset_ns, file);
+        }
+        Ok(())
+    }
+
+    /// A file whose index is lost, read up to its last whole chunk; `None` when it lies
+    /// outside the window by its name's time and its stream's next file, or nothing in it
+    /// is whole (said in the damage).
+    fn salvage(
+        &mut self,
+        lost: &LostIndex<'_>,
+        window: &TimeWindow,
+        e: FileError,
+    ) -> Option<StoredFile> {
+        if lost
+            .span()
+            .is_some_and(|(first, last)| !window.meets(first, last))
+        {
+            return None;
+        }
+        match salvage::salvage(lost.path) {
+            Ok((file, lost_bytes)) => {
+                self.damage.push(Damage {
+                    error: e.to_string(),
+                    packets_lost: None,
+                    action: format!(
+                        "read up to its last whole chunk ({} packets; the {lost_bytes} bytes after it are lost, `tapdeck verify --repair` keeps what is whole)",
+                        file.meta.packets
+                    ),
+                });
+                Some(file)
+            }
+            Err(_) => {
+                self.damage.push(Damage {
+                    error: e.to_string(),
+                    packets_lost: None,
+                    action: "skipped the file: nothing in it is whole".into(),
+                });
+                None
+            }
         }
     }
-    // A stream whose sequence numbers are all distinct (every store a recorder of now
-    // writes: runs continue the sequence) is read in sequence order, which is the order
-    // it was captured in, in one lane. Only older stores, whose runs each restarted at 1,
-    // need the files' times to tell runs apart.
-    let mut seqs: std::collections::HashMap<(u32, u32), Vec<u64>> = Default::default();
-    for c in &candidates {
+
+    /// Chooses a file's chunks and keeps it as a candidate when any is chosen.
+    fn add_file(&mut self, how: &PlanBuilder<'_>, input: u32, offset_ns: i64, file: StoredFile) {
+        self.store_format.get_or_insert(file.format);
+        if let Some(i) = file.meta.interfaces.first() {
+            self.fallback_interface.get_or_insert_with(|| i.into());
+        }
+        self.chunks_total += file.packet_chunks().count() as u64;
+        let (in_window, chunks) = choose_chunks(&file, &how.window, offset_ns, how.prune);
+        if in_window > 0 {
+            self.choices.push(FileChoice {
+                path: file.path.clone(),
+                in_window,
+                chosen: chunks.len() as u64,
+                indexed: !file.index.flows.is_empty(),
+            });
+        }
+        self.chunks_pruned += in_window - chunks.len() as u64;
+        if chunks.is_empty() {
+            return;
+        }
+        self.chunks_selected += chunks.len() as u64;
+        let (first, last) = index_span(&file);
+        self.candidates.push(Candidate {
+            input,
+            offset_ns,
+            first_ns: corrected(first, offset_ns),
+            last_ns: corrected(last, offset_ns),
+            file: PlannedFile {
+                file,
+                chunks,
+                iface_map: Vec::new(),
+            },
+        });
+    }
+
+    /// Lays the candidates into lanes, numbers the output interfaces, and makes the plan.
+    fn into_plan(mut self, how: PlanBuilder<'_>) -> Plan {
+        let by_sequence = read_in_sequence(&self.candidates);
+        let mut candidates = std::mem::take(&mut self.candidates);
+        sort_candidates(&mut candidates, &by_sequence);
+        let streams = lay_into_lanes(candidates, &by_sequence, &mut self.interfaces);
+        // Lanes were opened in (input, stream, time) order: the merge's tie-break.
+        let files_selected = streams.iter().map(|s| s.files.len() as u64).sum();
+        let roots: Vec<&std::path::Path> =
+            how.inputs.iter().map(|i| i.store.root.as_path()).collect();
+        Plan {
+            window: how.window,
+            streams,
+            interfaces: self.interfaces,
+            labels: store_labels(&roots),
+            store_format: self.store_format,
+            fallback_interface: self.fallback_interface.unwrap_or(Interface {
+                linktype: 1,
+                snaplen: 0,
+                name: None,
+                description: None,
+            }),
+            files_total: self.files_total,
+            chunks_total: self.chunks_total,
+            files_selected,
+            chunks_selected: self.chunks_selected,
+            chunks_pruned: self.chunks_pruned,
+            choices: self.choices,
+            on_damage: how.on_damage,
+            damage: self.damage,
+        }
+    }
+}
+
+/// A store's files: the complete ones by path, then those a recorder is writing, read up
+/// to their last flush (see [`salvage::open_live`]); one with no complete frame yet holds
+/// nothing to read.
+fn sources(store: &Store) -> impl Iterator<Item = Source<'_>> {
+    let live: Vec<StoredFile> = (store.partials.iter())
+        .filter(|p| lock::writer_of(p).is_some())
+        .filter_map(|p| salvage::open_live(p).ok())
+        .collect();
+    (store.files.iter().map(Source::Stored))
+        .chain(live.into_iter().map(|f| Source::Live(Box::new(f))))
+}
+
+/// A stored file whose index is lost, and the names of its store's files.
+struct LostIndex<'a> {
+    path: &'a PathBuf,
+    /// Every stored file's (stream, first packet time) by its name.
+    named: &'a [(u32, u64)],
+    offset_ns: i64,
+}
+
+impl LostIndex<'_> {
+    /// Where the file's packets may lie (corrected time): from its name's time to just
+    /// before its stream's next file; `None` when its name does not say.
+    fn span(&self) -> Option<(u64, u64)> {
+        let (stream, t) = name_time(self.path)?;
+        let next = (self.named.iter())
+            .filter(|&&(s, u)| s == stream && u > t)
+            .map(|&(_, u)| u - 1)
+            .min();
+        let off = self.offset_ns;
+        Some((
+            corrected(t, off),
+            next.map_or(u64::MAX, |u| corrected(u, off)),
+        ))
+    }
+}
+
+/// A file's chunks with packets in the window (how many), and of those the ones `prune`
+/// does not rule out.
+fn choose_chunks(
+    file: &StoredFile,
+    window: &TimeWindow,
+    offset_ns: i64,
+    prune: Option<&Predicate>,
+) -> (u64, Vec<ChunkEntry>) {
+    let in_window: Vec<(usize, &ChunkEntry)> = (file.index.entries.iter().enumerate())
+        .filter(|(_, e)| {
+            e.kind == FrameKind::Packets
+                && e.packets > 0
+                && window.meets(
+                    corrected(e.first_ts_ns, offset_ns),
+                    corrected(e.last_ts_ns, offset_ns),
+                )
+        })
+        .collect();
+    let chosen = (in_window.iter())
+        .filter(|(i, _)| prune.is_none_or(|p| may_hold(p, file.index.flows.get(*i))))
+        .map(|(_, e)| **e)
+        .collect();
+    (in_window.len() as u64, chosen)
+}
+
+/// The (input, stream) pairs read in sequence order, in one lane. A stream whose sequence
+/// numbers are all distinct (every store a recorder of now writes: runs continue the
+/// sequence) is read in sequence order, which is the order it was captured in. Only older
+/// stores, whose runs each restarted at 1, need the files' times to tell runs apart.
+fn read_in_sequence(candidates: &[Candidate]) -> HashSet<(u32, u32)> {
+    let mut seqs: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
+    for c in candidates {
         let m = &c.file.file.meta;
         seqs.entry((c.input, m.stream)).or_default().push(m.seq);
     }
-    let by_sequence: std::collections::HashSet<(u32, u32)> = seqs
-        .into_iter()
+    seqs.into_iter()
         .filter_map(|(k, mut v)| {
             let n = v.len();
             v.sort_unstable();
             v.dedup();
             (v.len() == n).then_some(k)
         })
-        .collect();
-    // The fixed order files are laid into lanes in, and output interfaces numbered in.
+        .collect()
+}
+
+/// The fixed order files are laid into lanes in, and output interfaces numbered in.
+fn sort_candidates(candidates: &mut [Candidate], by_sequence: &HashSet<(u32, u32)>) {
+    let key = |c: &Candidate| {
+        let m = &c.file.file.meta;
+        let in_sequence = by_sequence.contains(&(c.input, m.stream));
+        (
+            c.input,
+            m.stream,
+            if in_sequence { m.seq } else { 0 },
+            c.first_ns,
+            c.last_ns,
+            m.seq,
+        )
+    };
     candidates.sort_by(|a, b| {
-        let key = |c: &Candidate| {
-            let m = &c.file.file.meta;
-            let in_sequence = by_sequence.contains(&(c.input, m.stream));
-            (
-                c.input,
-                m.stream,
-                if in_sequence { m.seq } else { 0 },
-                c.first_ns,
-                c.last_ns,
-                m.seq,
-            )
-        };
         key(a)
             .cmp(&key(b))
             .then_with(|| a.file.file.path.cmp(&b.file.file.path))
     });
+}
+
+/// Lays sorted candidates into lanes (see the module comment), mapping each file's
+/// interfaces to output interfaces.
+fn lay_into_lanes(
+    candidates: Vec<Candidate>,
+    by_sequence: &HashSet<(u32, u32)>,
+    interfaces: &mut Vec<OutputInterface>,
+) -> Vec<StreamPlan> {
     let mut streams: Vec<StreamPlan> = Vec::new();
     for mut c in candidates {
         let stream = c.file.file.meta.stream;
-        c.file.iface_map = c
-            .file
-            .file
-            .interfaces()
-            .into_iter()
-            .map(|interface| {
-                let out = OutputInterface {
-                    input: c.input,
-                    stream,
-                    interface,
-                };
-                let at = interfaces
-                    .iter()
-                    .position(|i| *i == out)
-                    .unwrap_or_else(|| {
-                        interfaces.push(out);
-                        interfaces.len() - 1
-                    });
-                at as u32
-            })
-            .collect();
+        c.file.iface_map = output_interfaces_of(&c.file.file, c.input, stream, interfaces);
         let in_sequence = by_sequence.contains(&(c.input, stream));
         let lane = streams.iter().position(|s| {
             s.input == c.input && s.stream == stream && (in_sequence || s.end_ns <= c.first_ns)
         });
-        let lane = match lane {
-            Some(at) => at,
-            None => {
-                streams.push(StreamPlan {
-                    input: c.input,
-                    stream,
-                    offset_ns: c.offset_ns,
-                    files: Vec::new(),
-                    end_ns: 0,
-                });
-                streams.len() - 1
-            }
-        };
+        let lane = lane.unwrap_or_else(|| {
+            streams.push(StreamPlan {
+                input: c.input,
+                stream,
+                offset_ns: c.offset_ns,
+                files: Vec::new(),
+                end_ns: 0,
+            });
+            streams.len() - 1
+        });
         streams[lane].end_ns = c.last_ns;
         streams[lane].files.push(c.file);
     }
-    // Lanes were opened in (input, stream, time) order: the merge's tie-break.
-    let files_selected = streams.iter().map(|s| s.files.len() as u64).sum();
-    let roots: Vec<&std::path::Path> = inputs.iter().map(|i| i.store.root.as_path()).collect();
-    Ok(Plan {
-        window,
-        streams,
-        interfaces,
-        labels: store_labels(&roots),
-        store_format,
-        fallback_interface: fallback_interface.unwrap_or(Interface {
-            linktype: 1,
-            snaplen: 0,
-            name: None,
-            description: None,
-        }),
-        files_total,
-        chunks_total,
-        files_selected,
-        chunks_selected,
-        chunks_pruned,
-        choices,
-        skip_damage,
-        damage,
-    })
+    streams
+}
+
+/// A file's interfaces as output interfaces (added to `interfaces` when new).
+fn output_interfaces_of(
+    file: &StoredFile,
+    input: u32,
+    stream: u32,
+    interfaces: &mut Vec<OutputInterface>,
+) -> Vec<u32> {
+    (file.interfaces().into_iter())
+        .map(|interface| {
+            let out = OutputInterface {
+                input,
+                stream,
+                interface,
+            };
+            let at = interfaces
+                .iter()
+                .position(|i| *i == out)
+                .unwrap_or_else(|| {
+                    interfaces.push(out);
+                    interfaces.len() - 1
+                });
+            at as u32
+        })
+        .collect()
 }
 
 /// Can a chunk with this flow index hold a packet `p` matches? Yes unless its index
@@ -526,7 +683,7 @@ pub fn plan_selected(
 fn may_hold(p: &Predicate, flows: Option<&Vec<u8>>) -> bool {
     match flows
         .filter(|f| !f.is_empty())
-        .map(|f| FlowIndex::decode(f))
+        .map(|f| ChunkFilter::decode(f))
     {
         Some(Ok(index)) => p.may_match(&index),
         _ => true,
@@ -660,7 +817,7 @@ impl Plan {
             scratch: Vec::new(),
             current: None,
             started: false,
-            skip_damage: self.skip_damage,
+            on_damage: self.on_damage,
             report: ExtractReport {
                 files_total: self.files_total,
                 chunks_total: self.chunks_total,
@@ -733,7 +890,7 @@ pub struct Merger {
     /// The cursor whose packet `next` returned last; it moves on at the next call.
     current: Option<usize>,
     started: bool,
-    skip_damage: bool,
+    on_damage: OnDamage,
     /// Files and chunks decoded so far (packet counts are the caller's to keep).
     pub report: ExtractReport,
 }
@@ -743,7 +900,7 @@ impl Merger {
     /// chunk is an error naming the file and place; the packets before it were returned.
     #[allow(clippy::should_implement_trait)] // a lending iterator: packets borrow the merger
     pub fn next(&mut self) -> Result<Option<MergedPacket<'_>>, FileError> {
-        let skip = self.skip_damage;
+        let skip = self.on_damage;
         if !self.started {
             self.started = true;
             for (i, c) in self.cursors.iter_mut().enumerate() {
@@ -803,14 +960,14 @@ struct StreamCursor {
 impl StreamCursor {
     /// Moves to the next packet inside the window (the current one if it is), decoding
     /// further chunks as needed; returns its corrected timestamp, or `None` when the
-    /// stream is done. With `skip_damage`, a chunk (or a header) that does not decode is
+    /// stream is done. With [`OnDamage::Skip`], a chunk (or a header) that does not decode is
     /// noted in the report and passed over.
     fn seek(
         &mut self,
         window: &TimeWindow,
         scratch: &mut Vec<u8>,
         report: &mut ExtractReport,
-        skip_damage: bool,
+        on_damage: OnDamage,
     ) -> Result<Option<u64>, FileError> {
         loop {
             if let Some(r) = self.chunk.records.get(self.pos) {
@@ -835,7 +992,7 @@ impl StreamCursor {
                     report.files_decoded += 1;
                     match file.file.read_header() {
                         Ok(h) => self.header.insert(h),
-                        Err(e) if skip_damage => {
+                        Err(e) if on_damage == OnDamage::Skip => {
                             let lost = u64::from(entry.packets)
                                 + file
                                     .chunks
@@ -859,7 +1016,7 @@ impl StreamCursor {
             report.chunks_decoded += 1;
             match file.file.read_chunk(header, &entry, scratch) {
                 Ok(chunk) => self.chunk = chunk,
-                Err(e) if skip_damage => {
+                Err(e) if on_damage == OnDamage::Skip => {
                     self.chunk = ChunkPackets::default();
                     report.damage.push(Damage {
                         error: e.to_string(),
@@ -873,13 +1030,22 @@ impl StreamCursor {
     }
 }
 
+/// A time that does not parse: the text, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{text}' is not a time: {why}; use RFC 3339 (2026-11-23T05:57:34.5Z) or seconds since the epoch (1795413454.5)")]
+pub struct TimeError {
+    pub text: String,
+    pub why: &'static str,
+}
+
 /// Parses a time given on the command line to nanoseconds since the epoch, exactly:
 /// RFC 3339 (`2026-11-23T05:57:34.5Z`, `…+02:00`, up to nine fraction digits) or decimal
 /// seconds since the epoch (`1795413454.5`).
-pub fn parse_time(s: &str) -> Result<u64, String> {
+pub fn parse_time(s: &str) -> Result<u64, TimeError> {
     let s = s.trim();
-    let bad = |why: &str| {
-        format!("'{s}' is not a time: {why}; use RFC 3339 (2026-11-23T05:57:34.5Z) or seconds since the epoch (1795413454.5)")
+    let bad = |why: &'static str| TimeError {
+        text: s.to_string(),
+        why,
     };
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
@@ -892,7 +1058,7 @@ pub fn parse_time(s: &str) -> Result<u64, String> {
             .ok_or_else(|| bad("too far in the future"));
     }
     let b = s.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
+    let num = |r: std::ops::Range<usize>| -> Result<i64, TimeError> {
         let t = s.get(r).ok_or_else(|| bad("too short"))?;
         if t.bytes().all(|c| c.is_ascii_digit()) {
             t.parse().map_err(|_| bad("a field is not a number"))
@@ -1031,7 +1197,9 @@ mod tests {
         filter: &mut dyn PacketFilter,
     ) -> (Vec<(u64, u32)>, ExtractReport, Vec<u8>) {
         let mut out = Vec::new();
-        let report = plan(store, w)
+        let report = Plan::of_store(store)
+            .window(w)
+            .build()
             .unwrap()
             .write(format, filter, &mut out)
             .unwrap();
@@ -1140,7 +1308,9 @@ mod tests {
         );
         // The same wrecked store fails for a window that needs a wrecked chunk.
         let mut out = Vec::new();
-        assert!(plan(&store, window(Some(50), Some(60)))
+        assert!(Plan::of_store(&store)
+            .window(window(Some(50), Some(60)))
+            .build()
             .unwrap()
             .write(Format::Pcapng, &mut no_filter, &mut out)
             .is_err());
@@ -1219,7 +1389,10 @@ mod tests {
             offset_ns: 0,
         }];
         let mut out = Vec::new();
-        let report = plan_stores(&inputs, w, true)
+        let report = Plan::builder(&inputs)
+            .window(w)
+            .on_damage(OnDamage::Skip)
+            .build()
             .unwrap()
             .write(Format::Pcapng, &mut no_filter, &mut out)
             .unwrap();
@@ -1249,7 +1422,9 @@ mod tests {
         );
         // Strict: the first defect stops the extraction, as before.
         let mut out = Vec::new();
-        assert!(plan(&store, TimeWindow::default())
+        assert!(Plan::of_store(&store)
+            .window(TimeWindow::default())
+            .build()
             .unwrap()
             .write(Format::Pcapng, &mut no_filter, &mut out)
             .is_err());
@@ -1274,7 +1449,7 @@ mod tests {
             .unwrap()
             .set_len(cut)
             .unwrap();
-        assert!(plan(&store, TimeWindow::default()).is_err());
+        assert!(Plan::of_store(&store).build().is_err());
         // Its first chunk is whole and read; the cut one is lost, and said so.
         let (got, report) = tolerant(&store, TimeWindow::default());
         assert_eq!(got, [10, 20, 30, 40, 60, 65, 70, 75, 80, 90]);
@@ -1309,7 +1484,7 @@ mod tests {
         assert_eq!(times(&got), [10, 15, 20, 25]);
         assert!(got.iter().all(|g| g.1 == 0));
         assert_eq!(out[..4], 0xA1B2_3C4Du32.to_le_bytes());
-        let plan = plan(&store, TimeWindow::default()).unwrap();
+        let plan = Plan::of_store(&store).build().unwrap();
         let names: Vec<_> = plan
             .interfaces
             .iter()
@@ -1332,7 +1507,9 @@ mod tests {
         s.chunks = vec![(Codec::Raw, vec![pkt(1, 1)])];
         write_file(dir.path(), &s);
         let store = Store::open(dir.path()).unwrap();
-        let err = plan(&store, TimeWindow::default())
+        let err = Plan::of_store(&store)
+            .window(TimeWindow::default())
+            .build()
             .unwrap()
             .write(Format::Pcap, &mut no_filter, &mut Vec::new())
             .unwrap_err();

@@ -1,16 +1,27 @@
-//! Reading the trace stores that `tapdeck-recorder` writes: the manifest and file names
-//! (`meta`), opening stored files from their chunk index (`read`), merging files and stores
-//! into one time-ordered packet stream (`extract`), and checking and finalizing damaged or
-//! unfinished files (`verify`, `finalize`), and the flow index of a chunk (`flows`, built
-//! the same way by the recorder, by `verify` and by `index`, which adds it to files written
-//! without one). Nothing here records; the recorder depends on this crate, never the
-//! reverse.
+//! Reading the trace stores that `tapdeck-recorder` writes:
+//! - `meta`: the manifest and file names; `lock`: who writes a store;
+//! - `read`: opening stored files from their chunk index, and a store's files;
+//! - `salvage`: reading files whose index is missing (a file being written, a file cut
+//!   short) by rebuilding it from their bytes;
+//! - `extract`: merging files and stores into one time-ordered packet stream, through one
+//!   plan builder (time window, damage, chunk filters);
+//! - `verify`: strict checks; `repair` and `finalize`: making damaged or unfinished files
+//!   whole on disk;
+//! - the store's index, by level: `chunk_filter` (which flows a chunk holds, built the same
+//!   way by the recorder and by `tapdeck index`); file summaries and the store catalog are
+//!   to come; `sidecar` is the block index beside a plain capture file; `backfill` adds
+//!   chunk filters and sidecars to files written without them (`tapdeck index`).
+//!
+//! Nothing here records; the recorder depends on this crate, never the reverse.
 
+pub mod backfill;
+pub mod chunk_filter;
 pub mod extract;
 pub mod finalize;
-pub mod flows;
-pub mod index;
 pub mod lock;
 pub mod meta;
 pub mod read;
+pub mod repair;
+pub mod salvage;
+pub mod sidecar;
 pub mod verify;

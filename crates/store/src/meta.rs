@@ -202,6 +202,14 @@ impl DirMark {
     }
 }
 
+/// A store's metadata file (its manifest, a directory's mark) could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
+pub struct WriteError {
+    pub path: std::path::PathBuf,
+    pub source: std::io::Error,
+}
+
 /// The data directories of a store as its manifest records them, with their ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataDirs {
@@ -216,7 +224,10 @@ impl DataDirs {
     /// Marks each of `dirs` (absolute, existing) as a data directory of the store at
     /// `store` (absolute): the store keeps its id across runs (from its manifest, if it
     /// has one) and a directory keeps its id while its mark names this store.
-    pub fn mark(store: &std::path::Path, dirs: &[std::path::PathBuf]) -> Result<DataDirs, String> {
+    pub fn mark(
+        store: &std::path::Path,
+        dirs: &[std::path::PathBuf],
+    ) -> Result<DataDirs, WriteError> {
         let store_id = std::fs::read(store.join(MANIFEST))
             .ok()
             .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok())
@@ -239,8 +250,9 @@ impl DataDirs {
                     let tmp = dir.join(format!("{DIR_MARK}.partial"));
                     std::fs::write(&tmp, json)
                         .and_then(|_| std::fs::rename(&tmp, dir.join(DIR_MARK)))
-                        .map_err(|e| {
-                            format!("cannot write {}: {e}", dir.join(DIR_MARK).display())
+                        .map_err(|source| WriteError {
+                            path: dir.join(DIR_MARK),
+                            source,
                         })?;
                     m
                 }
@@ -271,15 +283,15 @@ pub fn new_id() -> String {
 }
 
 /// Writes `STORE/manifest.json` atomically (a hidden file, then a rename).
-pub fn write_manifest(store: &std::path::Path, manifest: &Manifest) -> Result<(), String> {
+pub fn write_manifest(store: &std::path::Path, manifest: &Manifest) -> Result<(), WriteError> {
     let path = store.join(MANIFEST);
     let tmp = store.join(format!(".{MANIFEST}.partial"));
     let json = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
     std::fs::write(&tmp, json)
         .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| {
+        .map_err(|source| {
             let _ = std::fs::remove_file(&tmp);
-            format!("cannot write {}: {e}", path.display())
+            WriteError { path, source }
         })
 }
 
@@ -328,6 +340,14 @@ pub fn partial_name(final_name: &str) -> String {
 /// The final name a partial file will get, if `name` is one.
 pub fn final_name_of_partial(name: &str) -> Option<&str> {
     name.strip_prefix('.')?.strip_suffix(".partial")
+}
+
+/// Is this the hidden name of a file still being written (or left behind by a crash)?
+pub fn is_partial(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(final_name_of_partial)
+        .is_some()
 }
 
 /// Sidecar holding the chunk index of a plain (uncompressed) file.

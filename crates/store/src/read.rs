@@ -141,7 +141,7 @@ impl StoredFile {
         })
     }
 
-    /// A file whose index was rebuilt from its frames (see `verify::salvage`): its
+    /// A file whose index was rebuilt from its frames (see [`crate::salvage`]): its
     /// data ends at `data_len`, after the last whole frame.
     pub(crate) fn from_salvage(
         path: &Path,
@@ -312,10 +312,98 @@ impl StoredFile {
     }
 }
 
-fn file_name_of(path: &Path) -> String {
+pub(crate) fn file_name_of(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// A stored file: a compressed container named as a store names its files or ending in a
+/// chunk index, or a plain one with its `.idx`. A `.zst` or `.lz4` that a stock tool wrote
+/// (`zstd trace.pcap`) is a compressed capture file instead, as `verify` and `index` treat
+/// it; one named as a store's file is always stored, so a damaged one is reported as such.
+pub fn is_stored(path: &Path) -> bool {
+    let name = file_name_of(path);
+    if Container::from_suffix(&name) == Container::Plain {
+        return path.with_file_name(meta::sidecar_name(&name)).exists();
+    }
+    meta::DataName::parse(&name).is_some()
+        || File::open(path)
+            .is_ok_and(|f| ChunkIndex::read_trailer(&f).is_ok() || has_tapdeck_frames(&f))
+}
+
+/// Whether a compressed file begins with a skippable frame (a chunk index, or any frame in
+/// the range zstd and LZ4 keep for other tools) or ends with a seek table's footer: stock
+/// `zstd` and `lz4` write neither, so such a file is a stored one, damaged if its trailer
+/// does not read.
+fn has_tapdeck_frames(file: &File) -> bool {
+    const SKIPPABLE: std::ops::RangeInclusive<u32> = 0x184D_2A50..=0x184D_2A5F;
+    const SEEK_TABLE_FOOTER: u32 = 0x8F92_EAB1;
+    let Ok(size) = file.metadata().map(|m| m.len()) else {
+        return false;
+    };
+    let word = |at: u64| {
+        let mut b = [0u8; 4];
+        file.read_exact_at(&mut b, at)
+            .ok()
+            .map(|()| u32::from_le_bytes(b))
+    };
+    word(0).is_some_and(|w| SKIPPABLE.contains(&w))
+        || (size >= 4 && word(size - 4) == Some(SEEK_TABLE_FOOTER))
+}
+
+/// A container without a readable trailer is, in practice, cut short: say where its
+/// intact part ends rather than only that the trailer is missing.
+pub(crate) fn explain_missing_trailer(path: &Path) -> Result<(), FileError> {
+    let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
+    let Err(e) = ChunkIndex::read_trailer(&file) else {
+        return Ok(());
+    };
+    let size = file
+        .metadata()
+        .map_err(|e| FileError::whole(path, e.to_string()))?
+        .len();
+    let (frames, end) =
+        container::scan_frames(&file).map_err(|e| FileError::whole(path, e.to_string()))?;
+    if frames.is_empty() && end == 0 {
+        return Err(FileError::at(
+            path,
+            0,
+            format!("not a tapdeck stored file: no frame at its start ({e})"),
+        ));
+    }
+    Err(FileError::at(
+        path,
+        end,
+        format!(
+            "file is truncated: {} bytes follow the last complete frame but no valid chunk index does ({e})",
+            size - end
+        ),
+    ))
+}
+
+/// Time order of a file's packets, in file order.
+#[derive(Debug, Default)]
+pub(crate) struct TimeOrder {
+    pub first_ts: Option<u64>,
+    last_ts: Option<u64>,
+    pub min_ts: Option<u64>,
+    pub max_ts: Option<u64>,
+    /// Packets earlier than the packet before them (what the recorder counts).
+    pub backwards: u64,
+}
+
+impl TimeOrder {
+    /// Records one packet; returns the previous timestamp if this one is earlier.
+    pub fn step(&mut self, ts: u64) -> Option<u64> {
+        let prev = self.last_ts.filter(|&prev| ts < prev);
+        self.backwards += u64::from(prev.is_some());
+        self.first_ts.get_or_insert(ts);
+        self.last_ts = Some(ts);
+        self.min_ts = Some(self.min_ts.map_or(ts, |m| m.min(ts)));
+        self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
+        prev
+    }
 }
 
 /// A file's decoded header frame and the interfaces it declares.
@@ -519,109 +607,119 @@ impl Store {
         m: &Manifest,
         moved: &[PathBuf],
     ) -> Result<Vec<PathBuf>, FileError> {
-        let manifest_path = root.join(meta::MANIFEST);
-        if let Some(store_id) = m
+        match m
             .store_id
             .as_deref()
             .filter(|_| m.dir_ids.len() == m.dirs.len())
         {
-            let mut near: Vec<PathBuf> = moved.to_vec();
-            near.push(root.to_path_buf());
-            if let Ok(entries) = std::fs::read_dir(root) {
-                let mut subdirs: Vec<PathBuf> = entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.is_dir())
-                    .collect();
-                subdirs.sort();
-                near.extend(subdirs);
-            }
-            let mut out = Vec::new();
-            for (d, id) in m.dirs.iter().zip(&m.dir_ids) {
-                let recorded = under(root, Path::new(d));
-                let is_it = |p: &Path| {
-                    meta::DirMark::read(p)
-                        .is_some_and(|k| k.store_id == store_id && &k.dir_id == id)
-                };
-                let found = std::iter::once(&recorded)
-                    .chain(near.iter())
-                    .find(|p| is_it(p));
-                match found {
-                    Some(p) => out.push(p.clone()),
-                    None => {
-                        let there = match meta::DirMark::read(&recorded) {
-                            Some(_) => {
-                                "holds another data directory (its .tapdeck-dir names another id)"
-                            }
-                            None if recorded.is_dir() => "has no .tapdeck-dir mark of this store",
-                            None => "does not exist",
-                        };
-                        return Err(FileError::whole(
-                            &manifest_path,
-                            format!(
-                                "data directory {} (id {id}) is missing: {} {there}; if it moved, name its new place with --data-dir DIR",
-                                d,
-                                recorded.display()
-                            ),
-                        ));
-                    }
-                }
-            }
-            return Ok(out);
+            Some(store_id) => data_dirs_by_id(root, m, store_id, moved),
+            None => data_dirs_by_path(root, m, moved),
         }
-        // Older manifests: absolute paths, no ids.
-        let here = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        let mut out = Vec::new();
-        for d in &m.dirs {
-            let recorded = under(root, Path::new(d));
-            if !recorded.is_absolute()
-                || std::fs::canonicalize(&recorded).ok() == Some(here.clone())
-            {
-                out.push(recorded);
-                continue;
-            }
-            // The nearest directory above (or at) the recorded path that holds a manifest
-            // was the store's place when it was recorded; if that is not here, the store
-            // was copied or moved, and the path is taken relative to it.
-            let old_root = recorded
-                .ancestors()
-                .find(|a| a.join(meta::MANIFEST).is_file());
-            if let Some(old) = old_root {
-                let rebased = under(root, recorded.strip_prefix(old).unwrap_or(Path::new("")));
-                if rebased.is_dir() {
-                    out.push(rebased);
-                    continue;
-                }
-            }
-            if recorded.is_dir() {
-                out.push(recorded);
-                continue;
-            }
-            let name = recorded.file_name();
-            let guess = if m.dirs.len() == 1 {
-                Some(root.to_path_buf())
-            } else {
-                moved
-                    .iter()
-                    .find(|p| p.file_name() == name)
-                    .cloned()
-                    .or_else(|| name.map(|n| root.join(n)).filter(|p| p.is_dir()))
-            };
-            match guess {
-                Some(p) => out.push(p),
-                None => {
-                    return Err(FileError::whole(
-                        &manifest_path,
-                        format!(
-                            "data directory {} does not exist; if it moved, name its new place with --data-dir DIR",
-                            recorded.display()
-                        ),
-                    ))
-                }
-            }
-        }
-        Ok(out)
     }
+}
+
+/// A manifest with ids: each directory is the one whose mark holds its id and the store's,
+/// looked for at its recorded place, then among `moved`, the store and its subdirectories.
+fn data_dirs_by_id(
+    root: &Path,
+    m: &Manifest,
+    store_id: &str,
+    moved: &[PathBuf],
+) -> Result<Vec<PathBuf>, FileError> {
+    let mut near: Vec<PathBuf> = moved.to_vec();
+    near.push(root.to_path_buf());
+    if let Ok(entries) = std::fs::read_dir(root) {
+        let mut subdirs: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        subdirs.sort();
+        near.extend(subdirs);
+    }
+    let mut out = Vec::new();
+    for (d, id) in m.dirs.iter().zip(&m.dir_ids) {
+        let recorded = under(root, Path::new(d));
+        let is_it = |p: &Path| {
+            meta::DirMark::read(p).is_some_and(|k| k.store_id == store_id && &k.dir_id == id)
+        };
+        let found = std::iter::once(&recorded)
+            .chain(near.iter())
+            .find(|p| is_it(p));
+        let Some(p) = found else {
+            let there = match meta::DirMark::read(&recorded) {
+                Some(_) => "holds another data directory (its .tapdeck-dir names another id)",
+                None if recorded.is_dir() => "has no .tapdeck-dir mark of this store",
+                None => "does not exist",
+            };
+            return Err(FileError::whole(
+                &root.join(meta::MANIFEST),
+                format!(
+                    "data directory {} (id {id}) is missing: {} {there}; if it moved, name its new place with --data-dir DIR",
+                    d,
+                    recorded.display()
+                ),
+            ));
+        };
+        out.push(p.clone());
+    }
+    Ok(out)
+}
+
+/// An older manifest (absolute paths, no ids): each directory as written, or rebased when
+/// the store was copied or moved.
+fn data_dirs_by_path(
+    root: &Path,
+    m: &Manifest,
+    moved: &[PathBuf],
+) -> Result<Vec<PathBuf>, FileError> {
+    let here = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let mut out = Vec::new();
+    for d in &m.dirs {
+        let recorded = under(root, Path::new(d));
+        if !recorded.is_absolute() || std::fs::canonicalize(&recorded).ok() == Some(here.clone()) {
+            out.push(recorded);
+            continue;
+        }
+        // The nearest directory above (or at) the recorded path that holds a manifest
+        // was the store's place when it was recorded; if that is not here, the store
+        // was copied or moved, and the path is taken relative to it.
+        let old_root = recorded
+            .ancestors()
+            .find(|a| a.join(meta::MANIFEST).is_file());
+        if let Some(old) = old_root {
+            let rebased = under(root, recorded.strip_prefix(old).unwrap_or(Path::new("")));
+            if rebased.is_dir() {
+                out.push(rebased);
+                continue;
+            }
+        }
+        if recorded.is_dir() {
+            out.push(recorded);
+            continue;
+        }
+        let name = recorded.file_name();
+        let guess = if m.dirs.len() == 1 {
+            Some(root.to_path_buf())
+        } else {
+            moved
+                .iter()
+                .find(|p| p.file_name() == name)
+                .cloned()
+                .or_else(|| name.map(|n| root.join(n)).filter(|p| p.is_dir()))
+        };
+        let Some(p) = guess else {
+            return Err(FileError::whole(
+                &root.join(meta::MANIFEST),
+                format!(
+                    "data directory {} does not exist; if it moved, name its new place with --data-dir DIR",
+                    recorded.display()
+                ),
+            ));
+        };
+        out.push(p);
+    }
+    Ok(out)
 }
 
 /// `dir` relative to `root` (an absolute `dir` stays itself), without `.` components, so
@@ -685,6 +783,21 @@ pub mod testutil {
         pub stats: bool,
         /// Lets a test damage the index before it is written.
         pub tamper: &'a dyn Fn(&mut ChunkIndex),
+    }
+
+    /// A file of stream 1, sequence 4: chunks of 3 and 2 packets (times 1 000 to 5 000 ns)
+    /// and a statistics frame.
+    pub fn two_chunk_spec(format: Format, container: Container) -> FileSpec<'static> {
+        let mut s = FileSpec::new(1, 4, format, container);
+        s.chunks = vec![
+            (
+                Codec::Zstd(3),
+                vec![pkt(1_000, 1), pkt(2_000, 2), pkt(3_000, 3)],
+            ),
+            (Codec::Lz4, vec![pkt(4_000, 4), pkt(5_000, 5)]),
+        ];
+        s.stats = true;
+        s
     }
 
     pub fn eth(name: &str) -> Interface {

@@ -1,23 +1,25 @@
-//! The flow index of a chunk (`tapdeck_index`): which addresses, ports, protocols and VLANs
-//! its packets hold, so that a filtered extract reads only the chunks that can match.
+//! The chunk filter of a chunk (its flow index, `tapdeck_filter`): which addresses, ports,
+//! protocols and VLANs its packets hold, so that a filtered extract reads only the chunks
+//! that can match. It is the lowest level of the store's index: chunk filter (per chunk,
+//! here), file summary (per file, merged from its chunks'), store catalog (per store).
 //! The recorder builds it off the capture path (the compressor that takes the chunk, or
 //! the writer for a chunk stored raw); `tapdeck index` builds it here too for files written
 //! without one, so both give the same bytes for the same chunk.
 
 use std::cell::RefCell;
 
-use tapdeck_index::FlowIndexBuilder;
+use tapdeck_filter::ChunkFilterBuilder;
 use tapdeck_pcap::Format;
 
 thread_local! {
     // About 200 KiB of sets, reused for every chunk a thread indexes.
-    static BUILDER: RefCell<FlowIndexBuilder> = RefCell::new(FlowIndexBuilder::new());
+    static BUILDER: RefCell<ChunkFilterBuilder> = RefCell::new(ChunkFilterBuilder::new());
 }
 
-/// The encoded flow index of a chunk of `format` records (as the capture loop wrote them:
+/// The encoded chunk filter (flow index) of a chunk of `format` records (as the capture loop wrote them:
 /// whole records, pcap or pcapng enhanced packet blocks), whose interfaces have
 /// `linktypes`. Records it cannot walk make the index answer "maybe" for the rest.
-pub fn index_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> Vec<u8> {
+pub fn of_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> Vec<u8> {
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
         for (iface, frame) in records(format, data) {
@@ -78,7 +80,7 @@ fn records(format: Format, data: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapdeck_index::{FlowIndex, Predicate};
+    use tapdeck_filter::{ChunkFilter, Predicate};
     use tapdeck_pcap::Packet;
 
     fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
@@ -118,8 +120,8 @@ mod tests {
             udp_frame([198, 18, 0, 3], [198, 18, 0, 2], 1001, 123),
         ];
         for format in [Format::Pcap, Format::Pcapng] {
-            let bytes = index_chunk(format, &chunk(format, &frames), &[1]);
-            let index = FlowIndex::decode(&bytes).unwrap();
+            let bytes = of_chunk(format, &chunk(format, &frames), &[1]);
+            let index = ChunkFilter::decode(&bytes).unwrap();
             assert_eq!(index.packets(), 2, "{format:?}");
             let may = |f: &str| Predicate::parse(f).unwrap().may_match(&index);
             assert!(may("host 198.18.0.3"));
@@ -135,8 +137,8 @@ mod tests {
     #[test]
     fn an_unknown_interface_makes_the_chunk_a_maybe() {
         let frames = vec![udp_frame([198, 18, 0, 1], [198, 18, 0, 2], 1, 2)];
-        let bytes = index_chunk(Format::Pcapng, &chunk(Format::Pcapng, &frames), &[]);
-        let index = FlowIndex::decode(&bytes).unwrap();
+        let bytes = of_chunk(Format::Pcapng, &chunk(Format::Pcapng, &frames), &[]);
+        let index = ChunkFilter::decode(&bytes).unwrap();
         assert!(Predicate::parse("host 198.18.0.9")
             .unwrap()
             .may_match(&index));

@@ -15,7 +15,7 @@ use pcap::{Capture, Linktype};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+use tapdeck_filter::{ChunkFilter, ChunkFilterBuilder, Predicate};
 
 use common::Pools;
 
@@ -297,8 +297,8 @@ fn oracle(linktype: u32, seed: u64, packets: usize, filters: usize, hostile: boo
         chunks.push(at..at + n);
         at += n;
     }
-    let mut builder = FlowIndexBuilder::new();
-    let indexes: Vec<FlowIndex> = chunks
+    let mut builder = ChunkFilterBuilder::new();
+    let indexes: Vec<ChunkFilter> = chunks
         .iter()
         .map(|r| {
             for f in &frames[r.clone()] {
@@ -306,20 +306,20 @@ fn oracle(linktype: u32, seed: u64, packets: usize, filters: usize, hostile: boo
             }
             let index = builder.finish();
             let bytes = index.encode();
-            let back = FlowIndex::decode(&bytes).expect("round trip");
+            let back = ChunkFilter::decode(&bytes).expect("round trip");
             assert_eq!(back, index);
             back
         })
         .collect();
-    let groups: Vec<(std::ops::Range<usize>, FlowIndex)> = (0..chunks.len())
+    let groups: Vec<(std::ops::Range<usize>, ChunkFilter)> = (0..chunks.len())
         .step_by(8)
         .map(|g| {
             let r = g..(g + 8).min(chunks.len());
-            let mut merged = FlowIndex::default();
+            let mut merged = ChunkFilter::default();
             for i in r.clone() {
                 merged.merge(&indexes[i]);
             }
-            let merged = FlowIndex::decode(&merged.encode()).unwrap();
+            let merged = ChunkFilter::decode(&merged.encode()).unwrap();
             (r, merged)
         })
         .collect();

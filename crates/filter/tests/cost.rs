@@ -9,7 +9,7 @@
 //! finds no match in (the best any chunk index could do). Ignored by default, as timings
 //! mean nothing in a debug build:
 //!
-//!     cargo test --release -p tapdeck-index --test cost -- --ignored --nocapture
+//!     cargo test --release -p tapdeck-filter --test cost -- --ignored --nocapture
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -17,7 +17,7 @@ use std::time::Instant;
 use pcap::{Capture, Linktype};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tapdeck_index::{FlowIndex, FlowIndexBuilder, Predicate};
+use tapdeck_filter::{ChunkFilter, ChunkFilterBuilder, Predicate};
 
 const PACKETS: usize = 1_000_000;
 const CHUNK_BYTES: usize = 4 << 20;
@@ -185,7 +185,7 @@ fn trace(rng: &mut SmallRng) -> Trace {
 fn add_cost_and_selectivity_on_busy_link_traffic() {
     let mut rng = SmallRng::seed_from_u64(42);
     let t = trace(&mut rng);
-    let mut builder = FlowIndexBuilder::new();
+    let mut builder = ChunkFilterBuilder::new();
 
     let mut best_add = f64::MAX;
     let mut best_finish = f64::MAX;
@@ -221,7 +221,7 @@ fn add_cost_and_selectivity_on_busy_link_traffic() {
         100.0 * mean / CHUNK_BYTES as f64,
     );
     eprintln!("a chunk's index: {}", indexes[indexes.len() / 2].0);
-    let mut file = FlowIndex::default();
+    let mut file = ChunkFilter::default();
     for (i, _) in &indexes {
         file.merge(i);
     }

@@ -1,41 +1,31 @@
-//! Adding the flow index to files written without one (`tapdeck index`).
+//! `tapdeck index`: backfills chunk filters (the flow index) into files written without
+//! them.
 //!
 //! - A stored file (a store written with `--no-flow-index`, or before the flow index
-//!   existed) gets a version 2 chunk index with one flow index per chunk, built from its
-//!   decoded chunks by [`flows::index_chunk`], the function the recorder builds them with,
-//!   so the result is byte for byte what the recorder would have written. A compressed
-//!   file gets the new trailer *appended* after its old one: no packet byte moves, the old
-//!   trailer stays valid until the new one is complete and synced, and a reader takes the
-//!   last whole trailer (`ChunkIndex::locate_trailer`), so a kill at any moment leaves a
-//!   file every reader reads whole. (Rewriting the trailer in place would leave a window
-//!   with none; copying a file of gigabytes to rename it over the old one is too slow.) A
-//!   plain file's index is its `NAME.idx` sidecar, replaced by a rename.
+//!   existed) gets a version 2 chunk index with one chunk filter per chunk, built from its
+//!   decoded chunks by [`chunk_filter::of_chunk`], the function the recorder builds them
+//!   with, so the result is byte for byte what the recorder would have written. A
+//!   compressed file gets the new trailer *appended* after its old one: no packet byte
+//!   moves, the old trailer stays valid until the new one is complete and synced, and a
+//!   reader takes the last whole trailer (`ChunkIndex::locate_trailer`), so a kill at any
+//!   moment leaves a file every reader reads whole. (Rewriting the trailer in place would
+//!   leave a window with none; copying a file of gigabytes to rename it over the old one
+//!   is too slow.) A plain file's index is its `NAME.idx` sidecar, replaced by a rename.
 //! - A plain pcap or pcapng file, which other tools own, is never changed: it gets a
-//!   sidecar `FILE.tdx` ([`tapdeck_index::sidecar`]), written under a temporary name and
-//!   renamed into place. A sidecar whose file changed since is stale and ignored. A
-//!   compressed capture file (`trace.pcap.gz`, `.bz2`, `.xz`, or a `.zst`/`.lz4` that
-//!   a stock tool wrote) gets one too, over its decompressed stream.
+//!   sidecar `FILE.tdx` ([`crate::sidecar`]), written under a temporary name and renamed
+//!   into place. A sidecar whose file changed since is stale and ignored. A compressed
+//!   capture file gets one too, over its decompressed stream.
 
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::path::Path;
 
-use tapdeck_index::sidecar::{Block, FileIdentity, Sidecar, IDENTITY_SPAN};
-use tapdeck_index::FlowIndexBuilder;
-use tapdeck_pcap::compression::{self, Compression};
 use tapdeck_pcap::container::{ChunkIndex, Container, FrameKind};
-use tapdeck_pcap::{Format, TraceReader};
 
 use crate::finalize::write_durably;
-use crate::read::{FileError, StoredFile};
-use crate::{flows, lock, meta, verify};
-
-/// A sidecar block closes at the first record boundary past this many bytes: the size of
-/// a recorder's chunk, so a block costs about what a chunk does to read.
-pub const SIDECAR_BLOCK: u64 = 4 << 20;
+use crate::read::{self, file_name_of, FileError, StoredFile};
+use crate::sidecar::{build_sidecar, identity_of, read_sidecar, sidecar_path, SidecarState};
+use crate::{chunk_filter, lock, meta};
 
 /// What indexing one file did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,74 +40,29 @@ pub enum Outcome {
     },
     /// Nothing was changed, for this reason.
     Skipped(String),
+    /// Nothing was changed: an incomplete file a crash left behind, to be repaired first.
+    LeftByCrash,
 }
 
 /// Indexes one file: a stored file (a compressed container, or a plain one with its
 /// `.idx`), or a plain pcap/pcapng file (a sidecar). Errors leave the file as it was.
 pub fn index_file(path: &Path) -> Result<Outcome, FileError> {
-    if verify::is_partial(path) {
-        return Ok(Outcome::Skipped(match lock::writer_of(path) {
-            Some(holder) => {
-                format!("being written by {holder}; index it once the recorder has finished it")
-            }
-            None => {
-                "incomplete file left by a crash; run `tapdeck verify --repair` on it first".into()
-            }
-        }));
+    if meta::is_partial(path) {
+        return Ok(match lock::writer_of(path) {
+            Some(holder) => Outcome::Skipped(format!(
+                "being written by {holder}; index it once the recorder has finished it"
+            )),
+            None => Outcome::LeftByCrash,
+        });
     }
     if let Err(e) = std::fs::metadata(path) {
         return Err(FileError::whole(path, e.to_string()));
     }
-    if is_stored(path) {
+    if read::is_stored(path) {
         index_stored(path)
     } else {
         index_capture(path)
     }
-}
-
-/// A stored file: a compressed container named as a store names its files or ending in a
-/// chunk index, or a plain one with its `.idx`. A `.zst` or `.lz4` that a stock tool wrote
-/// (`zstd trace.pcap`) is a compressed capture file instead, as `verify` and `index` treat
-/// it; one named as a store's file is always stored, so a damaged one is reported as such.
-pub fn is_stored(path: &Path) -> bool {
-    let name = file_name(path);
-    if Container::from_suffix(&name) == Container::Plain {
-        return path.with_file_name(meta::sidecar_name(&name)).exists();
-    }
-    meta::DataName::parse(&name).is_some()
-        || File::open(path)
-            .is_ok_and(|f| ChunkIndex::read_trailer(&f).is_ok() || has_tapdeck_frames(&f))
-}
-
-/// Whether a compressed file begins with a skippable frame (a chunk index, or any frame in
-/// the range zstd and LZ4 keep for other tools) or ends with a seek table's footer: stock
-/// `zstd` and `lz4` write neither, so such a file is a stored one, damaged if its trailer
-/// does not read.
-fn has_tapdeck_frames(file: &File) -> bool {
-    const SKIPPABLE: std::ops::RangeInclusive<u32> = 0x184D_2A50..=0x184D_2A5F;
-    const SEEK_TABLE_FOOTER: u32 = 0x8F92_EAB1;
-    let Ok(size) = file.metadata().map(|m| m.len()) else {
-        return false;
-    };
-    let word = |at: u64| {
-        let mut b = [0u8; 4];
-        file.read_exact_at(&mut b, at)
-            .ok()
-            .map(|()| u32::from_le_bytes(b))
-    };
-    word(0).is_some_and(|w| SKIPPABLE.contains(&w))
-        || (size >= 4 && word(size - 4) == Some(SEEK_TABLE_FOOTER))
-}
-
-/// Where a plain capture file's sidecar is: `FILE.tdx` beside it.
-pub fn sidecar_path(path: &Path) -> PathBuf {
-    path.with_file_name(format!("{}.tdx", file_name(path)))
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 /// One `tapdeck index` at a time per file: a second one skips it (its trailer or
@@ -129,7 +74,7 @@ fn lock_file(file: &File, path: &Path) -> Result<bool, FileError> {
 const BEING_INDEXED: &str = "being indexed by another `tapdeck index`";
 
 fn index_stored(path: &Path) -> Result<Outcome, FileError> {
-    let container = Container::from_suffix(&file_name(path));
+    let container = Container::from_suffix(&file_name_of(path));
     // Opened for writing first: a file that may not be changed is refused before any work.
     let data = if container == Container::Plain {
         File::open(path)
@@ -147,7 +92,7 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
     }
     if container != Container::Plain {
         // A file cut short: the message names where its whole frames end.
-        verify::explain_missing_trailer(path).map_err(|e| refused(e, "nothing changed"))?;
+        read::explain_missing_trailer(path).map_err(|e| refused(e, "nothing changed"))?;
     }
     let f = StoredFile::open(path).map_err(|e| refused(e, "nothing changed"))?;
     if !f.index.flows.is_empty() {
@@ -162,7 +107,7 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
         if e.kind == FrameKind::Packets && e.packets > 0 {
             f.read_frame(e, &mut scratch)
                 .map_err(|e| refused(e, "a damaged chunk; nothing changed"))?;
-            chunk_flows.push(flows::index_chunk(f.format, &scratch, &linktypes));
+            chunk_flows.push(chunk_filter::of_chunk(f.format, &scratch, &linktypes));
         } else {
             chunk_flows.push(Vec::new());
         }
@@ -180,7 +125,7 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
     };
     let trailer = index.encode_trailer();
     let how = if container == Container::Plain {
-        let name = file_name(path);
+        let name = file_name_of(path);
         let sidecar = path.with_file_name(meta::sidecar_name(&name));
         let tmp = path.with_file_name(meta::partial_name(&meta::sidecar_name(&name)));
         replace_durably(&tmp, &trailer, &sidecar)?;
@@ -235,175 +180,6 @@ fn refused(e: FileError, consequence: &str) -> FileError {
     }
 }
 
-/// What a plain capture file's sidecar says about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SidecarState {
-    Missing,
-    /// The file changed since the sidecar was written (or the sidecar does not decode):
-    /// the one-line reason.
-    Stale(String),
-    Fresh(Sidecar),
-}
-
-/// Reads `FILE.tdx` and compares it with what `file` is now.
-pub fn read_sidecar(path: &Path, file: &File) -> Result<SidecarState, FileError> {
-    let sidecar = sidecar_path(path);
-    let bytes = match std::fs::read(&sidecar) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SidecarState::Missing),
-        Err(e) => return Err(FileError::whole(&sidecar, e.to_string())),
-    };
-    let s = match Sidecar::decode(&bytes) {
-        Ok(s) => s,
-        Err(e) => {
-            return Ok(SidecarState::Stale(format!(
-                "{}: does not decode ({e}); ignored",
-                sidecar.display()
-            )))
-        }
-    };
-    let now = identity_of(path, file)?;
-    if s.identity != now {
-        let what = if s.identity.size != now.size {
-            format!("{} bytes when indexed, {} now", s.identity.size, now.size)
-        } else {
-            "its contents changed".to_string()
-        };
-        return Ok(SidecarState::Stale(format!(
-            "{}: stale ({} changed since it was indexed: {what}); ignored, run `tapdeck index` again",
-            sidecar.display(),
-            path.display()
-        )));
-    }
-    Ok(SidecarState::Fresh(s))
-}
-
-/// The file's size and hashes of its first and last bytes.
-fn identity_of(path: &Path, file: &File) -> Result<FileIdentity, FileError> {
-    let io = |e: std::io::Error| FileError::whole(path, e.to_string());
-    let size = file.metadata().map_err(io)?.len();
-    let span = size.min(IDENTITY_SPAN) as usize;
-    let mut head = vec![0u8; span];
-    let mut tail = vec![0u8; span];
-    file.read_exact_at(&mut head, 0).map_err(io)?;
-    file.read_exact_at(&mut tail, size - span as u64)
-        .map_err(io)?;
-    Ok(FileIdentity::of(size, &head, &tail))
-}
-
-/// Reads a whole capture file strictly and builds its sidecar. A file that is not a
-/// capture file, or is cut short or damaged, is an error naming the offset. A compressed
-/// file (told by its first bytes) is read through its decompressor, and its blocks lie in
-/// the decompressed stream.
-pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
-    let identity = identity_of(path, file)?;
-    let (compression, input, stream_len) = capture_bytes(path, file)?;
-    let defect = |e| stream_defect(path, compression, e);
-    let mut reader = TraceReader::new(input).map_err(defect)?;
-    let mut blocks = Vec::new();
-    let mut builder = FlowIndexBuilder::new();
-    let mut open: Option<Block> = None;
-    while let Some(c) = reader.next_packet_with_context().map_err(defect)? {
-        if let Some(b) = open
-            .as_mut()
-            .filter(|b| c.offset - b.offset >= SIDECAR_BLOCK)
-        {
-            b.len = c.offset - b.offset;
-            b.flows = builder.finish().encode();
-            blocks.extend(open.take());
-        }
-        let p = &c.packet;
-        let b = open.get_or_insert_with(|| Block {
-            offset: c.offset,
-            len: 0,
-            packets: 0,
-            first_ts_ns: p.ts_ns,
-            last_ts_ns: p.ts_ns,
-            flows: Vec::new(),
-        });
-        b.packets += 1;
-        b.first_ts_ns = b.first_ts_ns.min(p.ts_ns);
-        b.last_ts_ns = b.last_ts_ns.max(p.ts_ns);
-        let linktype = c
-            .interfaces
-            .get(p.iface as usize)
-            .map_or(u32::MAX, |i| u32::from(i.linktype));
-        builder.add(linktype, p.data);
-    }
-    // The reader has taken the whole stream: its end is the stream's length.
-    let stream_size = stream_len.load(Ordering::Relaxed);
-    if let Some(mut b) = open {
-        // The last block runs to the end of the file (statistics blocks after the last
-        // packet included).
-        b.len = stream_size - b.offset;
-        b.flows = builder.finish().encode();
-        blocks.push(b);
-    }
-    Ok(Sidecar {
-        format: match reader.format() {
-            Format::Pcap => 0,
-            Format::Pcapng => 1,
-        },
-        compression: compression.map_or(0, |c| c.code()),
-        identity,
-        stream_size,
-        blocks,
-    })
-}
-
-/// The capture bytes of a plain or compressed capture file, what compression they came in,
-/// and a count of the bytes read from them so far.
-pub(crate) fn capture_bytes(
-    path: &Path,
-    file: &File,
-) -> Result<(Option<Compression>, CountedRead, Arc<AtomicU64>), FileError> {
-    let io = |e: std::io::Error| FileError::whole(path, e.to_string());
-    let input = file.try_clone().map_err(io)?;
-    let (compression, bytes) = compression::decompress(Box::new(input)).map_err(io)?;
-    let count = Arc::new(AtomicU64::new(0));
-    Ok((
-        compression,
-        CountedRead {
-            inner: bytes,
-            count: Arc::clone(&count),
-        },
-        count,
-    ))
-}
-
-/// A defect in a capture file's bytes: at its offset in the file, or for a compressed file
-/// in the decompressed stream (an archive cut short or corrupt says so itself).
-pub(crate) fn stream_defect(
-    path: &Path,
-    compression: Option<Compression>,
-    e: tapdeck_pcap::FormatError,
-) -> FileError {
-    match compression {
-        None => FileError::at(path, e.offset, e.kind.to_string()),
-        Some(c) => FileError::whole(
-            path,
-            format!(
-                "at byte {} of the decompressed {c} stream: {}",
-                e.offset, e.kind
-            ),
-        ),
-    }
-}
-
-/// A reader that counts what it delivers.
-pub(crate) struct CountedRead {
-    inner: Box<dyn Read + Send>,
-    count: Arc<AtomicU64>,
-}
-
-impl Read for CountedRead {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
 fn index_capture(path: &Path) -> Result<Outcome, FileError> {
     let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
     if !lock_file(&file, path)? {
@@ -427,59 +203,26 @@ fn index_capture(path: &Path) -> Result<Outcome, FileError> {
         ));
     }
     let dest = sidecar_path(path);
-    let tmp = path.with_file_name(meta::partial_name(&file_name(&dest)));
+    let tmp = path.with_file_name(meta::partial_name(&file_name_of(&dest)));
     replace_durably(&tmp, &sidecar.encode(), &dest)?;
     Ok(Outcome::Indexed {
         chunks: sidecar.blocks.len() as u64,
         index_bytes: sidecar.blocks.iter().map(|b| b.flows.len() as u64).sum(),
-        how: format!("wrote {}{replaced}", file_name(&dest)),
+        how: format!("wrote {}{replaced}", file_name_of(&dest)),
     })
-}
-
-/// Rebuilds a plain capture file's sidecar and compares: Ok(None) without a sidecar,
-/// Ok(Some(Err(warning))) for a stale one (ignored), Ok(Some(Ok(blocks))) when it matches.
-pub fn check_sidecar(path: &Path) -> Result<Option<Result<u64, String>>, FileError> {
-    let file = File::open(path).map_err(|e| FileError::whole(path, e.to_string()))?;
-    let stored = match read_sidecar(path, &file)? {
-        SidecarState::Missing => return Ok(None),
-        SidecarState::Stale(why) => return Ok(Some(Err(why))),
-        SidecarState::Fresh(s) => s,
-    };
-    let rebuilt = build_sidecar(path, &file)?;
-    let sidecar = sidecar_path(path);
-    if rebuilt.format != stored.format || rebuilt.blocks.len() != stored.blocks.len() {
-        return Err(FileError::whole(
-            &sidecar,
-            format!(
-                "lists {} blocks, the file gives {} (damaged: run `tapdeck index` after removing it)",
-                stored.blocks.len(),
-                rebuilt.blocks.len()
-            ),
-        ));
-    }
-    if let Some((i, (s, _))) = stored
-        .blocks
-        .iter()
-        .zip(&rebuilt.blocks)
-        .enumerate()
-        .find(|(_, (s, r))| s != r)
-    {
-        return Err(FileError::whole(
-            &sidecar,
-            format!(
-                "block {i} (at byte offset {} of the file) differs from what the file gives (damaged: remove it and run `tapdeck index` again)",
-                s.offset
-            ),
-        ));
-    }
-    Ok(Some(Ok(stored.blocks.len() as u64)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read::is_stored;
     use crate::read::testutil::{build, pkt, record_bytes, write_file, FileSpec, Pkt};
+    use crate::sidecar::{check_sidecar, SidecarCheck};
+    use crate::verify;
+    use std::path::PathBuf;
+    use tapdeck_filter::sidecar::Sidecar;
     use tapdeck_pcap::container::Codec;
+    use tapdeck_pcap::Format;
 
     const T0: u64 = 1_795_413_430_000_000_000;
 
@@ -512,7 +255,7 @@ mod tests {
                         .iter()
                         .flat_map(|p| record_bytes(spec.format, p))
                         .collect();
-                    flows::index_chunk(spec.format, &data, &[1])
+                    chunk_filter::of_chunk(spec.format, &data, &[1])
                 }
                 _ => Vec::new(),
             })
@@ -606,12 +349,9 @@ mod tests {
     fn partial_and_missing_files_are_not_indexed() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_file(dir.path(), &spec(Format::Pcap, Container::Zstd));
-        let partial = dir.path().join(meta::partial_name(&file_name(&path)));
+        let partial = dir.path().join(meta::partial_name(&file_name_of(&path)));
         std::fs::rename(&path, &partial).unwrap();
-        let Outcome::Skipped(why) = index_file(&partial).unwrap() else {
-            panic!("a partial file was indexed");
-        };
-        assert!(why.contains("verify --repair"), "{why}");
+        assert_eq!(index_file(&partial).unwrap(), Outcome::LeftByCrash);
         assert!(index_file(&path).is_err());
     }
 
@@ -676,7 +416,10 @@ mod tests {
             let e = index_file(&path).unwrap_err().to_string();
             assert!(e.contains("decompressed") && !e.contains('\n'), "{e}");
             assert!(verify::verify_file(&path).is_err());
-            assert!(matches!(check_sidecar(&path), Ok(Some(Err(_))) | Err(_)));
+            assert!(matches!(
+                check_sidecar(&path),
+                Ok(SidecarCheck::Stale(_)) | Err(_)
+            ));
         }
     }
 
@@ -696,7 +439,7 @@ mod tests {
                 before,
                 "the file is untouched"
             );
-            let Some(Ok(blocks)) = check_sidecar(&path).unwrap() else {
+            let SidecarCheck::Matches { blocks } = check_sidecar(&path).unwrap() else {
                 panic!("the sidecar does not match");
             };
             assert_eq!(blocks, 3);
@@ -735,7 +478,10 @@ mod tests {
                 panic!("a stale sidecar was kept");
             };
             assert!(how.contains("stale"), "{how}");
-            assert!(matches!(check_sidecar(&path).unwrap(), Some(Ok(3))));
+            assert_eq!(
+                check_sidecar(&path).unwrap(),
+                SidecarCheck::Matches { blocks: 3 }
+            );
 
             // A sidecar that lies (a block's flows of another block) fails verify.
             let mut s = Sidecar::decode(&std::fs::read(sidecar_path(&path)).unwrap()).unwrap();

@@ -1,4 +1,4 @@
-//! The subset of libpcap's filter language a [`FlowIndex`](crate::FlowIndex) can answer,
+//! The subset of libpcap's filter language a [`ChunkFilter`](crate::ChunkFilter) can answer,
 //! parsed as libpcap 1.10's `grammar.y` and `scanner.l` do. Anything outside it, and anything
 //! libpcap refuses, gives `None`; whatever is accepted means what it means to libpcap.
 //!
@@ -6,7 +6,7 @@
 
 use std::net::Ipv6Addr;
 
-use crate::predicate::{Dir, Node, Test, Transports};
+use crate::expr::{Dir, Node, Test, Transports};
 
 /// The predicate tree of `filter`, or `None`.
 pub(crate) fn parse(filter: &str) -> Option<Node> {

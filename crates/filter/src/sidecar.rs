@@ -3,7 +3,7 @@
 //! A capture file that is not in a store has no chunk index, and it must stay byte for byte
 //! what it is (other tools read it), so its index lives beside it. The file is cut into
 //! blocks of a few MiB at record boundaries; each block records where it is, its packets'
-//! time range and its [`FlowIndex`]. The sidecar also records what it was built from (the
+//! time range and its [`ChunkFilter`]. The sidecar also records what it was built from (the
 //! file's size and a hash of its first and last bytes): a sidecar whose file has changed is
 //! stale, and readers ignore it.
 //!
@@ -29,7 +29,7 @@
 //! encoding is accepted (what [`Sidecar::encode`] writes), so a decoded sidecar encodes back
 //! to the same bytes.
 
-use crate::{FlowIndex, IndexError};
+use crate::{ChunkFilter, DecodeError};
 
 /// The sidecar's magic number.
 pub const SIDECAR_MAGIC: [u8; 4] = *b"TDXS";
@@ -75,7 +75,7 @@ pub struct Block {
     pub packets: u32,
     pub first_ts_ns: u64,
     pub last_ts_ns: u64,
-    /// The encoded [`FlowIndex`] of the block's packets.
+    /// The encoded [`ChunkFilter`] of the block's packets.
     pub flows: Vec<u8>,
 }
 
@@ -108,7 +108,7 @@ pub enum SidecarError {
     Flows {
         at: usize,
         block: usize,
-        source: IndexError,
+        source: DecodeError,
     },
 }
 
@@ -257,7 +257,7 @@ impl Sidecar {
                     let len = c.u32("flow index length")? as usize;
                     let flows_at = c.at;
                     let flows = c.take(len, "flow index")?;
-                    FlowIndex::decode(flows).map_err(|source| SidecarError::Flows {
+                    ChunkFilter::decode(flows).map_err(|source| SidecarError::Flows {
                         at: flows_at,
                         block: i,
                         source,
@@ -309,10 +309,10 @@ impl Sidecar {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FlowIndexBuilder;
+    use crate::ChunkFilterBuilder;
 
     fn sample() -> Sidecar {
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         b.add(1, &[0u8; 14]);
         let flows = b.finish().encode();
         Sidecar {

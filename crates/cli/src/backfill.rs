@@ -1,9 +1,10 @@
-//! `tapdeck index`: adds the flow index to stores and files written without one.
+//! `tapdeck index`: backfills chunk filters (the flow index) into stores and files written
+//! without them, and sidecars beside plain capture files.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tapdeck_store::index::{self, Outcome};
+use tapdeck_store::backfill::{self, Outcome};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
@@ -56,7 +57,7 @@ fn files_of(path: &Path, moved: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Indexes one file, printing one line either way.
 fn one(path: &Path, totals: &mut Totals) {
-    match index::index_file(path) {
+    match backfill::index_file(path) {
         Ok(Outcome::Indexed {
             chunks,
             index_bytes,
@@ -72,6 +73,13 @@ fn one(path: &Path, totals: &mut Totals) {
         }
         Ok(Outcome::Skipped(why)) => {
             println!("{}: skipped: {why}", path.display());
+            totals.skipped += 1;
+        }
+        Ok(Outcome::LeftByCrash) => {
+            println!(
+                "{}: skipped: incomplete file left by a crash; run `tapdeck verify --repair` on it first",
+                path.display()
+            );
             totals.skipped += 1;
         }
         Err(e) => {

@@ -1,4 +1,4 @@
-//! [`FlowIndexBuilder`]: fed every packet of a chunk, it records what a libpcap filter can
+//! [`ChunkFilterBuilder`]: fed every packet of a chunk, it records what a libpcap filter can
 //! be answered from, as libpcap's generated code reads it (libpcap 1.10, `gencode.c`):
 //!
 //! | dimension | recorded from | libpcap primitives it answers |
@@ -40,7 +40,7 @@ use tapdeck_decode::wire::{
     Ipv6Packet, NullHeader, Sll2Header, SllHeader, VlanTag,
 };
 
-use crate::index::{flag, FlowIndex, ValueSet};
+use crate::chunk_filter::{flag, ChunkFilter, ValueSet};
 
 /// Distinct values a set of one chunk's index holds before it is marked overflowed.
 pub const MAX_VALUES: usize = 4096;
@@ -73,9 +73,9 @@ mod arp_field {
     pub const TPA: Range<usize> = 24..28;
 }
 
-/// Collects one chunk's [`FlowIndex`]: [`add`](Self::add) every packet, then
+/// Collects one chunk's [`ChunkFilter`]: [`add`](Self::add) every packet, then
 /// [`finish`](Self::finish), which hands out the index and starts the next chunk.
-pub struct FlowIndexBuilder {
+pub struct ChunkFilterBuilder {
     packets: u64,
     flags: u32,
     ipv4: AddressTable<u32>,
@@ -88,19 +88,19 @@ pub struct FlowIndexBuilder {
     vlans: Bitmap<64>,
 }
 
-impl Default for FlowIndexBuilder {
+impl Default for ChunkFilterBuilder {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl FlowIndexBuilder {
+impl ChunkFilterBuilder {
     /// A builder with all its memory allocated (about 200 KiB); nothing is allocated later.
     pub fn new() -> Self {
         // One random key per builder, so addresses crafted to collide in one recorder's
         // tables do not collide in another's (and a collision only costs selectivity).
         let seed = RandomState::new().hash_one(0x7464_6669u64);
-        FlowIndexBuilder {
+        ChunkFilterBuilder {
             packets: 0,
             flags: 0,
             ipv4: AddressTable::new(seed),
@@ -235,8 +235,8 @@ impl FlowIndexBuilder {
 
     /// The index of the packets added since the builder was made or last finished; the
     /// builder is then empty, ready for the next chunk.
-    pub fn finish(&mut self) -> FlowIndex {
-        let index = FlowIndex {
+    pub fn finish(&mut self) -> ChunkFilter {
+        let index = ChunkFilter {
             packets: self.packets,
             flags: self.flags,
             ipv4: self.ipv4.take(),
@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn ethernet_ipv4_tcp() {
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         let ip = ipv4(
             [10, 0, 0, 1],
             [10, 0, 0, 2],
@@ -580,7 +580,7 @@ mod tests {
 
     #[test]
     fn qinq_records_every_tag() {
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         let ip = ipv4(
             [192, 168, 1, 1],
             [192, 168, 1, 2],
@@ -607,7 +607,7 @@ mod tests {
             0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x00, 0x20, 0xd2, 0x5a, 0xfb, 0x3f, 10,
             0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
         ];
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x0806, &arp));
         // Cut after the sender's address: only that one is readable.
         b.add(
@@ -622,7 +622,7 @@ mod tests {
 
     #[test]
     fn other_ethertypes_and_llc_are_non_ip() {
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x88cc, &[0; 30])); // LLDP
         b.add(
             LINKTYPE_ETHERNET,
@@ -636,7 +636,7 @@ mod tests {
 
     #[test]
     fn ipv4_fragments_have_ports_only_at_offset_zero() {
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         let first = ipv4(
             [10, 0, 0, 1],
             [10, 0, 0, 2],
@@ -680,7 +680,7 @@ mod tests {
         // IHL 15 with the options cut: no ports captured.
         let mut cut = ipv4([4, 4, 4, 4], [5, 5, 5, 5], 17, 0, &[0; 12]);
         cut[0] = 0x4f;
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         for f in [&ip, &bad, &cut] {
             b.add(LINKTYPE_RAW, f);
         }
@@ -694,7 +694,7 @@ mod tests {
     #[test]
     fn ports_cut_by_the_snap_length() {
         let ip = ipv4([1, 2, 3, 4], [5, 6, 7, 8], 6, 0, &ports(443, 50000, 20));
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         b.add(LINKTYPE_RAW, &ip[..22]); // only the source port
         b.add(LINKTYPE_RAW, &ip[..21]);
         let i = b.finish();
@@ -724,7 +724,7 @@ mod tests {
         let later = ipv6(c, a, 44, &f1);
         // Plain ICMPv6.
         let icmp = ipv6(a, v6(3), 58, &[128, 0, 0, 0, 0, 0, 0, 0]);
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         for f in [&hbh, &first, &later, &icmp] {
             b.add(LINKTYPE_ETHERNET, &ethernet(&[], 0x86dd, f));
         }
@@ -748,7 +748,7 @@ mod tests {
     fn ipv6_ports_libpcap_reads_after_a_cut_chain() {
         // Fixed next header UDP: the ports right after the fixed header, even if the
         // datagram is cut after them.
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         let p = ipv6(v6(1), v6(2), 17, &ports(123, 124, 8));
         b.add(LINKTYPE_IPV6, &p[..44]);
         // A hop-by-hop header cut short: addresses and protocol 0, nothing else.
@@ -775,7 +775,7 @@ mod tests {
             (LINKTYPE_RAW, vec![]),
         ];
         for (linktype, frame) in cases {
-            let mut b = FlowIndexBuilder::new();
+            let mut b = ChunkFilterBuilder::new();
             b.add(linktype, &frame);
             let i = b.finish();
             assert!(i.flags & flag::UNPARSED != 0, "{linktype} {frame:02x?}");
@@ -797,7 +797,7 @@ mod tests {
         loop_be.extend(&ip);
         let mut null_other = 7u32.to_le_bytes().to_vec();
         null_other.extend(&ip);
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         b.add(LINKTYPE_LINUX_SLL, &sll);
         b.add(LINKTYPE_LINUX_SLL2, &sll2);
         b.add(LINKTYPE_NULL, &null_le);
@@ -813,7 +813,7 @@ mod tests {
 
     #[test]
     fn sets_overflow_at_the_cap() {
-        let mut b = FlowIndexBuilder::new();
+        let mut b = ChunkFilterBuilder::new();
         for n in 0..MAX_VALUES as u32 / 2 {
             let ip = ipv4(
                 (n << 1).to_be_bytes(),

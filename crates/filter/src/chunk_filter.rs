@@ -1,5 +1,5 @@
-//! [`FlowIndex`]: one chunk's (or, merged, one file's) sets of addresses, protocols, ports
-//! and VLAN ids, and its binary encoding (documented at [`FlowIndex`]).
+//! [`ChunkFilter`]: one chunk's (or, merged, one file's) sets of addresses, protocols, ports
+//! and VLAN ids, and its binary encoding (documented at [`ChunkFilter`]).
 
 use std::fmt;
 
@@ -29,7 +29,7 @@ pub(crate) mod flag {
 
 /// Why an encoded index was refused. Offsets count from the first byte of the encoding.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IndexError {
+pub enum DecodeError {
     #[error("flow index: {len} bytes, shorter than the {min} of header and checksum")]
     TooShort { len: usize, min: usize },
     #[error("flow index: magic is {found:02x?}, not \"TDFI\"")]
@@ -170,7 +170,7 @@ masked!(u32);
 masked!(u128);
 
 /// What one chunk of packets holds, as far as a libpcap filter can tell: the finished,
-/// immutable form of a [`FlowIndexBuilder`](crate::FlowIndexBuilder).
+/// immutable form of a [`ChunkFilterBuilder`](crate::ChunkFilterBuilder).
 ///
 /// # Encoding (version 1)
 ///
@@ -201,7 +201,7 @@ masked!(u128);
 ///
 /// Varints are unsigned LEB128, at most 19 bytes (128 bits), minimal (no trailing zero
 /// groups). The encoding is canonical: one index has exactly one encoding, and
-/// [`FlowIndex::decode`] accepts nothing else (trailing bytes, unsorted or duplicate values,
+/// [`ChunkFilter::decode`] accepts nothing else (trailing bytes, unsorted or duplicate values,
 /// values out of their range, unknown flags, an overflowed set with values).
 ///
 /// Sizes: a chunk's index is a few bytes per distinct value (IPv4 addresses 2–5, ports 1–3,
@@ -213,7 +213,7 @@ masked!(u128);
 ///
 /// [`MAX_VALUES`]: crate::MAX_VALUES
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowIndex {
+pub struct ChunkFilter {
     pub(crate) packets: u64,
     pub(crate) flags: u32,
     pub(crate) ipv4: ValueSet<u32>,
@@ -226,10 +226,10 @@ pub struct FlowIndex {
     pub(crate) vlans: ValueSet<u16>,
 }
 
-impl Default for FlowIndex {
+impl Default for ChunkFilter {
     /// The index of no packets.
     fn default() -> Self {
-        FlowIndex {
+        ChunkFilter {
             packets: 0,
             flags: 0,
             ipv4: ValueSet::Exact(Vec::new()),
@@ -244,7 +244,7 @@ impl Default for FlowIndex {
     }
 }
 
-impl FlowIndex {
+impl ChunkFilter {
     /// Packets indexed.
     pub fn packets(&self) -> u64 {
         self.packets
@@ -267,7 +267,7 @@ impl FlowIndex {
 
     /// Adds `other`'s packets to this index (a file's summary from its chunks'). A set
     /// that would exceed [`MAX_MERGED_VALUES`] is marked overflowed.
-    pub fn merge(&mut self, other: &FlowIndex) {
+    pub fn merge(&mut self, other: &ChunkFilter) {
         let l = MAX_MERGED_VALUES;
         self.packets = self.packets.saturating_add(other.packets);
         self.flags |= other.flags;
@@ -281,7 +281,7 @@ impl FlowIndex {
         self.vlans = self.vlans.union(&other.vlans, l);
     }
 
-    /// The binary form described [above](FlowIndex#encoding-version-1).
+    /// The binary form described [above](ChunkFilter#encoding-version-1).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend(MAGIC);
@@ -303,10 +303,10 @@ impl FlowIndex {
 
     /// Reads what [`encode`](Self::encode) wrote. Never panics; refuses anything but a
     /// canonical encoding; allocates at most 16 bytes per input byte.
-    pub fn decode(bytes: &[u8]) -> Result<FlowIndex, IndexError> {
+    pub fn decode(bytes: &[u8]) -> Result<ChunkFilter, DecodeError> {
         let min = HEADER_LEN + CHECKSUM_LEN;
         if bytes.len() < min {
-            return Err(IndexError::TooShort {
+            return Err(DecodeError::TooShort {
                 len: bytes.len(),
                 min,
             });
@@ -314,15 +314,15 @@ impl FlowIndex {
         let (body, sum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
         let magic = [body[0], body[1], body[2], body[3]];
         if magic != MAGIC {
-            return Err(IndexError::BadMagic { found: magic });
+            return Err(DecodeError::BadMagic { found: magic });
         }
         if body[4] != VERSION {
-            return Err(IndexError::UnsupportedVersion(body[4]));
+            return Err(DecodeError::UnsupportedVersion(body[4]));
         }
         let stored = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
         let computed = xxhash_rust::xxh32::xxh32(body, 0);
         if stored != computed {
-            return Err(IndexError::Checksum { stored, computed });
+            return Err(DecodeError::Checksum { stored, computed });
         }
         let mut r = Reader {
             buf: body,
@@ -334,13 +334,13 @@ impl FlowIndex {
         let at = r.pos;
         let flags = r.varint("flags")?;
         if flags & !u128::from(flag::ALL) != 0 {
-            return Err(IndexError::Malformed {
+            return Err(DecodeError::Malformed {
                 offset: at,
                 what: "flags",
                 problem: "unknown flag bits",
             });
         }
-        let index = FlowIndex {
+        let index = ChunkFilter {
             packets,
             flags: flags as u32,
             ipv4: r.set("IPv4 addresses", u32::MAX.into())?,
@@ -359,7 +359,7 @@ impl FlowIndex {
     }
 }
 
-impl fmt::Display for FlowIndex {
+impl fmt::Display for ChunkFilter {
     /// One line: packets, how many values each set holds (`*` when overflowed), flags.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn n<T: Copy + Ord>(s: &ValueSet<T>) -> String {
@@ -420,15 +420,15 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn error(&self, what: &'static str, problem: &'static str) -> IndexError {
-        IndexError::Malformed {
+    fn error(&self, what: &'static str, problem: &'static str) -> DecodeError {
+        DecodeError::Malformed {
             offset: self.pos,
             what,
             problem,
         }
     }
 
-    fn varint(&mut self, what: &'static str) -> Result<u128, IndexError> {
+    fn varint(&mut self, what: &'static str) -> Result<u128, DecodeError> {
         let start = self.pos;
         let mut v: u128 = 0;
         for i in 0..MAX_VARINT_LEN {
@@ -444,7 +444,7 @@ impl Reader<'_> {
             self.pos += 1;
             if b & 0x80 == 0 {
                 if b == 0 && self.pos - start > 1 {
-                    return Err(IndexError::Malformed {
+                    return Err(DecodeError::Malformed {
                         offset: start,
                         what,
                         problem: "varint not minimal",
@@ -460,7 +460,7 @@ impl Reader<'_> {
         &mut self,
         what: &'static str,
         max: u128,
-    ) -> Result<ValueSet<T>, IndexError> {
+    ) -> Result<ValueSet<T>, DecodeError> {
         let head = self.varint(what)?;
         let count = head >> 1;
         if head & 1 == 1 {
@@ -502,8 +502,8 @@ impl Reader<'_> {
 mod tests {
     use super::*;
 
-    fn sample() -> FlowIndex {
-        FlowIndex {
+    fn sample() -> ChunkFilter {
+        ChunkFilter {
             packets: 1234,
             flags: flag::IPV4 | flag::IPV6 | flag::FRAGMENT,
             ipv4: ValueSet::Exact(vec![0, 0x0a00_0001, 0x0a00_0002, u32::MAX]),
@@ -527,9 +527,9 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        for index in [sample(), FlowIndex::default()] {
+        for index in [sample(), ChunkFilter::default()] {
             let bytes = index.encode();
-            assert_eq!(FlowIndex::decode(&bytes), Ok(index.clone()));
+            assert_eq!(ChunkFilter::decode(&bytes), Ok(index.clone()));
         }
     }
 
@@ -540,21 +540,21 @@ mod tests {
             0x00, 0x00, 0x02, 0x50, 0x00, 0x00, 0x02, 0x64,
         ];
         bytes.extend(xxhash_rust::xxh32::xxh32(&bytes, 0).to_le_bytes());
-        let index = FlowIndex {
+        let index = ChunkFilter {
             packets: 3,
             flags: flag::IPV4,
             ipv4: ValueSet::Exact(vec![0x0a00_0001, 0x0a00_0002]),
             tcp_ports: ValueSet::Exact(vec![80]),
             vlans: ValueSet::Exact(vec![100]),
-            ..FlowIndex::default()
+            ..ChunkFilter::default()
         };
-        assert_eq!(FlowIndex::decode(&bytes), Ok(index.clone()));
+        assert_eq!(ChunkFilter::decode(&bytes), Ok(index.clone()));
         assert_eq!(index.encode(), bytes);
     }
 
     #[test]
     fn empty_index_layout() {
-        let bytes = FlowIndex::default().encode();
+        let bytes = ChunkFilter::default().encode();
         assert_eq!(&bytes[..5], b"TDFI\x01");
         // packets 0, flags 0, eight empty sets, checksum.
         assert_eq!(&bytes[5..15], &[0; 10]);
@@ -592,37 +592,37 @@ mod tests {
     fn rejects_corrupt_input() {
         let good = sample().encode();
         assert!(matches!(
-            FlowIndex::decode(&good[..8]),
-            Err(IndexError::TooShort { len: 8, min: 9 })
+            ChunkFilter::decode(&good[..8]),
+            Err(DecodeError::TooShort { len: 8, min: 9 })
         ));
         let mut b = good.clone();
         b[0] = b'X';
         assert!(matches!(
-            FlowIndex::decode(&b),
-            Err(IndexError::BadMagic { .. })
+            ChunkFilter::decode(&b),
+            Err(DecodeError::BadMagic { .. })
         ));
         let mut b = good.clone();
         b[4] = 2;
         assert_eq!(
-            FlowIndex::decode(&b),
-            Err(IndexError::UnsupportedVersion(2))
+            ChunkFilter::decode(&b),
+            Err(DecodeError::UnsupportedVersion(2))
         );
         // Any single flipped bit is caught by the checksum.
         for i in HEADER_LEN..good.len() {
             for bit in 0..8 {
                 let mut b = good.clone();
                 b[i] ^= 1 << bit;
-                assert!(FlowIndex::decode(&b).is_err(), "byte {i} bit {bit}");
+                assert!(ChunkFilter::decode(&b).is_err(), "byte {i} bit {bit}");
             }
         }
         // Every truncation fails.
         for n in 0..good.len() {
-            assert!(FlowIndex::decode(&good[..n]).is_err());
+            assert!(ChunkFilter::decode(&good[..n]).is_err());
         }
         // Also with a valid checksum over the cut body.
         for n in HEADER_LEN + CHECKSUM_LEN..good.len() {
             assert!(
-                FlowIndex::decode(&reseal(good[..n].to_vec())).is_err(),
+                ChunkFilter::decode(&reseal(good[..n].to_vec())).is_err(),
                 "{n}"
             );
         }
@@ -638,8 +638,8 @@ mod tests {
     }
 
     fn problem(bytes: &[u8]) -> &'static str {
-        match FlowIndex::decode(bytes) {
-            Err(IndexError::Malformed { problem, .. }) => problem,
+        match ChunkFilter::decode(bytes) {
+            Err(DecodeError::Malformed { problem, .. }) => problem,
             other => panic!("{other:?}"),
         }
     }
@@ -689,7 +689,7 @@ mod tests {
         assert_eq!(problem(&body(&[&[1, 0], &[0; 7]])), "cut short");
         // Well formed: a duplicate is impossible to write (gaps are at least 1).
         let ok = body(&[&[1, 1, 4, 10, 0], &[0; 7]]);
-        let i = FlowIndex::decode(&ok).unwrap();
+        let i = ChunkFilter::decode(&ok).unwrap();
         assert_eq!(i.ipv4, ValueSet::Exact(vec![10, 11]));
         assert_eq!(i.encode(), ok);
     }
@@ -697,14 +697,14 @@ mod tests {
     #[test]
     fn merge_is_a_union() {
         let mut a = sample();
-        let mut b = FlowIndex {
+        let mut b = ChunkFilter {
             packets: 10,
             flags: flag::UNPARSED,
             ipv4: ValueSet::Exact(vec![5, 0x0a00_0002]),
             tcp_ports: ValueSet::Overflowed,
             udp_ports: ValueSet::Exact(vec![53]),
             sctp_ports: ValueSet::Exact(vec![9]),
-            ..FlowIndex::default()
+            ..ChunkFilter::default()
         };
         a.merge(&b);
         assert_eq!(a.packets, 1244);
@@ -717,25 +717,25 @@ mod tests {
         assert_eq!(a.udp_ports, ValueSet::Overflowed);
         assert_eq!(a.sctp_ports, ValueSet::Exact(vec![9]));
         assert_eq!(a.vlans, sample().vlans);
-        b.merge(&FlowIndex::default());
+        b.merge(&ChunkFilter::default());
         assert_eq!(b.packets, 10);
         // The merged limit.
         let big = |from: u32| ValueSet::Exact((from..from + 40_000).collect::<Vec<u32>>());
-        let mut x = FlowIndex {
+        let mut x = ChunkFilter {
             ipv4: big(0),
-            ..FlowIndex::default()
+            ..ChunkFilter::default()
         };
-        x.merge(&FlowIndex {
+        x.merge(&ChunkFilter {
             ipv4: big(20_000),
-            ..FlowIndex::default()
+            ..ChunkFilter::default()
         });
         assert_eq!(x.ipv4.len(), Some(60_000));
-        x.merge(&FlowIndex {
+        x.merge(&ChunkFilter {
             ipv4: big(100_000),
-            ..FlowIndex::default()
+            ..ChunkFilter::default()
         });
         assert_eq!(x.ipv4, ValueSet::Overflowed);
-        let round = FlowIndex::decode(&x.encode()).unwrap();
+        let round = ChunkFilter::decode(&x.encode()).unwrap();
         assert_eq!(round, x);
     }
 
