@@ -451,7 +451,11 @@ fn without_cap_net_raw_the_message_says_how_to_grant_it() {
     // Root without CAP_NET_RAW (dropped from the bounding set), not another user: another
     // user could not reach this test binary in a checkout inside a mode-0700 directory.
     let out = Command::new("setpriv")
-        .args(["--bounding-set=-net_raw,-net_admin", "--inh-caps=-all", "--"])
+        .args([
+            "--bounding-set=-net_raw,-net_admin",
+            "--inh-caps=-all",
+            "--",
+        ])
         .arg(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "child_open_without_privileges"])
         .output()

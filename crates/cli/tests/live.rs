@@ -359,8 +359,12 @@ fn errors_are_one_line_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = if without_raw {
             let mut c = Command::new("setpriv");
-            c.args(["--bounding-set=-net_raw,-net_admin", "--inh-caps=-all", "--"])
-                .arg(BIN);
+            c.args([
+                "--bounding-set=-net_raw,-net_admin",
+                "--inh-caps=-all",
+                "--",
+            ])
+            .arg(BIN);
             c
         } else {
             Command::new(BIN)
