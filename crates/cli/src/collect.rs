@@ -98,11 +98,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         .first()
         .and_then(|s| s.local_addr())
         .unwrap_or(listen);
-    let options = cfg.options_mut();
-    options["source"] = serde_json::json!(format!("ipfix {} {bound}", transport.name()));
-    options["allow"] = serde_json::json!(args.allow);
-    options["sockets"] = serde_json::json!(args.sockets);
-    options["ipfix_file"] = serde_json::json!(args.ipfix_file);
+    describe_source(&mut cfg, args, transport, bound);
     let cfg = cfg.build();
     let control = Arc::new(Control::default());
     if stream {
@@ -111,14 +107,7 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     } else {
         install_signals(&control)?;
     }
-    let stats_path = args.store.join("stats.jsonl");
-    let mut stats = StatsWriter::new(Box::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&stats_path)
-            .with_context(|| format!("cannot open {}", stats_path.display()))?,
-    ));
+    let mut stats = stats_writer(&args.store)?;
     let mut journal =
         LedgerJournal::open(Arc::clone(&ledger), &args.store).map_err(wording::forward)?;
     if let Some(user) = &args.user {
@@ -216,6 +205,33 @@ fn recorder_config(args: &CollectArgs, stream: bool) -> anyhow::Result<RecorderC
     // The ledger is saved only once the packets it counts are synced (see `LedgerJournal`):
     // sync the open files every second, so it lags the store by about that much.
     Ok(opts.builder()?.sync_interval(Some(LEDGER_SYNC_INTERVAL)))
+}
+
+/// What the store's manifest says of its source: the transport and address bound, and the
+/// collector's own options.
+fn describe_source(
+    cfg: &mut RecorderConfigBuilder,
+    args: &CollectArgs,
+    transport: Transport,
+    bound: SocketAddr,
+) {
+    let options = cfg.options_mut();
+    options["source"] = serde_json::json!(format!("ipfix {} {bound}", transport.name()));
+    options["allow"] = serde_json::json!(args.allow);
+    options["sockets"] = serde_json::json!(args.sockets);
+    options["ipfix_file"] = serde_json::json!(args.ipfix_file);
+}
+
+/// The recorder's stats records, appended to `STORE/stats.jsonl`.
+fn stats_writer(store: &std::path::Path) -> anyhow::Result<StatsWriter> {
+    let stats_path = store.join("stats.jsonl");
+    Ok(StatsWriter::new(Box::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&stats_path)
+            .with_context(|| format!("cannot open {}", stats_path.display()))?,
+    )))
 }
 
 /// `--ipfix-file` and `-w -`: where accepted messages and packets go besides the store.
