@@ -15,7 +15,7 @@ mod socket;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use tapdeck_pcap::{Interface, Packet, PacketFlags};
 pub use bpf::DEFAULT_SNAPLEN;
 use ring::Ring;
 
-use crate::{PacketSink, PacketSource, Poll, SourceCounters, SourceError};
+use crate::{PacketSink, PacketSource, Poll, SettingError, SourceCounters, SourceError};
 
 /// How long `poll` waits for a packet before reporting `Idle`.
 const POLL_WAIT_MS: i32 = 100;
@@ -132,12 +132,10 @@ impl AfPacketSource {
         threads: usize,
     ) -> Result<Vec<AfPacketSource>, SourceError> {
         if cfg.interfaces.is_empty() {
-            return Err(SourceError::Other(
-                "name at least one interface to capture (-i IF)".into(),
-            ));
+            return Err(SettingError::NoInterface.into());
         }
         if threads == 0 {
-            return Err(SourceError::Other("--threads must be at least 1".into()));
+            return Err(SettingError::NoThreads.into());
         }
         let remaining = cfg.count.map(|n| Arc::new(AtomicU64::new(n)));
         let mut sources: Vec<AfPacketSource> = (0..threads)
@@ -377,103 +375,16 @@ fn open_tap(name: &str, cfg: &AfPacketConfig) -> Result<(Tap, Interface), Source
     let linktype = socket::linktype(name, arphrd)?;
     let snaplen = cfg.snaplen.unwrap_or(DEFAULT_SNAPLEN);
     if snaplen == 0 {
-        return Err(SourceError::Other("--snaplen must be at least 1".into()));
+        return Err(SettingError::ZeroSnaplen.into());
     }
-    let setup = |what: &str, r: io::Result<()>| {
-        r.map_err(|e| SourceError::Other(format!("{name}: cannot set {what}: {e}")))
-    };
-
-    setup(
-        "TPACKET_V3",
-        socket::set_option(
-            sock,
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            &(libc::tpacket_versions::TPACKET_V3 as libc::c_int),
-        ),
-    )?;
-    setup(
-        "PACKET_RESERVE",
-        socket::set_option(
-            sock,
-            libc::SOL_PACKET,
-            libc::PACKET_RESERVE,
-            &ring::VLAN_RESERVE,
-        ),
-    )?;
-    let hw = socket::hardware_timestamps(sock, name);
-    if hw.offered {
-        // Best effort: the kernel falls back to its own clock for any packet the NIC did
-        // not stamp.
-        if let Err(e) = socket::set_option(
-            sock,
-            libc::SOL_PACKET,
-            libc::PACKET_TIMESTAMP,
-            &(libc::SOF_TIMESTAMPING_RAW_HARDWARE as libc::c_int),
-        ) {
-            tracing::warn!("{name}: hardware timestamps refused ({e}); using the kernel's clock");
-        }
-    }
-    if let Some(filter) = bpf::build(cfg.filter.as_deref(), linktype, snaplen)? {
-        let prog = libc::sock_fprog {
-            len: filter.insns.len() as u16,
-            filter: filter.insns.as_ptr() as *mut libc::sock_filter,
-        };
-        // The kernel copies the program during the call; `filter` outlives it.
-        setup(
-            "the capture filter",
-            socket::set_option(sock, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog),
-        )?;
-    }
-
+    let hw = set_up_socket(name, sock, cfg.filter.as_deref(), linktype, snaplen)?;
     let ring = open_ring(name, sock, cfg, snaplen)?;
-
-    let addr = libc::sockaddr_ll {
-        sll_family: libc::AF_PACKET as u16,
-        sll_protocol: (libc::ETH_P_ALL as u16).to_be(),
-        sll_ifindex: ifindex,
-        sll_hatype: 0,
-        sll_pkttype: 0,
-        sll_halen: 0,
-        sll_addr: [0; 8],
-    };
-    // SAFETY: passes a sockaddr_ll and its exact size.
-    let r = unsafe {
-        libc::bind(
-            sock.as_raw_fd(),
-            (&addr as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return Err(SourceError::Other(format!("cannot bind to {name}: {e}")));
-    }
+    bind(name, sock, ifindex)?;
     if cfg.promiscuous {
-        let mreq = libc::packet_mreq {
-            mr_ifindex: ifindex,
-            mr_type: libc::PACKET_MR_PROMISC as u16,
-            mr_alen: 0,
-            mr_address: [0; 8],
-        };
-        setup(
-            "promiscuous mode",
-            socket::set_option(sock, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq),
-        )?;
+        join_promiscuous(name, sock, ifindex)?;
     }
     if arphrd != libc::ARPHRD_LOOPBACK {
-        let on = socket::merging_offloads(sock, name);
-        if !on.is_empty() {
-            tracing::warn!(
-                "{name} has {} on: the kernel merges received segments, so stored frames may \
-                 never have crossed the wire; turn it off with `ethtool -K {name} {}`",
-                on.join(" and "),
-                on.iter()
-                    .map(|o| format!("{o} off"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
-        }
+        warn_merging_offloads(name, sock);
     }
 
     let timestamps = if hw.enabled {
@@ -502,10 +413,129 @@ fn open_tap(name: &str, cfg: &AfPacketConfig) -> Result<(Tap, Interface), Source
     Ok((tap, interface))
 }
 
+/// A socket option of `name`'s socket that must take, or an error naming it.
+fn setup(name: &str, what: &str, r: io::Result<()>) -> Result<(), SourceError> {
+    r.map_err(|e| SourceError::Other(format!("{name}: cannot set {what}: {e}")))
+}
+
+/// What the ring needs before it is mapped: TPACKET_V3, room for a VLAN tag before each
+/// frame, hardware timestamps where the NIC offers them, and the capture filter.
+fn set_up_socket(
+    name: &str,
+    sock: BorrowedFd<'_>,
+    filter: Option<&str>,
+    linktype: u16,
+    snaplen: u32,
+) -> Result<socket::HardwareTimestamps, SourceError> {
+    setup(
+        name,
+        "TPACKET_V3",
+        socket::set_option(
+            sock,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &(libc::tpacket_versions::TPACKET_V3 as libc::c_int),
+        ),
+    )?;
+    setup(
+        name,
+        "PACKET_RESERVE",
+        socket::set_option(
+            sock,
+            libc::SOL_PACKET,
+            libc::PACKET_RESERVE,
+            &ring::VLAN_RESERVE,
+        ),
+    )?;
+    let hw = socket::hardware_timestamps(sock, name);
+    if hw.offered {
+        // Best effort: the kernel falls back to its own clock for any packet the NIC did
+        // not stamp.
+        if let Err(e) = socket::set_option(
+            sock,
+            libc::SOL_PACKET,
+            libc::PACKET_TIMESTAMP,
+            &(libc::SOF_TIMESTAMPING_RAW_HARDWARE as libc::c_int),
+        ) {
+            tracing::warn!("{name}: hardware timestamps refused ({e}); using the kernel's clock");
+        }
+    }
+    if let Some(filter) = bpf::build(filter, linktype, snaplen)? {
+        let prog = libc::sock_fprog {
+            len: filter.insns.len() as u16,
+            filter: filter.insns.as_ptr() as *mut libc::sock_filter,
+        };
+        // The kernel copies the program during the call; `filter` outlives it.
+        setup(
+            name,
+            "the capture filter",
+            socket::set_option(sock, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog),
+        )?;
+    }
+    Ok(hw)
+}
+
+/// Binds the socket to the interface, all protocols.
+fn bind(name: &str, sock: BorrowedFd<'_>, ifindex: i32) -> Result<(), SourceError> {
+    let addr = libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as u16,
+        sll_protocol: (libc::ETH_P_ALL as u16).to_be(),
+        sll_ifindex: ifindex,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
+    };
+    // SAFETY: passes a sockaddr_ll and its exact size.
+    let r = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(SourceError::Other(format!("cannot bind to {name}: {e}")));
+    }
+    Ok(())
+}
+
+fn join_promiscuous(name: &str, sock: BorrowedFd<'_>, ifindex: i32) -> Result<(), SourceError> {
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex,
+        mr_type: libc::PACKET_MR_PROMISC as u16,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    setup(
+        name,
+        "promiscuous mode",
+        socket::set_option(sock, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq),
+    )
+}
+
+/// GRO/LRO on a capture interface: the kernel merges received segments, so the stored
+/// frames never crossed the wire as such. Said once, with the command that turns them off.
+fn warn_merging_offloads(name: &str, sock: BorrowedFd<'_>) {
+    let on = socket::merging_offloads(sock, name);
+    if !on.is_empty() {
+        tracing::warn!(
+            "{name} has {} on: the kernel merges received segments, so stored frames may \
+             never have crossed the wire; turn it off with `ethtool -K {name} {}`",
+            on.join(" and "),
+            on.iter()
+                .map(|o| format!("{o} off"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+}
+
 /// Sets up and maps the receive ring, or says which option to change.
 fn open_ring(
     name: &str,
-    sock: std::os::fd::BorrowedFd<'_>,
+    sock: BorrowedFd<'_>,
     cfg: &AfPacketConfig,
     snaplen: u32,
 ) -> Result<Ring, SourceError> {
@@ -513,27 +543,24 @@ fn open_ring(
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
     let (block, blocks, frame) = (cfg.block_size, cfg.blocks, cfg.frame_size);
     if block == 0 || block % page != 0 || frame == 0 || block % frame != 0 || blocks == 0 {
-        return Err(SourceError::Other(format!(
-            "--ring-block-size {block} must be a nonzero multiple of the page size ({page}) and \
-             of the frame size ({frame}), and --ring-blocks at least 1"
-        )));
+        return Err(SettingError::RingGeometry { block, page, frame }.into());
     }
     let frames_per_block = block / frame;
     let Some(frame_nr) = frames_per_block.checked_mul(blocks) else {
-        return Err(SourceError::Other(format!(
-            "a ring of {blocks} blocks of {block} bytes is too large: lower --ring-blocks"
-        )));
+        return Err(SettingError::RingTooLarge { blocks, block }.into());
     };
     let total = u64::from(block) * u64::from(blocks);
     // The kernel grants what it can, up to all of memory: refuse a likely typo instead.
     // SAFETY: sysconf has no preconditions.
     let ram = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as u64 * u64::from(page);
     if total > ram / 2 {
-        return Err(SourceError::Other(format!(
-            "a receive ring of {} MiB on {name} ({blocks} blocks of {block} bytes) is more than \
-             half of this machine's memory: lower --ring-blocks or --ring-block-size",
-            total >> 20
-        )));
+        return Err(SettingError::RingOverHalfMemory {
+            iface: name.to_string(),
+            blocks,
+            block,
+            bytes: total,
+        }
+        .into());
     }
     let req = libc::tpacket_req3 {
         tp_block_size: block,
@@ -544,21 +571,27 @@ fn open_ring(
         tp_sizeof_priv: 0,
         tp_feature_req_word: 0,
     };
-    let too_big = |e: io::Error| {
-        SourceError::Other(format!(
-            "cannot allocate a {} MiB receive ring on {name} ({blocks} blocks of {block} bytes: \
-             {e}): lower --ring-blocks or --ring-block-size",
-            total >> 20
-        ))
+    let too_big = |cause: io::Error| -> SourceError {
+        SettingError::RingAlloc {
+            iface: name.to_string(),
+            blocks,
+            block,
+            bytes: total,
+            cause,
+        }
+        .into()
     };
     socket::set_option(sock, libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| match e
         .raw_os_error()
     {
         Some(libc::ENOMEM | libc::ENOBUFS) => too_big(e),
-        _ => SourceError::Other(format!(
-            "{name}: the kernel refused a ring of {blocks} blocks of {block} bytes ({e}); \
-                 it must stay under 4 GiB: lower --ring-blocks or --ring-block-size"
-        )),
+        _ => SettingError::RingRefused {
+            iface: name.to_string(),
+            blocks,
+            block,
+            cause: e,
+        }
+        .into(),
     })?;
     Ring::map(sock, block as usize, blocks as usize, snaplen).map_err(too_big)
 }
@@ -573,11 +606,11 @@ fn join_fanout(tap: &Tap, group: Option<u16>) -> Result<u16, SourceError> {
     };
     let arg: u32 = u32::from(id) | (flags << 16);
     let sock = tap.socket.as_fd();
-    socket::set_option(sock, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg).map_err(|e| {
-        SourceError::Other(format!(
-            "{}: cannot join a PACKET_FANOUT group for --threads: {e}",
-            tap.name
-        ))
+    socket::set_option(sock, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg).map_err(|cause| {
+        SettingError::Fanout {
+            iface: tap.name.clone(),
+            cause,
+        }
     })?;
     // Reading the option back gives the group's id in the low 16 bits.
     let got = socket::get_option(sock, libc::SOL_PACKET, libc::PACKET_FANOUT, 0u32)
@@ -641,8 +674,9 @@ impl PacketSource for AfPacketSource {
 
 /// The user id and group id of `user` (from the password database).
 pub fn lookup_user(user: &str) -> Result<(u32, u32), SourceError> {
-    let c = CString::new(user)
-        .map_err(|_| SourceError::Other(format!("--user {user:?}: not a user name")))?;
+    let c = CString::new(user).map_err(|_| SettingError::NotAUserName {
+        user: user.to_string(),
+    })?;
     // SAFETY: passwd is plain old data (integers and pointers): all zeros is a valid value.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0u8; 16 << 10];
@@ -664,7 +698,11 @@ pub fn lookup_user(user: &str) -> Result<(u32, u32), SourceError> {
         } else {
             io::Error::from_raw_os_error(r).to_string()
         };
-        return Err(SourceError::Other(format!("--user {user}: {why}")));
+        return Err(SettingError::NoSuchUser {
+            user: user.to_string(),
+            why,
+        }
+        .into());
     }
     Ok((pwd.pw_uid, pwd.pw_gid))
 }
@@ -673,11 +711,13 @@ pub fn lookup_user(user: &str) -> Result<(u32, u32), SourceError> {
 /// once every socket is open and every ring mapped; the descriptors stay usable.
 pub fn drop_privileges(user: &str) -> Result<(), SourceError> {
     let (uid, gid) = lookup_user(user)?;
-    let fail = |what: &str| {
-        SourceError::Other(format!(
-            "--user {user}: cannot {what}: {} (tapdeck must start as root to switch users)",
-            io::Error::last_os_error()
-        ))
+    let fail = |what: &'static str| -> SourceError {
+        SettingError::SwitchUser {
+            user: user.to_string(),
+            what,
+            cause: io::Error::last_os_error(),
+        }
+        .into()
     };
     // SAFETY: plain credential calls; glibc applies them to every thread of the process.
     unsafe {
@@ -691,9 +731,10 @@ pub fn drop_privileges(user: &str) -> Result<(), SourceError> {
             return Err(fail("set the user id"));
         }
         if uid != 0 && libc::setuid(0) == 0 {
-            return Err(SourceError::Other(format!(
-                "--user {user}: root privileges could be regained after switching; refusing to go on"
-            )));
+            return Err(SettingError::RootRegainable {
+                user: user.to_string(),
+            }
+            .into());
         }
     }
     tracing::info!("now running as {user} (uid {uid}, gid {gid})");

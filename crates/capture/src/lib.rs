@@ -75,6 +75,74 @@ pub enum SourceError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Other(String),
+    /// A capture setting that cannot work, or a switch of user that failed.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+}
+
+/// A live capture's setting that cannot work. The messages name the value and the cause but
+/// no command-line flag: the binary words them with the flag that gave the value.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingError {
+    #[error("name at least one interface to capture")]
+    NoInterface,
+    #[error("capture with at least one thread")]
+    NoThreads,
+    #[error("the snap length must be at least 1")]
+    ZeroSnaplen,
+    #[error("a ring block of {block} bytes must be a nonzero multiple of the page size ({page}) and of the frame size ({frame}), and a ring at least one block")]
+    RingGeometry { block: u32, page: u32, frame: u32 },
+    #[error("a ring of {blocks} blocks of {block} bytes is too large")]
+    RingTooLarge { blocks: u32, block: u32 },
+    #[error("a receive ring of {} MiB on {iface} ({blocks} blocks of {block} bytes) is more than half of this machine's memory", .bytes >> 20)]
+    RingOverHalfMemory {
+        iface: String,
+        blocks: u32,
+        block: u32,
+        bytes: u64,
+    },
+    #[error("cannot allocate a {} MiB receive ring on {iface} ({blocks} blocks of {block} bytes: {cause})", .bytes >> 20)]
+    RingAlloc {
+        iface: String,
+        blocks: u32,
+        block: u32,
+        bytes: u64,
+        cause: std::io::Error,
+    },
+    #[error("{iface}: the kernel refused a ring of {blocks} blocks of {block} bytes ({cause}); it must stay under 4 GiB")]
+    RingRefused {
+        iface: String,
+        blocks: u32,
+        block: u32,
+        cause: std::io::Error,
+    },
+    /// Several capture threads need a PACKET_FANOUT group.
+    #[error("{iface}: cannot join a PACKET_FANOUT group: {cause}")]
+    Fanout {
+        iface: String,
+        cause: std::io::Error,
+    },
+    #[error("cannot start libpcap: {0}")]
+    Libpcap(String),
+    #[error("capture filter '{expr}': {what}")]
+    Filter { expr: String, what: String },
+    #[error(
+        "capture filter '{expr}' compiles to {insns} instructions, more than the kernel takes"
+    )]
+    FilterTooLong { expr: String, insns: usize },
+    #[error("user {user:?}: not a user name")]
+    NotAUserName { user: String },
+    /// No such user, or the password database could not be read (`why`).
+    #[error("user {user}: {why}")]
+    NoSuchUser { user: String, why: String },
+    #[error("user {user}: cannot {what}: {cause} (tapdeck must start as root to switch users)")]
+    SwitchUser {
+        user: String,
+        what: &'static str,
+        cause: std::io::Error,
+    },
+    #[error("user {user}: root privileges could be regained after switching; refusing to go on")]
+    RootRegainable { user: String },
 }
 
 /// A source of packets for one stream of the recorder.

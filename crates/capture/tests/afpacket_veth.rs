@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use netns::{frames, now_ns, TestNet};
-use tapdeck_capture::{AfPacketConfig, AfPacketSource, PacketSink, PacketSource, Poll};
+use tapdeck_capture::{
+    AfPacketConfig, AfPacketSource, PacketSink, PacketSource, Poll, SettingError, SourceError,
+};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo, TraceReader};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -415,8 +417,10 @@ fn a_missing_interface_is_a_one_line_message() {
     );
 }
 
+/// The binary adds the options to lower (`--ring-blocks or --ring-block-size`: its
+/// `wording::capture`) to exactly these errors.
 #[test]
-fn a_ring_too_large_names_the_options_to_lower() {
+fn a_ring_too_large_is_a_ring_size_error() {
     require_root!();
     let mut cfg = config(&["lo"]);
     cfg.block_size = 4 << 20;
@@ -426,7 +430,15 @@ fn a_ring_too_large_names_the_options_to_lower() {
     };
     let msg = e.to_string();
     assert!(
-        msg.ends_with("lower --ring-blocks or --ring-block-size") && !msg.contains('\n'),
+        matches!(
+            &e,
+            SourceError::Setting(
+                SettingError::RingOverHalfMemory { .. }
+                    | SettingError::RingAlloc { .. }
+                    | SettingError::RingRefused { .. }
+            )
+        ) && msg.contains("1048576 blocks of 4194304 bytes")
+            && !msg.contains('\n'),
         "{msg}"
     );
 }

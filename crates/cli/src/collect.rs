@@ -9,13 +9,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tapdeck_forward::collect::{CollectorSource, LiveStream, MessageFile, Outputs};
-use tapdeck_forward::ledger::{DurableSaves, Ledger, LedgerFile, LEDGER_FILE};
+use tapdeck_forward::journal::LedgerJournal;
+use tapdeck_forward::ledger::{Ledger, LedgerFile, LEDGER_FILE};
 use tapdeck_forward::tls::{self, TlsFiles};
-use tapdeck_recorder::options::RecordOptions;
+use tapdeck_recorder::options::{RecordOptions, RecorderConfigBuilder};
 use tapdeck_recorder::pipeline::Control;
 use tapdeck_recorder::recorder::{self, StatsWriter};
 
 use crate::args::CollectArgs;
+use crate::wording;
 
 /// How often the writers sync the open files, so that ledger snapshots can be saved.
 const LEDGER_SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -64,86 +66,20 @@ fn parse_listen(listen: &str) -> anyhow::Result<(Transport, SocketAddr)> {
 
 pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     let (transport, listen) = parse_listen(&args.listen)?;
-    let tls_files = [
-        ("--tls-cert", &args.tls_cert),
-        ("--tls-key", &args.tls_key),
-        ("--tls-client-ca", &args.tls_client_ca),
-    ];
-    let tls_config = match transport {
-        Transport::Tls => {
-            if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_none()) {
-                bail!("--listen {}: TLS needs --tls-cert, --tls-key and --tls-client-ca ({name} is missing)", args.listen);
-            }
-            let files = TlsFiles {
-                cert: args.tls_cert.as_deref().expect("checked"),
-                key: args.tls_key.as_deref().expect("checked"),
-                ca: args.tls_client_ca.as_deref().expect("checked"),
-            };
-            Some(tls::server_config(&files).map_err(|e| anyhow::anyhow!(e))?)
-        }
-        _ => {
-            if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_some()) {
-                bail!("{name} is for TLS: listen on tls://ADDR:PORT to use it");
-            }
-            None
-        }
-    };
+    let tls_config = tls_server(args, transport)?;
     if transport != Transport::Udp && args.sockets != 1 {
         bail!("--sockets is for UDP: over TCP and TLS every connection goes to one stream");
     }
-    let allow = args
-        .allow
-        .iter()
-        .map(|a| {
-            a.parse::<IpAddr>().with_context(|| {
-                format!(
-                    "--allow {a}: not an IP address (give the exporter's address, e.g. 198.18.0.1)"
-                )
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    if args.output.format == "pcap" {
-        bail!("--format pcap: a collector stores every interface its exporters announce, and classic pcap holds one; use pcapng (the default)");
-    }
-    if args.output.rotate_interval == Some(0) {
-        bail!("--rotate-interval must be at least 1 second");
-    }
-    let o = &args.output;
+    let allow = allow_list(&args.allow)?;
     // Over TCP/TLS the source itself stops (after closing every connection cleanly).
     let stream = transport != Transport::Udp;
-    let opts = crate::record::with_output(
-        o,
-        RecordOptions {
-            store: args.store.clone(),
-            compressors: Some(1),
-            duration: if stream { None } else { args.duration },
-            stats_interval: args.stats_interval,
-            bench_disk_limit: args.bench_disk_limit.clone(),
-            ..RecordOptions::default()
-        },
-    );
-    // The ledger is saved only once the packets it counts are synced (see below): sync the
-    // open files every second, so it lags the store by about that much.
-    let mut cfg = opts.builder()?.sync_interval(Some(LEDGER_SYNC_INTERVAL));
+    let mut cfg = recorder_config(args, stream)?;
     std::fs::create_dir_all(&args.store)
         .with_context(|| format!("cannot create store {}", args.store.display()))?;
-    let ledger_path = args.store.join(LEDGER_FILE);
     let ledger = Arc::new(Mutex::new(
-        Ledger::resume_from(&ledger_path).map_err(|e| anyhow::anyhow!(e))?,
+        Ledger::resume_from(&args.store.join(LEDGER_FILE)).map_err(wording::forward)?,
     ));
-    let outputs = Arc::new(Outputs {
-        file: args
-            .ipfix_file
-            .as_deref()
-            .map(MessageFile::create)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!(e))?
-            .map(Mutex::new),
-        live: args
-            .write
-            .as_ref()
-            .map(|_| Mutex::new(LiveStream::new(Box::new(std::io::stdout())))),
-    });
+    let outputs = outputs(args)?;
     let drain = Arc::new(AtomicBool::new(false));
     let sources = match transport {
         Transport::Udp => CollectorSource::open(listen, args.sockets, &allow, &ledger, &outputs),
@@ -157,98 +93,177 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
         )
         .map(|s| vec![s]),
     }
-    .map_err(|e| anyhow::anyhow!(e))?;
+    .map_err(wording::forward)?;
     let bound = sources
         .first()
         .and_then(|s| s.local_addr())
         .unwrap_or(listen);
-    let options = cfg.options_mut();
-    options["source"] = serde_json::json!(format!("ipfix {} {bound}", transport.name()));
-    options["allow"] = serde_json::json!(args.allow);
-    options["sockets"] = serde_json::json!(args.sockets);
-    options["ipfix_file"] = serde_json::json!(args.ipfix_file);
+    describe_source(&mut cfg, args, transport, bound);
     let cfg = cfg.build();
     let control = Arc::new(Control::default());
     if stream {
         install_drain_signals(&control, &drain)?;
-        if let Some(d) = args.duration {
-            let d = Duration::try_from_secs_f64(d)
-                .ok()
-                .context("--duration must be a positive number of seconds")?;
-            let drain = Arc::clone(&drain);
-            std::thread::spawn(move || {
-                std::thread::sleep(d);
-                drain.store(true, Ordering::SeqCst);
-            });
-        }
+        drain_after(args.duration, &drain)?;
     } else {
         install_signals(&control)?;
     }
-    let stats_path = args.store.join("stats.jsonl");
-    let mut stats = StatsWriter::new(Box::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&stats_path)
-            .with_context(|| format!("cannot open {}", stats_path.display()))?,
-    ));
-    let history_path = args.store.join("collector.jsonl");
-    let mut history = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&history_path)
-        .with_context(|| format!("cannot open {}", history_path.display()))?;
+    let mut stats = stats_writer(&args.store)?;
+    let mut journal =
+        LedgerJournal::open(Arc::clone(&ledger), &args.store).map_err(wording::forward)?;
     if let Some(user) = &args.user {
-        tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+        tapdeck_capture::drop_privileges(user).map_err(wording::capture)?;
     }
     tracing::info!(
         "collecting IPFIX on {} {bound} into {}",
         transport.name(),
         args.store.display()
     );
-    let mut last = LedgerFile::default();
-    let mut saves = DurableSaves::new();
-    // Packets a resumed ledger counted in earlier runs: the recorder counts this run's.
-    let earlier = ledger.lock().unwrap().snapshot().packets();
     let summary = recorder::record(cfg, sources, control, |record, done| {
         stats.write(record, done);
-        // Each stats record snapshots the ledger with the packets delivered so far; a
-        // snapshot is saved only once the recorder has that many synced to the disk (or
-        // counted as dropped): see `DurableSaves`. With several sockets the streams drain
-        // apart and this holds for the totals only. The history goes beside stats.jsonl.
-        let snap = ledger.lock().unwrap().snapshot();
-        saves.taken(snap.packets() - earlier, snap.clone());
         let settled = record.totals.durable + record.totals.dropped.total();
-        if let Some(saved) = saves.ready(settled) {
-            if let Err(e) = saved.save(&ledger_path) {
-                tracing::warn!("{e}");
-            }
-        }
-        // Only what changed since the last line (the final line: everything), so an idle
-        // collector's history does not grow by its whole ledger every interval.
-        let line = history_line(&snap, if done { None } else { Some(&last) }, record.ts_ns);
-        if let Some(mut line) = line {
-            if done {
-                line["final"] = serde_json::json!(true);
-            }
-            // One write a record: a reader tailing the history never sees half a line.
-            let _ = history.write_all(format!("{line}\n").as_bytes());
-        }
-        last = snap;
+        journal.record(record.ts_ns, settled, done);
     })
     .map_err(|e| anyhow::anyhow!(e))?;
     if let Some(f) = &outputs.file {
         f.lock().unwrap().flush();
     }
-    let ledger = ledger.lock().unwrap();
-    ledger.save(&ledger_path).map_err(|e| anyhow::anyhow!(e))?;
+    let ledger = journal.finish().map_err(wording::forward)?;
     print_summary(&summary);
-    print_ledger(&ledger.snapshot());
+    print_ledger(&ledger);
     let _ = std::io::stdout().flush();
     if let Some(fatal) = summary.fatal {
         bail!("{fatal}");
     }
     Ok(0)
+}
+
+/// TLS: the server settings from the three files, which go together and only with
+/// tls://.
+fn tls_server(
+    args: &CollectArgs,
+    transport: Transport,
+) -> anyhow::Result<Option<Arc<tls::ServerConfig>>> {
+    let tls_files = [
+        ("--tls-cert", &args.tls_cert),
+        ("--tls-key", &args.tls_key),
+        ("--tls-client-ca", &args.tls_client_ca),
+    ];
+    if transport != Transport::Tls {
+        if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_some()) {
+            bail!("{name} is for TLS: listen on tls://ADDR:PORT to use it");
+        }
+        return Ok(None);
+    }
+    if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_none()) {
+        bail!(
+            "--listen {}: TLS needs --tls-cert, --tls-key and --tls-client-ca ({name} is missing)",
+            args.listen
+        );
+    }
+    let files = TlsFiles {
+        cert: args.tls_cert.as_deref().expect("checked"),
+        key: args.tls_key.as_deref().expect("checked"),
+        ca: args.tls_client_ca.as_deref().expect("checked"),
+    };
+    Ok(Some(tls::server_config(&files).map_err(wording::forward)?))
+}
+
+/// `--allow`: the exporters' addresses.
+fn allow_list(allow: &[String]) -> anyhow::Result<Vec<IpAddr>> {
+    allow
+        .iter()
+        .map(|a| {
+            a.parse::<IpAddr>().with_context(|| {
+                format!(
+                    "--allow {a}: not an IP address (give the exporter's address, e.g. 198.18.0.1)"
+                )
+            })
+        })
+        .collect()
+}
+
+/// The recorder behind the collector: the store's output flags, one compressor, and the
+/// open files synced every second so that ledger snapshots can be saved.
+fn recorder_config(args: &CollectArgs, stream: bool) -> anyhow::Result<RecorderConfigBuilder> {
+    if args.output.format == "pcap" {
+        bail!("--format pcap: a collector stores every interface its exporters announce, and classic pcap holds one; use pcapng (the default)");
+    }
+    if args.output.rotate_interval == Some(0) {
+        bail!("--rotate-interval must be at least 1 second");
+    }
+    let opts = crate::record::with_output(
+        &args.output,
+        RecordOptions {
+            store: args.store.clone(),
+            compressors: Some(1),
+            duration: if stream { None } else { args.duration },
+            stats_interval: args.stats_interval,
+            bench_disk_limit: args.bench_disk_limit.clone(),
+            ..RecordOptions::default()
+        },
+    );
+    // The ledger is saved only once the packets it counts are synced (see `LedgerJournal`):
+    // sync the open files every second, so it lags the store by about that much.
+    Ok(opts.builder()?.sync_interval(Some(LEDGER_SYNC_INTERVAL)))
+}
+
+/// What the store's manifest says of its source: the transport and address bound, and the
+/// collector's own options.
+fn describe_source(
+    cfg: &mut RecorderConfigBuilder,
+    args: &CollectArgs,
+    transport: Transport,
+    bound: SocketAddr,
+) {
+    let options = cfg.options_mut();
+    options["source"] = serde_json::json!(format!("ipfix {} {bound}", transport.name()));
+    options["allow"] = serde_json::json!(args.allow);
+    options["sockets"] = serde_json::json!(args.sockets);
+    options["ipfix_file"] = serde_json::json!(args.ipfix_file);
+}
+
+/// The recorder's stats records, appended to `STORE/stats.jsonl`.
+fn stats_writer(store: &std::path::Path) -> anyhow::Result<StatsWriter> {
+    let stats_path = store.join("stats.jsonl");
+    Ok(StatsWriter::new(Box::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&stats_path)
+            .with_context(|| format!("cannot open {}", stats_path.display()))?,
+    )))
+}
+
+/// `--ipfix-file` and `-w -`: where accepted messages and packets go besides the store.
+fn outputs(args: &CollectArgs) -> anyhow::Result<Arc<Outputs>> {
+    Ok(Arc::new(Outputs {
+        file: args
+            .ipfix_file
+            .as_deref()
+            .map(MessageFile::create)
+            .transpose()
+            .map_err(wording::forward)?
+            .map(Mutex::new),
+        live: args
+            .write
+            .as_ref()
+            .map(|_| Mutex::new(LiveStream::new(Box::new(std::io::stdout())))),
+    }))
+}
+
+/// TCP/TLS `--duration`: the connections are closed cleanly once it has passed.
+fn drain_after(duration: Option<f64>, drain: &Arc<AtomicBool>) -> anyhow::Result<()> {
+    if let Some(d) = duration {
+        let d = Duration::try_from_secs_f64(d)
+            .ok()
+            .context("--duration must be a positive number of seconds")?;
+        let drain = Arc::clone(drain);
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            drain.store(true, Ordering::SeqCst);
+        });
+    }
+    Ok(())
 }
 
 /// TCP/TLS: SIGINT/SIGTERM close the connections cleanly (the source then ends the
@@ -257,53 +272,6 @@ fn install_drain_signals(control: &Arc<Control>, drain: &Arc<AtomicBool>) -> any
     let d = Arc::clone(drain);
     crate::record::on_stop_signals(move || d.store(true, Ordering::SeqCst))?;
     crate::record::on_rotate_signal(control)
-}
-
-/// A `collector.jsonl` line: the streams and per-address counts that differ from `last`
-/// (everything when there is no `last`); None when nothing changed.
-fn history_line(
-    snap: &LedgerFile,
-    last: Option<&LedgerFile>,
-    ts_ns: u64,
-) -> Option<serde_json::Value> {
-    let streams: Vec<_> = snap
-        .streams
-        .iter()
-        .filter(|s| last.is_none_or(|l| !l.streams.contains(s)))
-        .collect();
-    // Per-address maps: the addresses whose counts changed.
-    let changed = |now: serde_json::Value, before: Option<serde_json::Value>| {
-        let now = now.as_object().cloned().unwrap_or_default();
-        let before = before
-            .and_then(|b| b.as_object().cloned())
-            .unwrap_or_default();
-        now.into_iter()
-            .filter(|(k, v)| before.get(k) != Some(v))
-            .collect::<serde_json::Map<_, _>>()
-    };
-    let json = |v: &dyn Fn(&LedgerFile) -> serde_json::Value, l: Option<&LedgerFile>| l.map(v);
-    let na = |l: &LedgerFile| serde_json::json!(l.not_allowed);
-    let un = |l: &LedgerFile| serde_json::json!(l.unreadable);
-    let re = |l: &LedgerFile| serde_json::json!(l.refused);
-    let not_allowed = changed(na(snap), json(&na, last));
-    let unreadable = changed(un(snap), json(&un, last));
-    let refused = changed(re(snap), json(&re, last));
-    if last.is_some()
-        && streams.is_empty()
-        && not_allowed.is_empty()
-        && unreadable.is_empty()
-        && refused.is_empty()
-    {
-        return None;
-    }
-    Some(serde_json::json!({
-        "version": snap.version,
-        "ts_ns": ts_ns,
-        "streams": streams,
-        "not_allowed": not_allowed,
-        "unreadable": unreadable,
-        "refused": refused,
-    }))
 }
 
 fn print_ledger(l: &LedgerFile) {

@@ -15,6 +15,7 @@ use tapdeck_recorder::recorder::RecorderConfig;
 use tapdeck_store::meta;
 
 use crate::args::{AnalyzeArgs, ConvertArgs, DecryptArgs, KeygenArgs};
+use crate::wording;
 
 pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
     let shard = args.shard.as_deref().map(parse_shard).transpose()?;
@@ -26,16 +27,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
-        let b = ProgressBar::new(0);
-        b.set_style(
-            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} files, {elapsed}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        b
-    });
-    let progress_bar = bar.clone();
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(progress_bar);
     let opts = ConvertOptions {
         out: args.out.clone(),
         jobs,
@@ -45,7 +37,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
             addresses: args.anonymize_ips,
         },
         packets: !args.no_packets,
-        progress: progress_bar.map(|b| {
+        progress: bar.clone().map(|b| {
             Box::new(move |stage: &str, done: usize, total: usize| {
                 b.set_prefix(stage.to_string());
                 b.set_length(total as u64);
@@ -61,77 +53,99 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<i32> {
     if args.filter.is_some() || args.start.is_some() || args.end.is_some() {
         inputs = vec![selected_input(args, &inputs)?];
     }
-    let report = conv::convert(&inputs, &opts, &mut |w| tracing::warn!("{w}"))
-        .map_err(anyhow::Error::msg)?;
+    let report =
+        conv::convert(&inputs, &opts, &mut |w| tracing::warn!("{w}")).map_err(wording::dataset)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let c = |k: &str| report.counts.get(k).copied().unwrap_or(0);
     if args.json {
-        let j = serde_json::json!({
-            "dataset": args.out,
-            "sources": report.sources,
-            "converted": report.converted,
-            "skipped": report.skipped,
-            "seconds": report.seconds,
-            "counts": report.counts,
-            "complete": report.missing_sources.is_empty(),
-            "missing_sources": report.missing_sources,
-        });
-        println!("{j}");
+        print_json(args, &report);
     } else {
-        let mut out = std::io::stdout().lock();
-        let secs = report.seconds.max(1e-9);
-        writeln!(
-            out,
-            "tapdeck convert: {} sources ({} converted, {} unchanged) into {} in {:.2} s",
-            report.sources,
-            report.converted,
-            report.skipped,
-            args.out.display(),
-            report.seconds
-        )?;
-        writeln!(
-            out,
-            "  packets: {} ({:.0} per second)",
-            c("packets"),
-            c("packets") as f64 / secs
-        )?;
-        writeln!(
-            out,
-            "  rpc: {} calls, {} replies; unmatched {} calls, {} replies (an estimate of capture loss)",
-            c("rpc.calls"),
-            c("rpc.replies"),
-            c("rpc.unmatched_calls"),
-            c("rpc.unmatched_replies")
-        )?;
-        writeln!(out, "  nfs operations: {}", c("rows.nfs_ops"))?;
-        let rows: u64 = report
-            .counts
-            .iter()
-            .filter(|(k, _)| k.starts_with("rows."))
-            .map(|(_, v)| v)
-            .sum();
-        writeln!(out, "  rows: {rows} ({:.0} per second)", rows as f64 / secs)?;
-        if let Some(first) = report.missing_sources.first() {
-            writeln!(
-                out,
-                "  incomplete: {} of {} sources have no rows yet (e.g. {first}); run the other --shard parts, or convert again",
-                report.missing_sources.len(),
-                report.sources
-            )?;
-        }
-        let failures: Vec<String> = report
-            .counts
-            .iter()
-            .filter(|(k, v)| k.starts_with("failed.") && **v > 0)
-            .map(|(k, v)| format!("{} {v}", &k["failed.".len()..]))
-            .collect();
-        if !failures.is_empty() {
-            writeln!(out, "  not decoded: {}", failures.join(", "))?;
-        }
+        print_report(args, &report)?;
     }
     Ok(0)
+}
+
+/// Files converted per stage, on a terminal.
+fn progress_bar() -> ProgressBar {
+    let b = ProgressBar::new(0);
+    b.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} files, {elapsed}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    b
+}
+
+/// `--json`: the report as one line.
+fn print_json(args: &ConvertArgs, report: &conv::Report) {
+    let j = serde_json::json!({
+        "dataset": args.out,
+        "sources": report.sources,
+        "converted": report.converted,
+        "skipped": report.skipped,
+        "seconds": report.seconds,
+        "counts": report.counts,
+        "complete": report.missing_sources.is_empty(),
+        "missing_sources": report.missing_sources,
+    });
+    println!("{j}");
+}
+
+/// The report for a person: sources, packets, RPC pairing, rows, and what did not decode.
+fn print_report(args: &ConvertArgs, report: &conv::Report) -> anyhow::Result<()> {
+    let c = |k: &str| report.counts.get(k).copied().unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    let secs = report.seconds.max(1e-9);
+    writeln!(
+        out,
+        "tapdeck convert: {} sources ({} converted, {} unchanged) into {} in {:.2} s",
+        report.sources,
+        report.converted,
+        report.skipped,
+        args.out.display(),
+        report.seconds
+    )?;
+    writeln!(
+        out,
+        "  packets: {} ({:.0} per second)",
+        c("packets"),
+        c("packets") as f64 / secs
+    )?;
+    writeln!(
+        out,
+        "  rpc: {} calls, {} replies; unmatched {} calls, {} replies (an estimate of capture loss)",
+        c("rpc.calls"),
+        c("rpc.replies"),
+        c("rpc.unmatched_calls"),
+        c("rpc.unmatched_replies")
+    )?;
+    writeln!(out, "  nfs operations: {}", c("rows.nfs_ops"))?;
+    let rows: u64 = report
+        .counts
+        .iter()
+        .filter(|(k, _)| k.starts_with("rows."))
+        .map(|(_, v)| v)
+        .sum();
+    writeln!(out, "  rows: {rows} ({:.0} per second)", rows as f64 / secs)?;
+    if let Some(first) = report.missing_sources.first() {
+        writeln!(
+            out,
+            "  incomplete: {} of {} sources have no rows yet (e.g. {first}); run the other --shard parts, or convert again",
+            report.missing_sources.len(),
+            report.sources
+        )?;
+    }
+    let failures: Vec<String> = report
+        .counts
+        .iter()
+        .filter(|(k, v)| k.starts_with("failed.") && **v > 0)
+        .map(|(k, v)| format!("{} {v}", &k["failed.".len()..]))
+        .collect();
+    if !failures.is_empty() {
+        writeln!(out, "  not decoded: {}", failures.join(", "))?;
+    }
+    Ok(())
 }
 
 /// `convert --merge`: the inputs merged into DATASET/_merged/store, which is reused while

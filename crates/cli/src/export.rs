@@ -13,32 +13,90 @@ use tapdeck_forward::tls::{self, TlsFiles};
 use tapdeck_recorder::recorder::HeaderDepth;
 
 use crate::args::ExportArgs;
+use crate::wording;
 use tapdeck_recorder::options::parse_size;
 
 pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
-    let mut collectors = Vec::new();
-    let mut hosts = Vec::new();
-    let mut transports = Vec::new();
-    for to in &args.to {
-        let (transport, host) = split_scheme(to)?;
-        collectors.push(resolve(to, host)?);
-        hosts.push(
-            host.rsplit_once(':')
-                .map_or(host, |(h, _)| h)
-                .trim_matches(['[', ']']),
-        );
-        transports.push(transport);
+    let to = Collectors::parse(&args.to)?;
+    let stream = stream_settings(args, &to)?;
+    let cfg = export_config(args, &to, stream)?;
+    let live = capture_config(args, &to, cfg.stream.is_some())?;
+    let mut stats_out = stats_output(args.stats.as_deref())?;
+    let sources = AfPacketSource::open_fanout(&live, args.threads).map_err(wording::capture)?;
+    if let Some(user) = &args.user {
+        tapdeck_capture::drop_privileges(user).map_err(wording::capture)?;
     }
-    let transport = transports[0];
-    if transports.iter().any(|t| *t != transport) {
-        bail!("--to: give every collector the same transport (all UDP, all tcp:// or all tls://)");
+    let stop = Arc::new(AtomicBool::new(false));
+    install_signals(&stop)?;
+    tracing::info!(
+        "exporting {} to {}",
+        args.interfaces.join(", "),
+        to.addrs
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let last = export::run(cfg, sources, stop, |s, last| {
+        if let Some(out) = stats_out.as_mut() {
+            write_stats_line(out, s, last);
+        }
+    })
+    .map_err(wording::forward)?;
+    print_summary(&last);
+    Ok(0)
+}
+
+/// The collectors of `--to`: their addresses, the host names as given (for TLS), and the
+/// one transport they share.
+struct Collectors<'a> {
+    addrs: Vec<SocketAddr>,
+    hosts: Vec<&'a str>,
+    transport: &'static str,
+}
+
+impl<'a> Collectors<'a> {
+    fn parse(to: &'a [String]) -> anyhow::Result<Collectors<'a>> {
+        let mut addrs = Vec::new();
+        let mut hosts = Vec::new();
+        let mut transports = Vec::new();
+        for to in to {
+            let (transport, host) = split_scheme(to)?;
+            addrs.push(resolve(to, host)?);
+            hosts.push(
+                host.rsplit_once(':')
+                    .map_or(host, |(h, _)| h)
+                    .trim_matches(['[', ']']),
+            );
+            transports.push(transport);
+        }
+        let transport = transports[0];
+        if transports.iter().any(|t| *t != transport) {
+            bail!(
+                "--to: give every collector the same transport (all UDP, all tcp:// or all tls://)"
+            );
+        }
+        Ok(Collectors {
+            addrs,
+            hosts,
+            transport,
+        })
     }
+}
+
+/// TCP and TLS: the stream's buffer, and for TLS the client settings and the name each
+/// collector's certificate must carry. None for UDP. The TLS files go together, and only
+/// with tls://.
+fn stream_settings(
+    args: &ExportArgs,
+    to: &Collectors<'_>,
+) -> anyhow::Result<Option<StreamSettings>> {
     let tls_files = [
         ("--tls-cert", &args.tls_cert),
         ("--tls-key", &args.tls_key),
         ("--tls-ca", &args.tls_ca),
     ];
-    let tls_config = if transport == "tls" {
+    let tls_config = if to.transport == "tls" {
         if let Some((name, _)) = tls_files.iter().find(|(_, f)| f.is_none()) {
             bail!("--to tls://: TLS needs --tls-cert, --tls-key and --tls-ca ({name} is missing)");
         }
@@ -47,10 +105,11 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
             key: args.tls_key.as_deref().expect("checked"),
             ca: args.tls_ca.as_deref().expect("checked"),
         };
-        let config = tls::client_config(&files).map_err(|e| anyhow::anyhow!(e))?;
-        let names = hosts
+        let config = tls::client_config(&files).map_err(wording::forward)?;
+        let names = to
+            .hosts
             .iter()
-            .map(|h| tls::server_name(h).map_err(|e| anyhow::anyhow!(e)))
+            .map(|h| tls::server_name(h).map_err(wording::forward))
             .collect::<anyhow::Result<Vec<_>>>()?;
         Some((config, names))
     } else {
@@ -59,36 +118,48 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
         }
         None
     };
-    let stream = match transport {
+    Ok(match to.transport {
         "udp" => None,
         _ => Some(StreamSettings {
             tls: tls_config,
             buffer: usize::try_from(parse_size("--buffer", &args.buffer)?)
                 .context("--buffer is too large")?,
         }),
-    };
-    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        Duration::try_from_secs_f64(s)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .with_context(|| format!("{flag} must be a positive number of seconds"))
-    };
-    let cfg = ExportConfig {
-        message_len: args
-            .mtu
-            .map(|mtu| {
-                if stream.is_some() {
-                    bail!(
-                        "--mtu is for UDP: over TCP and TLS messages are {} octets",
-                        tapdeck_forward::tcp::STREAM_MESSAGE_LEN
-                    );
-                }
-                let overhead = tapdeck_forward::udp::ip_udp_overhead(&collectors[0]);
-                mtu.checked_sub(overhead)
-                    .with_context(|| format!("--mtu {mtu} is below the IP and UDP headers"))
-            })
-            .transpose()?,
-        collectors: collectors.clone(),
+    })
+}
+
+/// A flag's seconds as a positive duration.
+fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("{flag} must be a positive number of seconds"))
+}
+
+/// What the exporter does: where to, how balanced, how large its messages, how often the
+/// templates and counts go out.
+fn export_config(
+    args: &ExportArgs,
+    to: &Collectors<'_>,
+    stream: Option<StreamSettings>,
+) -> anyhow::Result<ExportConfig> {
+    let message_len = args
+        .mtu
+        .map(|mtu| {
+            if stream.is_some() {
+                bail!(
+                    "--mtu is for UDP: over TCP and TLS messages are {} octets",
+                    tapdeck_forward::tcp::STREAM_MESSAGE_LEN
+                );
+            }
+            let overhead = tapdeck_forward::udp::ip_udp_overhead(&to.addrs[0]);
+            mtu.checked_sub(overhead)
+                .with_context(|| format!("--mtu {mtu} is below the IP and UDP headers"))
+        })
+        .transpose()?;
+    Ok(ExportConfig {
+        message_len,
+        collectors: to.addrs.clone(),
         balance: match args.balance.as_str() {
             "round-robin" => Balance::RoundRobin,
             _ => Balance::FlowHash,
@@ -101,65 +172,54 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<i32> {
             None => None,
         },
         gso: !args.no_gso,
-        stream: stream.clone(),
+        stream,
         duration: args
             .duration
             .map(|d| seconds("--duration", d))
             .transpose()?,
-    };
-    let live = AfPacketConfig {
+    })
+}
+
+/// The capture side, as `record -i`, with the export's own traffic filtered out.
+fn capture_config(
+    args: &ExportArgs,
+    to: &Collectors<'_>,
+    stream: bool,
+) -> anyhow::Result<AfPacketConfig> {
+    Ok(AfPacketConfig {
         interfaces: args.interfaces.clone(),
         block_size: u32::try_from(parse_size("--ring-block-size", &args.ring_block_size)?)
             .context("--ring-block-size must be under 4 GiB")?,
         blocks: args.ring_blocks,
         block_timeout_ms: args.block_timeout_ms,
-        filter: Some(capture_filter(
-            args.filter.as_deref(),
-            &collectors,
-            stream.is_some(),
-        )),
+        filter: Some(capture_filter(args.filter.as_deref(), &to.addrs, stream)),
         snaplen: Some(args.snaplen),
         count: args.count,
         ..AfPacketConfig::default()
-    };
-    let mut stats_out: Option<Box<dyn Write + Send>> = match args.stats.as_deref() {
+    })
+}
+
+/// `--stats`: stdout for `-`, else a file created now.
+fn stats_output(stats: Option<&str>) -> anyhow::Result<Option<Box<dyn Write + Send>>> {
+    Ok(match stats {
         Some("-") => Some(Box::new(std::io::stdout())),
         Some(path) => Some(Box::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create stats file {path}"))?,
         )),
         None => None,
-    };
-    let sources =
-        AfPacketSource::open_fanout(&live, args.threads).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if let Some(user) = &args.user {
-        tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    install_signals(&stop)?;
-    tracing::info!(
-        "exporting {} to {}",
-        args.interfaces.join(", "),
-        collectors
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let last = export::run(cfg, sources, stop, |s, last| {
-        if let Some(out) = stats_out.as_mut() {
-            let mut line = serde_json::to_value(s).expect("stats serialize");
-            if last {
-                line["final"] = serde_json::json!(true);
-            }
-            // One write a record: a reader tailing the file never sees half a line.
-            let line = format!("{line}\n");
-            let _ = out.write_all(line.as_bytes()).and_then(|_| out.flush());
-        }
     })
-    .map_err(|e| anyhow::anyhow!(e))?;
-    print_summary(&last);
-    Ok(0)
+}
+
+/// One stats record as a JSON line, the final one marked.
+fn write_stats_line(out: &mut dyn Write, s: &ExportStats, last: bool) {
+    let mut line = serde_json::to_value(s).expect("stats serialize");
+    if last {
+        line["final"] = serde_json::json!(true);
+    }
+    // One write a record: a reader tailing the file never sees half a line.
+    let line = format!("{line}\n");
+    let _ = out.write_all(line.as_bytes()).and_then(|_| out.flush());
 }
 
 /// `udp://`, `tcp://` or `tls://` (UDP without one), and the rest.

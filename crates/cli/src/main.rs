@@ -15,6 +15,7 @@ mod record;
 mod serve;
 mod status;
 mod verify;
+mod wording;
 
 use clap::{ArgMatches, FromArgMatches};
 

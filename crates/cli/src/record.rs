@@ -70,7 +70,7 @@ fn store_dirs(cfg: &RecorderConfig) -> Vec<std::path::PathBuf> {
 /// With --user, the directories the recorder writes to are created (as root, before the
 /// switch) and given to that user, so the store need not exist beforehand.
 fn prepare_dirs_for(user: &str, dirs: &[std::path::PathBuf]) -> anyhow::Result<()> {
-    let (uid, gid) = tapdeck_capture::lookup_user(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (uid, gid) = tapdeck_capture::lookup_user(user).map_err(crate::wording::capture)?;
     for dir in dirs {
         if dir.exists() {
             continue;
@@ -247,11 +247,11 @@ pub(crate) fn open_live(
 ) -> anyhow::Result<Vec<AfPacketSource>> {
     let live = opts.capture_config()?;
     let sources =
-        AfPacketSource::open_fanout(&live, opts.threads).map_err(|e| anyhow::anyhow!("{e}"))?;
+        AfPacketSource::open_fanout(&live, opts.threads).map_err(crate::wording::capture)?;
     if let Some(user) = &opts.user {
         let dirs = store_dirs(cfg);
         prepare_dirs_for(user, &dirs)?;
-        tapdeck_capture::drop_privileges(user).map_err(|e| anyhow::anyhow!("{e}"))?;
+        tapdeck_capture::drop_privileges(user).map_err(crate::wording::capture)?;
         check_writable_by(user, &dirs)?;
     }
     Ok(sources)

@@ -83,8 +83,9 @@ pub enum DatasetError {
     )]
     NewerSchema { dir: PathBuf, schema_version: u32 },
     /// `dataset.json`'s `key_id` or `addresses_anonymized` differ from this run's options.
+    /// (The binary words the remedy with its flags.)
     #[error(
-        "{} was converted with different anonymization (key {key_id:?}, addresses {addresses_anonymized}); use the same --key and --anonymize-ips, or a new directory",
+        "{} was converted with different anonymization (key {key_id:?}, addresses {addresses_anonymized}); convert with the same anonymization, or into a new directory",
         dir.display()
     )]
     AnonymizationMismatch {
@@ -148,7 +149,7 @@ mod tests {
                     key_id: Some("ab12".into()),
                     addresses_anonymized: true,
                 },
-                "/d was converted with different anonymization (key Some(\"ab12\"), addresses true); use the same --key and --anonymize-ips, or a new directory",
+                "/d was converted with different anonymization (key Some(\"ab12\"), addresses true); convert with the same anonymization, or into a new directory",
             ),
             (
                 DatasetError::EncoderStopped { table: "rpc" },

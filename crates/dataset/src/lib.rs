@@ -9,9 +9,11 @@ mod error;
 mod nfsrows;
 mod nlmrows;
 pub mod packets;
+mod rpc_sinks;
 pub mod rpcx;
 pub mod sink;
 pub mod source;
+pub mod span;
 pub mod state;
 pub mod tables;
 

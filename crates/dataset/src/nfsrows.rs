@@ -11,7 +11,7 @@ use crate::anonymize::Anonymizer;
 use crate::columns::Hex;
 use crate::error::Result;
 use crate::nlmrows;
-use crate::rpcx::RpcSinks;
+use crate::rpc_sinks::RpcSinks;
 use crate::tables::{MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, RpcRow};
 
 /// Writes the rows of decoded message `d` whose rpc row is `row`. For a reply, `call` is

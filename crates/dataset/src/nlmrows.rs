@@ -8,7 +8,7 @@ use tapdeck_rpc::{Decoded, Outcome};
 use crate::anonymize::Anonymizer;
 use crate::columns::Hex;
 use crate::error::Result;
-use crate::rpcx::RpcSinks;
+use crate::rpc_sinks::RpcSinks;
 use crate::tables::{NlmOpRow, RpcRow};
 
 /// Writes the row of NLM message `d` whose rpc row is `row`; for a reply, `call` is its

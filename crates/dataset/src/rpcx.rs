@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
-use std::path::Path;
 
 use tapdeck_decode::rpc_framing::{probe_rpc_header, Probe, Strictness};
 use tapdeck_decode::{
@@ -27,64 +26,12 @@ use crate::anonymize::Anonymizer;
 use crate::columns::Addr;
 use crate::error::Result;
 use crate::nfsrows;
-use crate::sink::TableSink;
+pub use crate::rpc_sinks::RpcSinks;
 use crate::state::{OpenCall, OrphanReply, PassTwoInput};
-use crate::tables::{
-    MountRow, NfsAttrRow, NfsNameRow, NfsOpRow, NfsRwRow, NlmOpRow, RowGroupRow, RpcRow,
-};
+use crate::tables::RpcRow;
 
 /// An answered call is remembered this long, to recognise duplicate replies.
 const ANSWERED_KEEP_NS: i64 = 60 * 1_000_000_000;
-
-/// The RPC-derived tables of one source file.
-pub struct RpcSinks {
-    pub rpc: TableSink<RpcRow>,
-    pub nfs_ops: TableSink<NfsOpRow>,
-    pub nfs_rw: TableSink<NfsRwRow>,
-    pub nfs_attrs: TableSink<NfsAttrRow>,
-    pub nfs_names: TableSink<NfsNameRow>,
-    pub mount: TableSink<MountRow>,
-    pub nlm_ops: TableSink<NlmOpRow>,
-}
-
-impl RpcSinks {
-    pub fn new(root: &Path, file_id: i32, source: &str) -> RpcSinks {
-        RpcSinks {
-            rpc: TableSink::new(root, file_id, source),
-            nfs_ops: TableSink::new(root, file_id, source),
-            nfs_rw: TableSink::new(root, file_id, source),
-            nfs_attrs: TableSink::new(root, file_id, source),
-            nfs_names: TableSink::new(root, file_id, source),
-            mount: TableSink::new(root, file_id, source),
-            nlm_ops: TableSink::new(root, file_id, source),
-        }
-    }
-
-    pub fn finish(self, counts: &mut BTreeMap<String, u64>) -> Result<Vec<RowGroupRow>> {
-        let mut groups = Vec::new();
-        counts.insert("rows.rpc".into(), self.rpc.rows());
-        counts.insert("rows.nfs_ops".into(), self.nfs_ops.rows());
-        counts.insert("rows.nfs_rw".into(), self.nfs_rw.rows());
-        counts.insert("rows.nfs_attrs".into(), self.nfs_attrs.rows());
-        counts.insert("rows.nfs_names".into(), self.nfs_names.rows());
-        counts.insert("rows.mount".into(), self.mount.rows());
-        counts.insert("rows.nlm_ops".into(), self.nlm_ops.rows());
-        // Every table's last batch is encoded at once, each on its own thread.
-        let closing = [
-            self.rpc.close()?,
-            self.nfs_ops.close()?,
-            self.nfs_rw.close()?,
-            self.nfs_attrs.close()?,
-            self.nfs_names.close()?,
-            self.mount.close()?,
-            self.nlm_ops.close()?,
-        ];
-        for c in closing {
-            groups.extend(c.join()?);
-        }
-        Ok(groups)
-    }
-}
 
 /// What the engine reports at the end of a file.
 pub struct RpcResult {
@@ -740,18 +687,47 @@ impl RpcEngine {
         }
     }
 
+    /// The end of the file: messages the end completes, replies whose call never came,
+    /// the reassemblers' counts, and the calls still open.
     pub fn finish(
         mut self,
         anon: &mut Anonymizer,
         mut out: Option<&mut RpcSinks>,
     ) -> Result<RpcResult> {
+        let mut tcp = self.tcp.take().expect("the tracker is back after each use");
+        let continued_messages = self.finish_streams(&mut tcp, anon, out.as_deref_mut())?;
+        // Replies whose call never came.
+        let mut early: Vec<Early> = self.early.drain().map(|(_, e)| e).collect();
+        early.sort_by_key(|e| e.ordinal);
+        for e in early {
+            self.replay_early(e, true, anon, out.as_deref_mut())?;
+        }
+        self.count_reassembly(&tcp, continued_messages);
+        let open_calls = self.close_calls(out)?;
+        Ok(RpcResult {
+            messages: self.ordinal,
+            answered_warm: self.answered_warm,
+            open_calls,
+            orphan_replies: self.orphan_replies,
+            counts: self.counts,
+        })
+    }
+
+    /// TCP messages completed only by the end of the capture (truncated by it) are
+    /// handled now, unless a next file continues this one: then it completes them, and
+    /// their number is returned so they are not counted as truncated here.
+    fn finish_streams(
+        &mut self,
+        tcp: &mut TcpRpcTracker<Meta>,
+        anon: &mut Anonymizer,
+        mut out: Option<&mut RpcSinks>,
+    ) -> Result<u64> {
         let mut done: Vec<(FlowKey, Vec<u8>, u64, bool, Meta)> = Vec::new();
         let end = Meta {
             time_ns: self.last_time_ns,
             record: self.last_record,
         };
         let continued = self.continued;
-        let mut tcp = self.tcp.take().expect("the tracker is back after each use");
         let mut continued_messages = 0u64;
         tcp.finish(end, &mut |k, m| {
             if !continued {
@@ -761,7 +737,6 @@ impl RpcEngine {
                 continued_messages += 1;
             }
         });
-        // Messages completed only at the end (truncated by the end of the capture).
         for (k, body, wire_len, truncated, m) in done {
             self.message(
                 Wire {
@@ -776,12 +751,13 @@ impl RpcEngine {
                 out.as_deref_mut(),
             )?;
         }
-        // Replies whose call never came.
-        let mut early: Vec<Early> = self.early.drain().map(|(_, e)| e).collect();
-        early.sort_by_key(|e| e.ordinal);
-        for e in early {
-            self.replay_early(e, true, anon, out.as_deref_mut())?;
-        }
+        Ok(continued_messages)
+    }
+
+    /// Adds what TCP framing and IP reassembly counted (gaps, resyncs, failures) to the
+    /// file's counts; zeros are left out.
+    fn count_reassembly(&mut self, tcp: &TcpRpcTracker<Meta>, continued_messages: u64) {
+        let continued = self.continued;
         let c = *tcp.counters();
         let f = c.framing;
         let g = *self.frags.counters();
@@ -817,6 +793,12 @@ impl RpcEngine {
                 *self.counts.entry(k.into()).or_default() += v;
             }
         }
+    }
+
+    /// The calls still held at the end, in time order: the unanswered ones of this file
+    /// are returned for the stitch, and the rpc rows not yet written go out, marked
+    /// matched when a reply came (here, or in a later file as the stitch found).
+    fn close_calls(&mut self, mut out: Option<&mut RpcSinks>) -> Result<Vec<OpenCall>> {
         let mut open_calls = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         let mut calls: Vec<((Conv, u32), Pending)> = self.calls.drain().collect();
@@ -856,13 +838,7 @@ impl RpcEngine {
             self.counts
                 .insert("rpc.unmatched_calls".into(), unmatched_calls);
         }
-        Ok(RpcResult {
-            messages: self.ordinal,
-            answered_warm: self.answered_warm,
-            open_calls,
-            orphan_replies: self.orphan_replies,
-            counts: self.counts,
-        })
+        Ok(open_calls)
     }
 }
 

@@ -253,12 +253,12 @@ impl StateDir {
     }
 
     /// A plain file's span, if the file is unchanged since it was read.
-    pub fn span(&self, source: &SourceFile) -> Option<crate::convert::Span> {
-        self.load::<crate::convert::Span>("span", source)
+    pub fn span(&self, source: &SourceFile) -> Option<crate::span::Span> {
+        self.load::<crate::span::Span>("span", source)
             .filter(|s| s.source == *source)
     }
 
-    pub fn save_span(&self, s: &crate::convert::Span) -> Result<()> {
+    pub fn save_span(&self, s: &crate::span::Span) -> Result<()> {
         self.save("span", &s.source, s)
     }
 

@@ -108,6 +108,21 @@ struct Datagram {
     dead: bool,
 }
 
+impl Datagram {
+    /// The pieces' bytes in order, up to the first one the snap length cut: what follows
+    /// it is not contiguous.
+    fn joined(&self) -> Vec<u8> {
+        let mut data = Vec::with_capacity(self.held);
+        for p in self.pieces.values() {
+            data.extend_from_slice(&p.data);
+            if p.data.len() < (p.end - p.start) as usize {
+                break;
+            }
+        }
+        data
+    }
+}
+
 /// A datagram made whole by its last fragment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reassembled {
@@ -231,21 +246,7 @@ impl FragmentReassembler {
                 self.counters.invalid += 1;
                 return None;
             }
-            self.seq += 1;
-            let d = Datagram {
-                pieces: BTreeMap::new(),
-                end: None,
-                first_ns: self.now_ns,
-                seq: self.seq,
-                held: 0,
-                overlapped: false,
-                dead: false,
-            };
-            self.by_age.insert((d.first_ns, d.seq), key);
-            self.datagrams.insert(key, d);
-            while self.datagrams.len() > self.config.max_datagrams {
-                self.evict_oldest();
-            }
+            self.open(key);
         }
         let d = self.datagrams.get_mut(&key).expect("inserted above");
         if d.dead {
@@ -295,13 +296,6 @@ impl FragmentReassembler {
         if let Some(total) = d.end.filter(|&e| covered(d, e)) {
             let d = self.remove(&key).expect("present");
             self.counters.reassembled += 1;
-            let mut data = Vec::with_capacity(d.held);
-            for p in d.pieces.values() {
-                data.extend_from_slice(&p.data);
-                if p.data.len() < (p.end - p.start) as usize {
-                    break; // cut by the snap length: what follows is not contiguous
-                }
-            }
             let ip = IpHeader {
                 protocol: f.protocol,
                 fragment: false,
@@ -310,7 +304,7 @@ impl FragmentReassembler {
             };
             return Some(Reassembled {
                 ip,
-                data,
+                data: d.joined(),
                 wire_len: total,
             });
         }
@@ -318,6 +312,26 @@ impl FragmentReassembler {
             self.evict_oldest();
         }
         None
+    }
+
+    /// Starts a datagram for `key`'s first fragment, making room under the cap on
+    /// datagrams (oldest first).
+    fn open(&mut self, key: Key) {
+        self.seq += 1;
+        let d = Datagram {
+            pieces: BTreeMap::new(),
+            end: None,
+            first_ns: self.now_ns,
+            seq: self.seq,
+            held: 0,
+            overlapped: false,
+            dead: false,
+        };
+        self.by_age.insert((d.first_ns, d.seq), key);
+        self.datagrams.insert(key, d);
+        while self.datagrams.len() > self.config.max_datagrams {
+            self.evict_oldest();
+        }
     }
 
     /// Drops datagrams whose timeout has passed (oldest first).

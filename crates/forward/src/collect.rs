@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tapdeck_capture::{
     Backlog, Interface, Packet, PacketSink, PacketSource, Poll, SourceCounters, SourceError,
 };
-use tapdeck_ipfix::{ie, read_header, Decoder, Record, SequenceEvent};
+use tapdeck_ipfix::{ie, read_header, Decoder, MessageInfo, Record, SequenceEvent};
 use tapdeck_pcap::{Format, SectionInfo};
 
 use crate::error::ForwardError;
@@ -239,31 +239,81 @@ impl Intake {
         message: &'m [u8],
         table: &mut InterfaceTable,
         fill: f64,
-        mut deliver: impl FnMut(Packet<'m>),
+        deliver: impl FnMut(Packet<'m>),
     ) -> Outcome {
         let ip = canonical_ip(peer.ip());
+        if let Some(refused) = self.admit(ip, message) {
+            return refused;
+        }
+        let mut records = Vec::new();
+        let info = match self.decode(peer, ip, message, &mut records) {
+            Ok(info) => info,
+            Err(dropped) => return dropped,
+        };
+        let domain = info.header.domain;
+        if self.learn_interfaces(ip, domain, &records, table) {
+            return Outcome::NewInterfaces;
+        }
+        let mut ledger = self.ledger.lock().unwrap();
+        count_sequence(&mut ledger, peer, ip, &info, &records);
+        let (reports, bytes) = records.iter().fold((0, 0), |(n, b), r| match r {
+            Record::Packet(p) => (n + 1, b + staged_len(p.frame_section.len())),
+            _ => (n, b),
+        });
+        if let Admission::Shed { first } = self.share.admit(ip, bytes, reports, fill) {
+            for r in &records {
+                if let Record::ExporterStats(s) = r {
+                    ledger.exporter_stats(ip, domain, s);
+                }
+            }
+            ledger.shed(ip, domain, reports);
+            if first {
+                let share = self.share.share().unwrap_or(0.0);
+                tracing::warn!(
+                    "collector: {ip} sends more than its share ({:.1} MB/s) of a staging pool under pressure; its packets are shed and counted as its own (`shed`) while it does (logged once per episode)",
+                    share / 1e6
+                );
+            }
+            return Outcome::Shed { packets: reports };
+        }
+        let packets = deliver_records(&mut ledger, ip, domain, records, table, deliver);
+        Outcome::Accepted { packets }
+    }
+
+    /// The allow list, then the cap on observation domains: `Some` when the message is
+    /// refused (counted, logged once).
+    fn admit(&mut self, ip: IpAddr, message: &[u8]) -> Option<Outcome> {
         if !self.allow.is_empty() && !self.allow.contains(&ip) {
             if self.ledger.lock().unwrap().not_allowed(ip) {
                 tracing::warn!(
                     "collector: refusing IPFIX from {ip}, which is not in --allow (counted; logged once)"
                 );
             }
-            return Outcome::NotAllowed;
+            return Some(Outcome::NotAllowed);
         }
-        let domain = read_header(message).map(|h| h.domain);
-        if let Some(d) = domain {
-            let admitted = self.ledger.lock().unwrap().admit(ip, d);
-            if let Err(what) = admitted {
-                if self.ledger.lock().unwrap().refused(ip, Refusal::Domains) {
-                    tracing::warn!(
-                        "collector: refusing observation domain {d} of {ip}: {what} reached (counted; logged once)"
-                    );
-                }
-                return Outcome::Refused;
+        let d = read_header(message)?.domain;
+        let admitted = self.ledger.lock().unwrap().admit(ip, d);
+        if let Err(what) = admitted {
+            if self.ledger.lock().unwrap().refused(ip, Refusal::Domains) {
+                tracing::warn!(
+                    "collector: refusing observation domain {d} of {ip}: {what} reached (counted; logged once)"
+                );
             }
+            return Some(Outcome::Refused);
         }
-        let mut records = Vec::new();
-        let info = match self.decoder.decode(peer, message, &mut records) {
+        None
+    }
+
+    /// Decodes strictly into `records`; a message over the template cap, malformed, or
+    /// with data before its templates is dropped (counted, logged once).
+    fn decode<'m>(
+        &mut self,
+        peer: SocketAddr,
+        ip: IpAddr,
+        message: &'m [u8],
+        records: &mut Vec<Record<'m>>,
+    ) -> Result<MessageInfo, Outcome> {
+        let info = match self.decoder.decode(peer, message, records) {
             Ok(info) => info,
             Err(e @ tapdeck_ipfix::Error::TemplateLimit { .. }) => {
                 if self.ledger.lock().unwrap().refused(ip, Refusal::Templates) {
@@ -271,15 +321,16 @@ impl Intake {
                         "collector: refusing templates from {peer}: {e}; the message is dropped and counted (logged once)"
                     );
                 }
-                return Outcome::Refused;
+                return Err(Outcome::Refused);
             }
             Err(e) => {
+                let domain = read_header(message).map(|h| h.domain);
                 if self.ledger.lock().unwrap().malformed(ip, domain) {
                     tracing::warn!(
                         "collector: malformed IPFIX message from {peer} ({e}); dropped and counted (logged once per exporter)"
                     );
                 }
-                return Outcome::Malformed;
+                return Err(Outcome::Malformed);
             }
         };
         let domain = info.header.domain;
@@ -291,11 +342,24 @@ impl Intake {
                     "collector: data from {peer} (domain {domain}) before its templates; dropped and counted until they arrive"
                 );
             }
-            return Outcome::NoTemplate;
+            return Err(Outcome::NoTemplate);
         }
+        Ok(info)
+    }
+
+    /// Learns the interface names the message gives and adds a store interface for each
+    /// exporter interface its packets name that the table did not have: true when it added
+    /// one (the message waits for the recorder to declare it).
+    fn learn_interfaces(
+        &self,
+        ip: IpAddr,
+        domain: u32,
+        records: &[Record<'_>],
+        table: &mut InterfaceTable,
+    ) -> bool {
         let mut added = false;
         let mut names_refused = 0;
-        for r in &records {
+        for r in records {
             match r {
                 Record::Interface(i) => {
                     if !table.learn((ip, domain, i.id), i.name, i.frame_type) {
@@ -320,80 +384,7 @@ impl Intake {
                 );
             }
         }
-        if added {
-            return Outcome::NewInterfaces;
-        }
-        let start = records.iter().find_map(|r| match r {
-            Record::ExporterStats(s) if s.start_time_ms != 0 => Some(s.start_time_ms),
-            _ => None,
-        });
-        // Sequence numbers count; they never decide. Over UDP anyone can send a message with
-        // the exporter's address and any number, so a message that decodes is stored
-        // whatever its number says, and the tracker only counts (and logs an anomaly once
-        // per episode).
-        let mut ledger = self.ledger.lock().unwrap();
-        let (event, log) =
-            ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
-        match event {
-            SequenceEvent::Restart { lost } => tracing::info!(
-                "collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before"
-            ),
-            e if log => tracing::warn!(
-                "collector: sequence anomaly from {peer} (domain {domain}): {e:?} at sequence {}; counted, its records stored (logged once per episode)",
-                info.header.sequence
-            ),
-            _ => {}
-        }
-        let (reports, bytes) = records.iter().fold((0, 0), |(n, b), r| match r {
-            Record::Packet(p) => (n + 1, b + staged_len(p.frame_section.len())),
-            _ => (n, b),
-        });
-        if let Admission::Shed { first } = self.share.admit(ip, bytes, reports, fill) {
-            for r in &records {
-                if let Record::ExporterStats(s) = r {
-                    ledger.exporter_stats(ip, domain, s);
-                }
-            }
-            ledger.shed(ip, domain, reports);
-            if first {
-                let share = self.share.share().unwrap_or(0.0);
-                tracing::warn!(
-                    "collector: {ip} sends more than its share ({:.1} MB/s) of a staging pool under pressure; its packets are shed and counted as its own (`shed`) while it does (logged once per episode)",
-                    share / 1e6
-                );
-            }
-            return Outcome::Shed { packets: reports };
-        }
-        let mut packets = 0;
-        let mut caught = 0;
-        for r in records {
-            match r {
-                Record::Packet(p) => {
-                    let k = (ip, domain, p.interface);
-                    let iface = table.get(&k).expect("added above");
-                    if !table.is_own(&k) {
-                        caught += 1;
-                    }
-                    packets += 1;
-                    deliver(Packet {
-                        ts_ns: p.time_ns,
-                        iface,
-                        orig_len: u32::try_from(p.frame_size).unwrap_or(u32::MAX),
-                        flags: None,
-                        data: p.frame_section,
-                    });
-                }
-                Record::ExporterStats(s) => ledger.exporter_stats(ip, domain, &s),
-                Record::Interface(_) => {}
-            }
-        }
-        ledger.stored(ip, domain, packets);
-        if caught > 0 && ledger.refused_n(ip, Refusal::Interfaces, caught) {
-            tracing::warn!(
-                "collector: {ip} reports on more interfaces than a collector socket keeps apart ({INTERFACES_PER_ADDRESS} per exporter, {INTERFACES_TOTAL} in all); their packets go to a catch-all interface (counted; logged once)"
-            );
-        }
-        Outcome::Accepted { packets }
+        added
     }
 
     /// A datagram longer than the receive buffer: counted as malformed.
@@ -403,6 +394,77 @@ impl Intake {
             tracing::warn!("collector: a datagram from {peer} was longer than 65535 bytes; dropped and counted");
         }
     }
+}
+
+/// Sequence numbers count; they never decide. Over UDP anyone can send a message with the
+/// exporter's address and any number, so a message that decodes is stored whatever its
+/// number says, and the tracker only counts (and logs an anomaly once per episode).
+fn count_sequence(
+    ledger: &mut Ledger,
+    peer: SocketAddr,
+    ip: IpAddr,
+    info: &MessageInfo,
+    records: &[Record<'_>],
+) {
+    let domain = info.header.domain;
+    let start = records.iter().find_map(|r| match r {
+        Record::ExporterStats(s) if s.start_time_ms != 0 => Some(s.start_time_ms),
+        _ => None,
+    });
+    let (event, log) = ledger.observe(ip, domain, info.header.sequence, info.data_records, start);
+    match event {
+        SequenceEvent::Restart { lost } => tracing::info!(
+            "collector: exporter {ip} (domain {domain}) restarted; {lost} records of its new session came before"
+        ),
+        e if log => tracing::warn!(
+            "collector: sequence anomaly from {peer} (domain {domain}): {e:?} at sequence {}; counted, its records stored (logged once per episode)",
+            info.header.sequence
+        ),
+        _ => {}
+    }
+}
+
+/// Hands the message's packets to `deliver` on their store interfaces and keeps the
+/// exporter's own counts; how many packets went. Packets on a catch-all interface are
+/// counted as refused interfaces (logged once).
+fn deliver_records<'m>(
+    ledger: &mut Ledger,
+    ip: IpAddr,
+    domain: u32,
+    records: Vec<Record<'m>>,
+    table: &InterfaceTable,
+    mut deliver: impl FnMut(Packet<'m>),
+) -> u64 {
+    let mut packets = 0;
+    let mut caught = 0;
+    for r in records {
+        match r {
+            Record::Packet(p) => {
+                let k = (ip, domain, p.interface);
+                let iface = table.get(&k).expect("added above");
+                if !table.is_own(&k) {
+                    caught += 1;
+                }
+                packets += 1;
+                deliver(Packet {
+                    ts_ns: p.time_ns,
+                    iface,
+                    orig_len: u32::try_from(p.frame_size).unwrap_or(u32::MAX),
+                    flags: None,
+                    data: p.frame_section,
+                });
+            }
+            Record::ExporterStats(s) => ledger.exporter_stats(ip, domain, &s),
+            Record::Interface(_) => {}
+        }
+    }
+    ledger.stored(ip, domain, packets);
+    if caught > 0 && ledger.refused_n(ip, Refusal::Interfaces, caught) {
+        tracing::warn!(
+            "collector: {ip} reports on more interfaces than a collector socket keeps apart ({INTERFACES_PER_ADDRESS} per exporter, {INTERFACES_TOTAL} in all); their packets go to a catch-all interface (counted; logged once)"
+        );
+    }
+    packets
 }
 
 fn canonical_ip(ip: IpAddr) -> IpAddr {

@@ -1,6 +1,7 @@
 //! The errors of exporting and collecting: each names the collector, the listening address
 //! or the file it is about, and keeps the system's own error (in the message, as users
-//! have always read it).
+//! have always read it). They name no command-line flag: the binary words them (`--listen`,
+//! `--tls-cert` and so on), as only it knows which flag gave the value.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,7 +25,12 @@ pub enum ForwardError {
         path: PathBuf,
         cause: std::io::Error,
     },
-    #[error("name at least one collector (--to HOST:PORT)")]
+    #[error("cannot open {}: {cause}", .path.display())]
+    History {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("name at least one collector")]
     NoCollector,
     #[error("collector {to}: cannot send to it ({cause}); is it a broadcast address?")]
     CollectorRefused {
@@ -41,7 +47,7 @@ pub enum ForwardError {
         to: SocketAddr,
         cause: std::io::Error,
     },
-    #[error("collector {to}: messages of {len} octets are too small (at least {min}): raise --mtu or the path's MTU")]
+    #[error("collector {to}: messages of {len} octets are too small (at least {min})")]
     MessagesTooSmall {
         to: SocketAddr,
         len: usize,
@@ -54,27 +60,60 @@ pub enum ForwardError {
     /// A capture source failed while exporting.
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("--ipfix-file {}: cannot create it: {cause}", .path.display())]
+    /// The raw message file (RFC 5655) could not be created.
+    #[error("{}: cannot create it: {cause}", .path.display())]
     IpfixFile {
         path: PathBuf,
         cause: std::io::Error,
     },
-    #[error("--sockets must be at least 1")]
+    #[error("a collector needs at least one socket")]
     NoSockets,
-    #[error(
-        "--listen {listen}: the port is in use by another program; choose another port or stop it"
-    )]
+    #[error("{listen}: the port is in use by another program; choose another port or stop it")]
     PortInUse { listen: SocketAddr },
-    #[error("--listen {listen}: no interface here has that address")]
+    #[error("{listen}: no interface here has that address")]
     NoSuchAddress { listen: SocketAddr },
-    #[error("--listen {listen}: cannot listen there: {cause}")]
+    #[error("{listen}: cannot listen there: {cause}")]
     Listen {
         listen: SocketAddr,
         cause: std::io::Error,
     },
-    /// A TLS file or setting: the message names the option and the file.
-    #[error("{0}")]
+    /// A TLS file that cannot be read or used.
+    #[error("TLS {file} {}: {what}", .path.display())]
+    TlsFile {
+        file: TlsFile,
+        path: PathBuf,
+        what: String,
+    },
+    #[error("TLS key {} is not the key of the certificate in {}", .key.display(), .cert.display())]
+    KeyMismatch { key: PathBuf, cert: PathBuf },
+    /// The TLS library's own settings.
+    #[error("TLS: {0}")]
     Tls(String),
-    #[error("--listen {listen}: {what}")]
-    ListenOption { listen: String, what: String },
+    /// A collector named for TLS by something that cannot be a certificate's name.
+    #[error("{host}: not a host name or address")]
+    ServerName { host: String },
+}
+
+/// Which of one side's TLS files an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFile {
+    /// Its own certificate chain.
+    Cert,
+    /// Its private key.
+    Key,
+    /// The CAs the exporter trusts for collectors' certificates.
+    ServerCa,
+    /// The CAs the collector trusts for exporters' (client) certificates.
+    ClientCa,
+}
+
+impl std::fmt::Display for TlsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFile::Cert => "certificate",
+            TlsFile::Key => "key",
+            TlsFile::ServerCa => "collector CA",
+            TlsFile::ClientCa => "client CA",
+        })
+    }
 }

@@ -363,6 +363,190 @@ impl Link {
     fn full(&self) -> bool {
         self.bytes.len() >= BATCH * self.message_len / 2
     }
+
+    /// Sends a built batch: UDP with one `sendmmsg` (plainly again when the route refuses
+    /// GSO), TCP/TLS into the stream's queue. How many messages went, and the error that
+    /// stopped the rest.
+    fn send(&mut self, batch: &Batch) -> (usize, Option<std::io::Error>) {
+        let built = batch.built;
+        let messages: Vec<&[u8]> = self.bufs[..built]
+            .iter()
+            .zip(&batch.lens)
+            .map(|(b, &len)| &b[..len])
+            .collect();
+        let socket = match &mut self.wire {
+            Wire::Udp(socket) => socket,
+            Wire::Stream(stream) => {
+                // Queued now, counted as sent once the collector acknowledges them.
+                let taken = messages
+                    .iter()
+                    .zip(&batch.reports)
+                    .zip(&batch.records)
+                    .take_while(|((m, n), r)| stream.offer(m, **n, **r))
+                    .count();
+                let full = std::io::Error::other(format!(
+                    "its queue is full ({} messages waiting for the collector's acknowledgement)",
+                    stream.queued_messages()
+                ));
+                return (taken, (taken < built).then_some(full));
+            }
+        };
+        let (mut sent, mut err) = udp::send_batch(socket, &messages, self.gso);
+        if sent < built && self.gso && err.as_ref().is_some_and(gso_refused) {
+            // The route cannot take GSO (no checksum offload, say): send plainly from now on.
+            tracing::info!(
+                "collector {}: UDP GSO refused ({}); sending datagrams one by one",
+                self.to,
+                err.as_ref().map_or(String::new(), |e| e.to_string())
+            );
+            self.gso = false;
+            let (more, e) = udp::send_batch(socket, &messages[sent..], false);
+            sent += more;
+            err = e;
+        }
+        (sent, err)
+    }
+
+    /// Counts a batch of which `sent` messages went (UDP: as sent; TCP/TLS: they count once
+    /// acknowledged). What did not go is counted as not sent, its sequence numbers are
+    /// taken back and its templates are due again; a collector error marks it down.
+    /// Whether to go on with the next batch.
+    fn account(&mut self, batch: &Batch, sent: usize, err: Option<std::io::Error>) -> bool {
+        let built = batch.built;
+        let stream = matches!(self.wire, Wire::Stream(_));
+        let mut sent_packets = 0;
+        let c = &mut self.counts;
+        for ((len, recs), n) in batch
+            .lens
+            .iter()
+            .zip(&batch.records)
+            .zip(&batch.reports)
+            .take(sent)
+            .filter(|_| !stream)
+        {
+            c.messages += 1;
+            c.records += u64::from(*recs);
+            c.packets += n;
+            c.bytes += *len as u64;
+            sent_packets += n;
+        }
+        if sent_packets > 0 {
+            sent_now(&mut self.recent, sent_packets);
+        }
+        if sent == built {
+            self.sequence = batch.next_sequence;
+            if self.failing && !self.down {
+                self.failing = false;
+                tracing::info!("collector {}: sending again", self.to);
+            }
+            return true;
+        }
+        c.send_errors += 1;
+        self.sequence = batch.records[..sent]
+            .iter()
+            .fold(batch.first_sequence, |seq, r| seq.wrapping_add(*r));
+        for (n, templates) in batch.reports[sent..built]
+            .iter()
+            .zip(&batch.with_templates[sent..built])
+        {
+            c.not_sent += n;
+            if stream {
+                c.over_buffer += n;
+            }
+            if *templates {
+                self.templates_due = true;
+            }
+        }
+        let refused = err
+            .as_ref()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+        if refused {
+            c.refused += 1;
+        }
+        if let Some(e) = err.as_ref().filter(|e| !stream && collector_error(e)) {
+            self.mark_down(e);
+        }
+        if !self.failing {
+            self.failing = true;
+            let why = err.map_or("nothing sent".to_string(), |e| e.to_string());
+            tracing::warn!(
+                "collector {}: {}{why}; its packets are counted as not sent until it answers again",
+                self.to,
+                if refused {
+                    "not listening (ICMP port unreachable): "
+                } else {
+                    "send failed: "
+                }
+            );
+        }
+        // Whatever was not sent stays unsent: the next batch starts afresh, unless nothing
+        // went and the templates are due again (no spinning on a refusing collector within
+        // one flush).
+        sent > 0 || !self.templates_due
+    }
+}
+
+/// Up to [`BATCH`] messages built in a link's buffers, ready to send.
+struct Batch {
+    built: usize,
+    /// Per message: its length, packet reports, data records, and whether it opens with the
+    /// templates.
+    lens: [usize; BATCH],
+    reports: [u64; BATCH],
+    records: [u32; BATCH],
+    with_templates: [bool; BATCH],
+    /// The sequence number of the first message, and the one after the last.
+    first_sequence: u32,
+    next_sequence: u32,
+}
+
+impl Batch {
+    fn new(sequence: u32) -> Batch {
+        Batch {
+            built: 0,
+            lens: [0; BATCH],
+            reports: [0; BATCH],
+            records: [0; BATCH],
+            with_templates: [false; BATCH],
+            first_sequence: sequence,
+            next_sequence: sequence,
+        }
+    }
+}
+
+/// Adds waiting packets from `*next` on to a message until it is full; how many went in.
+/// A report that does not fit even an empty message is counted as not sent and skipped.
+fn add_reports(
+    b: &mut MessageBuilder<'_>,
+    pending: &[Pending],
+    bytes: &[u8],
+    next: &mut usize,
+    counts: &mut LinkCounts,
+) -> u64 {
+    let mut n = 0u64;
+    while let Some(p) = pending.get(*next) {
+        let r = PacketReport {
+            time_ns: p.ts_ns,
+            interface: p.iface,
+            selector: SELECTOR,
+            frame_size: u64::from(p.orig_len),
+            frame_section: &bytes[p.start..p.start + p.len],
+        };
+        match b.add_packet_report(&r) {
+            Ok(()) => {
+                n += 1;
+                *next += 1;
+            }
+            Err(BuildError::Full) if !b.is_empty() => break,
+            Err(e) => {
+                // Cut to fit at entry; a report that still does not fit is lost.
+                tracing::debug!("packet report not built: {e}");
+                counts.not_sent += 1;
+                *next += 1;
+            }
+        }
+    }
+    n
 }
 
 /// What identifies this exporter in its statistics records.
@@ -715,187 +899,18 @@ impl Exporter {
         let export_time = (unix_ns() / 1_000_000_000) as u32;
         let mut next = 0;
         loop {
-            let templates = self.links[k].templates_due;
-            if next >= self.links[k].pending.len() && !templates {
+            let link = &self.links[k];
+            if next >= link.pending.len() && !link.templates_due {
                 break;
             }
-            // Build up to BATCH messages.
-            let mut lens = [0usize; BATCH];
-            let mut reports = [0u64; BATCH];
-            let mut records = [0u32; BATCH];
-            let mut with_templates = [false; BATCH];
-            let first_sequence = self.links[k].sequence;
-            let mut sequence = first_sequence;
-            let mut built = 0;
-            let (mut msgs_before, mut recs_before) = (0u64, 0u64);
-            while built < BATCH
-                && (next < self.links[k].pending.len() || self.links[k].templates_due)
-            {
-                let stats = self.links[k]
-                    .templates_due
-                    .then(|| self.stats_record(&self.links[k], msgs_before, recs_before));
-                let interfaces = &self.interfaces;
-                let link = &mut self.links[k];
-                let header = MessageHeader {
-                    export_time,
-                    sequence,
-                    domain: self.id.domain,
-                    ..MessageHeader::default()
-                };
-                let Ok(mut b) =
-                    MessageBuilder::new(&mut link.bufs[built], link.message_len, header)
-                else {
-                    break;
-                };
-                if let Some(stats) = stats {
-                    add_session_records(&mut b, interfaces, &stats);
-                    link.templates_due = false;
-                    with_templates[built] = true;
-                }
-                let mut n = 0u64;
-                while let Some(p) = link.pending.get(next) {
-                    let r = PacketReport {
-                        time_ns: p.ts_ns,
-                        interface: p.iface,
-                        selector: SELECTOR,
-                        frame_size: u64::from(p.orig_len),
-                        frame_section: &link.bytes[p.start..p.start + p.len],
-                    };
-                    match b.add_packet_report(&r) {
-                        Ok(()) => {
-                            n += 1;
-                            next += 1;
-                        }
-                        Err(BuildError::Full) if !b.is_empty() => break,
-                        Err(e) => {
-                            // Cut to fit at entry; a report that still does not fit is lost.
-                            tracing::debug!("packet report not built: {e}");
-                            link.counts.not_sent += 1;
-                            next += 1;
-                        }
-                    }
-                }
-                let out = b.finish();
-                lens[built] = out.len;
-                reports[built] = n;
-                records[built] = out.data_records;
-                sequence = sequence.wrapping_add(out.data_records);
-                msgs_before += 1;
-                recs_before += u64::from(out.data_records);
-                built += 1;
-            }
-            if built == 0 {
+            let batch = self.build_batch(k, &mut next, export_time);
+            if batch.built == 0 {
                 break;
             }
             let link = &mut self.links[k];
-            let messages: Vec<&[u8]> = link.bufs[..built]
-                .iter()
-                .zip(&lens)
-                .map(|(b, &len)| &b[..len])
-                .collect();
-            let (mut sent, mut err) = match &mut link.wire {
-                Wire::Udp(socket) => udp::send_batch(socket, &messages, link.gso),
-                Wire::Stream(stream) => {
-                    // Queued now, counted as sent once the collector acknowledges them.
-                    let taken = messages
-                        .iter()
-                        .zip(&reports)
-                        .zip(&records)
-                        .take_while(|((m, n), r)| stream.offer(m, **n, **r))
-                        .count();
-                    let full = std::io::Error::other(format!(
-                        "its queue is full ({} messages waiting for the collector's acknowledgement)",
-                        stream.queued_messages()
-                    ));
-                    (taken, (taken < built).then_some(full))
-                }
-            };
-            let udp_socket = match &link.wire {
-                Wire::Udp(socket) => Some(socket),
-                Wire::Stream(_) => None,
-            };
-            if let Some(socket) = udp_socket
-                .filter(|_| sent < built && link.gso && err.as_ref().is_some_and(gso_refused))
-            {
-                // The route cannot take GSO (no checksum offload, say): send plainly from now on.
-                tracing::info!(
-                    "collector {}: UDP GSO refused ({}); sending datagrams one by one",
-                    link.to,
-                    err.as_ref().map_or(String::new(), |e| e.to_string())
-                );
-                link.gso = false;
-                let (more, e) = udp::send_batch(socket, &messages[sent..], false);
-                sent += more;
-                err = e;
-            }
-            let stream = matches!(link.wire, Wire::Stream(_));
-            let mut sent_packets = 0;
-            let c = &mut link.counts;
-            for ((len, recs), n) in lens
-                .iter()
-                .zip(&records)
-                .zip(&reports)
-                .take(sent)
-                .filter(|_| !stream)
-            {
-                c.messages += 1;
-                c.records += u64::from(*recs);
-                c.packets += n;
-                c.bytes += *len as u64;
-                sent_packets += n;
-            }
-            if sent_packets > 0 {
-                sent_now(&mut link.recent, sent_packets);
-            }
-            if sent < built {
-                c.send_errors += 1;
-                link.sequence = records[..sent]
-                    .iter()
-                    .fold(first_sequence, |seq, r| seq.wrapping_add(*r));
-                for (n, templates) in reports[sent..built]
-                    .iter()
-                    .zip(&with_templates[sent..built])
-                {
-                    c.not_sent += n;
-                    if stream {
-                        c.over_buffer += n;
-                    }
-                    if *templates {
-                        link.templates_due = true;
-                    }
-                }
-                let refused = err
-                    .as_ref()
-                    .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
-                if refused {
-                    c.refused += 1;
-                }
-                if let Some(e) = err.as_ref().filter(|e| !stream && collector_error(e)) {
-                    link.mark_down(e);
-                }
-                if !link.failing {
-                    link.failing = true;
-                    let why = err.map_or("nothing sent".to_string(), |e| e.to_string());
-                    tracing::warn!(
-                        "collector {}: {}{why}; its packets are counted as not sent until it answers again",
-                        link.to,
-                        if refused { "not listening (ICMP port unreachable): " } else { "send failed: " }
-                    );
-                }
-                // Whatever was not sent stays unsent: the next batch starts afresh.
-                if sent == 0 && !link.templates_due {
-                    continue;
-                }
-                if sent == 0 {
-                    // Avoid spinning on a refusing collector within one flush.
-                    break;
-                }
-            } else {
-                link.sequence = sequence;
-                if link.failing && !link.down {
-                    link.failing = false;
-                    tracing::info!("collector {}: sending again", link.to);
-                }
+            let (sent, err) = link.send(&batch);
+            if !link.account(&batch, sent, err) {
+                break;
             }
         }
         // Anything left (a send failure stopped the loop) is counted as not sent.
@@ -908,6 +923,48 @@ impl Exporter {
             self.next_link = (k + 1) % self.links.len();
         }
         self.counts.links[k] = self.links[k].counts.clone();
+    }
+
+    /// Builds up to `BATCH` messages into link `k`'s buffers from its waiting packets,
+    /// starting at `*next` (moved past what went in); the templates, interface and
+    /// statistics records open the first message when they are due.
+    fn build_batch(&mut self, k: usize, next: &mut usize, export_time: u32) -> Batch {
+        let mut batch = Batch::new(self.links[k].sequence);
+        let (mut msgs_before, mut recs_before) = (0u64, 0u64);
+        while batch.built < BATCH
+            && (*next < self.links[k].pending.len() || self.links[k].templates_due)
+        {
+            let stats = self.links[k]
+                .templates_due
+                .then(|| self.stats_record(&self.links[k], msgs_before, recs_before));
+            let interfaces = &self.interfaces;
+            let link = &mut self.links[k];
+            let header = MessageHeader {
+                export_time,
+                sequence: batch.next_sequence,
+                domain: self.id.domain,
+                ..MessageHeader::default()
+            };
+            let i = batch.built;
+            let Ok(mut b) = MessageBuilder::new(&mut link.bufs[i], link.message_len, header) else {
+                break;
+            };
+            if let Some(stats) = stats {
+                add_session_records(&mut b, interfaces, &stats);
+                link.templates_due = false;
+                batch.with_templates[i] = true;
+            }
+            let n = add_reports(&mut b, &link.pending, &link.bytes, next, &mut link.counts);
+            let out = b.finish();
+            batch.lens[i] = out.len;
+            batch.reports[i] = n;
+            batch.records[i] = out.data_records;
+            batch.next_sequence = batch.next_sequence.wrapping_add(out.data_records);
+            msgs_before += 1;
+            recs_before += u64::from(out.data_records);
+            batch.built += 1;
+        }
+        batch
     }
 
     fn set_kernel_drops(&mut self, counters: &[SourceCounters]) {
@@ -1062,42 +1119,12 @@ pub fn run<S: PacketSource + 'static>(
     if cfg.collectors.is_empty() {
         return Err(ForwardError::NoCollector);
     }
-    let id = |k: usize| Identity {
-        process: std::process::id(),
-        domain: k as u32 + 1,
-        start_time_ms: unix_ns() / 1_000_000,
-    };
     // Sockets are opened here, before any thread starts, so a bad collector is one error.
-    let mut exporters = Vec::new();
-    let per_link = |buffer: usize| buffer / (sources.len() * cfg.collectors.len()).max(1);
-    for (k, source) in sources.iter().enumerate() {
-        let links = cfg
-            .collectors
-            .iter()
-            .enumerate()
-            .map(|(i, &to)| match &cfg.stream {
-                None => Link::open(to, cfg.message_len, cfg.gso),
-                Some(st) => Link::open_stream(
-                    StreamTarget {
-                        to,
-                        tls: st
-                            .tls
-                            .as_ref()
-                            .map(|(c, names)| (Arc::clone(c), names[i].clone())),
-                        buffer: per_link(st.buffer),
-                    },
-                    cfg.message_len,
-                ),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        exporters.push(Exporter::new(
-            links,
-            source.interfaces().to_vec(),
-            cfg.balance,
-            cfg.headers,
-            id(k),
-        ));
-    }
+    let exporters = sources
+        .iter()
+        .enumerate()
+        .map(|(k, source)| open_exporter(&cfg, k, sources.len(), source.interfaces()))
+        .collect::<Result<Vec<_>, _>>()?;
     let published: Arc<Vec<Mutex<ThreadCounts>>> = Arc::new(
         exporters
             .iter()
@@ -1120,25 +1147,7 @@ pub fn run<S: PacketSource + 'static>(
                 .map_err(ForwardError::Thread)?,
         );
     }
-    let snapshot = |ts_ns: u64| {
-        let mut s = ExportStats {
-            ts_ns,
-            elapsed_s: start.elapsed().as_secs_f64(),
-            collectors: cfg
-                .collectors
-                .iter()
-                .map(|c| LinkCounts {
-                    collector: c.to_string(),
-                    ..LinkCounts::default()
-                })
-                .collect(),
-            ..ExportStats::default()
-        };
-        for t in published.iter() {
-            s.add(&t.lock().unwrap());
-        }
-        s
-    };
+    let snapshot = |ts_ns: u64| sum_threads(&cfg.collectors, start, &published, ts_ns);
     let mut next_report = start + cfg.stats_interval;
     while threads.iter().any(|t| !t.is_finished()) {
         thread::sleep(Duration::from_millis(50));
@@ -1147,6 +1156,84 @@ pub fn run<S: PacketSource + 'static>(
             next_report += cfg.stats_interval;
         }
     }
+    let error = join_all(threads);
+    let last = snapshot(unix_ns());
+    report(&last, true);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(last),
+    }
+}
+
+/// Thread `k`'s exporter: a link per collector (a socket, or a stream with its share of
+/// the buffer), and its own observation domain.
+fn open_exporter(
+    cfg: &ExportConfig,
+    k: usize,
+    threads: usize,
+    interfaces: &[Interface],
+) -> Result<Exporter, ForwardError> {
+    let per_link = |buffer: usize| buffer / (threads * cfg.collectors.len()).max(1);
+    let links = cfg
+        .collectors
+        .iter()
+        .enumerate()
+        .map(|(i, &to)| match &cfg.stream {
+            None => Link::open(to, cfg.message_len, cfg.gso),
+            Some(st) => Link::open_stream(
+                StreamTarget {
+                    to,
+                    tls: st
+                        .tls
+                        .as_ref()
+                        .map(|(c, names)| (Arc::clone(c), names[i].clone())),
+                    buffer: per_link(st.buffer),
+                },
+                cfg.message_len,
+            ),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let id = Identity {
+        process: std::process::id(),
+        domain: k as u32 + 1,
+        start_time_ms: unix_ns() / 1_000_000,
+    };
+    Ok(Exporter::new(
+        links,
+        interfaces.to_vec(),
+        cfg.balance,
+        cfg.headers,
+        id,
+    ))
+}
+
+/// The threads' latest counts, summed per collector.
+fn sum_threads(
+    collectors: &[SocketAddr],
+    start: Instant,
+    published: &[Mutex<ThreadCounts>],
+    ts_ns: u64,
+) -> ExportStats {
+    let mut s = ExportStats {
+        ts_ns,
+        elapsed_s: start.elapsed().as_secs_f64(),
+        collectors: collectors
+            .iter()
+            .map(|c| LinkCounts {
+                collector: c.to_string(),
+                ..LinkCounts::default()
+            })
+            .collect(),
+        ..ExportStats::default()
+    };
+    for t in published {
+        s.add(&t.lock().unwrap());
+    }
+    s
+}
+
+/// Waits for every thread; the first error (or panic) among them.
+fn join_all(threads: Vec<thread::JoinHandle<Result<(), ForwardError>>>) -> Option<ForwardError> {
     let mut error = None;
     for t in threads {
         match t.join() {
@@ -1159,12 +1246,7 @@ pub fn run<S: PacketSource + 'static>(
             }
         }
     }
-    let last = snapshot(unix_ns());
-    report(&last, true);
-    match error {
-        Some(e) => Err(e),
-        None => Ok(last),
-    }
+    error
 }
 
 fn export_loop<S: PacketSource>(

@@ -12,12 +12,15 @@
 //!   acknowledged, reconnecting [`tcp::StreamLink`] and the collector's [`tcp::StreamListener`].
 //! - [`ledger`]: loss, reordering, duplicates and restarts per exporter and observation
 //!   domain, saved in the store so a restarted collector counts what it missed.
+//! - [`journal`]: the ledger saved once the packets it counts are durable, and its history
+//!   beside the store's stats.
 //! - [`share`]: each exporter's share of a collector's staging pool; under pressure the
 //!   exporters above it are shed first, and it is counted as their own loss.
 
 pub mod collect;
 pub mod error;
 pub mod export;
+pub mod journal;
 pub mod ledger;
 pub mod share;
 pub mod tcp;

@@ -833,6 +833,9 @@ impl Stream {
     }
 }
 
+/// One connection, on its own thread: the TLS handshake if any, then whole messages into
+/// `tx` until the exporter closes, the stream stops being IPFIX, or our stop's half-close
+/// is not answered in time.
 fn serve_connection(
     sock: TcpStream,
     peer: SocketAddr,
@@ -843,37 +846,10 @@ fn serve_connection(
     let _ = sock.set_nodelay(true);
     let mut stream = match &shared.tls {
         None => Stream::Tcp(sock),
-        Some(config) => {
-            let _ = sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-            let _ = sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
-            let mut conn = match ServerConnection::new(Arc::clone(config)) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!("collector: TLS for {peer}: {e}");
-                    return;
-                }
-            };
-            let mut s = &sock;
-            let mut failed = None;
-            while conn.is_handshaking() {
-                if let Err(e) = conn.complete_io(&mut s) {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            if let Some(e) = failed {
-                if shared
-                    .ledger
-                    .lock()
-                    .unwrap()
-                    .refused(ip, Refusal::Handshakes)
-                {
-                    tracing::warn!("collector: TLS handshake with {peer} failed ({e}); refused (counted; logged once per address)");
-                }
-                return;
-            }
-            Stream::Tls(Box::new(rustls::StreamOwned::new(conn, sock)))
-        }
+        Some(config) => match handshake(sock, peer, config, shared) {
+            Some(s) => s,
+            None => return,
+        },
     };
     let _ = stream.sock().set_write_timeout(Some(HANDSHAKE_TIMEOUT));
     let _ = stream.sock().set_read_timeout(Some(READ_TICK));
@@ -911,27 +887,9 @@ fn serve_connection(
             }
         };
         buf.extend_from_slice(&chunk[..n]);
-        // Whole messages out of the buffer, by the length in each header.
-        let mut at = 0;
-        while buf.len() - at >= 4 {
-            let version = u16::from_be_bytes([buf[at], buf[at + 1]]);
-            let len = u16::from_be_bytes([buf[at + 2], buf[at + 3]]) as usize;
-            if version != 10 || len < 16 {
-                // The framing is lost: nothing after this can be found again.
-                if shared.ledger.lock().unwrap().malformed(ip, None) {
-                    tracing::warn!("collector: {peer} sent a stream that is not IPFIX (version {version}, length {len}); connection closed (counted; logged once)");
-                }
-                return;
-            }
-            if buf.len() - at < len {
-                break;
-            }
-            if tx.send((peer, buf[at..at + len].to_vec())).is_err() {
-                return;
-            }
-            at += len;
+        if !send_whole_messages(&mut buf, peer, shared, &tx) {
+            return;
         }
-        buf.drain(..at);
     }
     if !buf.is_empty() && shared.ledger.lock().unwrap().malformed(ip, None) {
         tracing::warn!(
@@ -939,6 +897,74 @@ fn serve_connection(
             buf.len()
         );
     }
+}
+
+/// The server's side of the TLS handshake, within [`HANDSHAKE_TIMEOUT`]; a failed one is
+/// counted as refused against the peer's address (logged once per address).
+fn handshake(
+    sock: TcpStream,
+    peer: SocketAddr,
+    config: &Arc<ServerConfig>,
+    shared: &Shared,
+) -> Option<Stream> {
+    let _ = sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+    let mut conn = match ServerConnection::new(Arc::clone(config)) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("collector: TLS for {peer}: {e}");
+            return None;
+        }
+    };
+    let mut s = &sock;
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut s) {
+            let ip = canonical(peer.ip());
+            if shared
+                .ledger
+                .lock()
+                .unwrap()
+                .refused(ip, Refusal::Handshakes)
+            {
+                tracing::warn!("collector: TLS handshake with {peer} failed ({e}); refused (counted; logged once per address)");
+            }
+            return None;
+        }
+    }
+    Some(Stream::Tls(Box::new(rustls::StreamOwned::new(conn, sock))))
+}
+
+/// Sends the whole messages at the front of `buf` into `tx`, framed by the length in each
+/// header, and keeps the rest. False when the connection must close: the stream is not
+/// IPFIX (the framing is lost, counted as malformed) or the receiver is gone.
+fn send_whole_messages(
+    buf: &mut Vec<u8>,
+    peer: SocketAddr,
+    shared: &Shared,
+    tx: &SyncSender<StreamMessage>,
+) -> bool {
+    let mut at = 0;
+    while buf.len() - at >= 4 {
+        let version = u16::from_be_bytes([buf[at], buf[at + 1]]);
+        let len = u16::from_be_bytes([buf[at + 2], buf[at + 3]]) as usize;
+        if version != 10 || len < 16 {
+            // The framing is lost: nothing after this can be found again.
+            let ip = canonical(peer.ip());
+            if shared.ledger.lock().unwrap().malformed(ip, None) {
+                tracing::warn!("collector: {peer} sent a stream that is not IPFIX (version {version}, length {len}); connection closed (counted; logged once)");
+            }
+            return false;
+        }
+        if buf.len() - at < len {
+            break;
+        }
+        if tx.send((peer, buf[at..at + len].to_vec())).is_err() {
+            return false;
+        }
+        at += len;
+    }
+    buf.drain(..at);
+    true
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! certificate signed by one of its `--tls-client-ca` certificates, and the exporter checks
 //! the collector's certificate against `--tls-ca`. rustls with the ring provider, as the
 //! service's HTTPS (`tapdeck-service`'s `tls.rs`); every problem a file can have is found
-//! when it is read at start, in one line naming the option and the file.
+//! when it is read at start, in one line naming the file and which of the side's files it
+//! is (the binary words that as its option).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,9 +12,10 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::RootCertStore;
+pub use rustls::{ClientConfig, ServerConfig};
 
-use crate::error::ForwardError;
+use crate::error::{ForwardError, TlsFile};
 
 /// The files of one side: its certificate chain and key, and the CA certificates it trusts
 /// for the other side.
@@ -28,22 +30,26 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn bad(option: &str, path: &Path, what: impl std::fmt::Display) -> ForwardError {
-    ForwardError::Tls(format!("{option} {}: {what}", path.display()))
+fn bad(file: TlsFile, path: &Path, what: impl std::fmt::Display) -> ForwardError {
+    ForwardError::TlsFile {
+        file,
+        path: path.into(),
+        what: what.to_string(),
+    }
 }
 
-fn read(option: &str, path: &Path) -> Result<Vec<u8>, ForwardError> {
-    std::fs::read(path).map_err(|e| bad(option, path, format!("cannot read it: {e}")))
+fn read(file: TlsFile, path: &Path) -> Result<Vec<u8>, ForwardError> {
+    std::fs::read(path).map_err(|e| bad(file, path, format!("cannot read it: {e}")))
 }
 
-fn certs(option: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, ForwardError> {
-    let pem = read(option, path)?;
+fn certs(file: TlsFile, path: &Path) -> Result<Vec<CertificateDer<'static>>, ForwardError> {
+    let pem = read(file, path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad(option, path, format!("not PEM: {e}")))?;
+        .map_err(|e| bad(file, path, format!("not PEM: {e}")))?;
     if certs.is_empty() {
         return Err(bad(
-            option,
+            file,
             path,
             "holds no certificate (-----BEGIN CERTIFICATE-----)",
         ));
@@ -52,35 +58,34 @@ fn certs(option: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, Forw
 }
 
 fn key(path: &Path) -> Result<PrivateKeyDer<'static>, ForwardError> {
-    let pem = read("--tls-key", path)?;
+    let pem = read(TlsFile::Key, path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
         bad(
-            "--tls-key",
+            TlsFile::Key,
             path,
             format!("holds no PEM private key (-----BEGIN PRIVATE KEY-----): {e}"),
         )
     })
 }
 
-fn roots(option: &str, path: &Path) -> Result<Arc<RootCertStore>, ForwardError> {
+fn roots(file: TlsFile, path: &Path) -> Result<Arc<RootCertStore>, ForwardError> {
     let mut roots = RootCertStore::empty();
-    for c in certs(option, path)? {
+    for c in certs(file, path)? {
         roots
             .add(c)
-            .map_err(|e| bad(option, path, format!("not a CA certificate: {e}")))?;
+            .map_err(|e| bad(file, path, format!("not a CA certificate: {e}")))?;
     }
     Ok(Arc::new(roots))
 }
 
 fn key_mismatch(files: &TlsFiles<'_>, e: rustls::Error) -> ForwardError {
     match e {
-        rustls::Error::InconsistentKeys(_) => ForwardError::Tls(format!(
-            "--tls-key {} is not the key of the certificate in --tls-cert {}",
-            files.key.display(),
-            files.cert.display()
-        )),
+        rustls::Error::InconsistentKeys(_) => ForwardError::KeyMismatch {
+            key: files.key.into(),
+            cert: files.cert.into(),
+        },
         e => bad(
-            "--tls-key",
+            TlsFile::Key,
             files.key,
             format!("not a usable private key: {e}"),
         ),
@@ -91,17 +96,17 @@ fn key_mismatch(files: &TlsFiles<'_>, e: rustls::Error) -> ForwardError {
 /// (a client without one, or with another CA's, fails the handshake).
 pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<ServerConfig>, ForwardError> {
     let provider = provider();
-    let chain = certs("--tls-cert", files.cert)?;
+    let chain = certs(TlsFile::Cert, files.cert)?;
     let key = key(files.key)?;
     let verifier =
-        WebPkiClientVerifier::builder_with_provider(roots("--tls-client-ca", files.ca)?, {
+        WebPkiClientVerifier::builder_with_provider(roots(TlsFile::ClientCa, files.ca)?, {
             Arc::clone(&provider)
         })
         .build()
-        .map_err(|e| bad("--tls-client-ca", files.ca, e))?;
+        .map_err(|e| bad(TlsFile::ClientCa, files.ca, e))?;
     let config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| ForwardError::Tls(format!("TLS: {e}")))?
+        .map_err(|e| ForwardError::Tls(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
         .map_err(|e| key_mismatch(files, e))?;
@@ -111,27 +116,29 @@ pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<ServerConfig>, ForwardE
 /// The exporter's side: its client certificate, and the CAs that may sign the collector's.
 pub fn client_config(files: &TlsFiles<'_>) -> Result<Arc<ClientConfig>, ForwardError> {
     let provider = provider();
-    let chain = certs("--tls-cert", files.cert)?;
+    let chain = certs(TlsFile::Cert, files.cert)?;
     let key = key(files.key)?;
-    let verifier = WebPkiServerVerifier::builder_with_provider(roots("--tls-ca", files.ca)?, {
-        Arc::clone(&provider)
-    })
-    .build()
-    .map_err(|e| bad("--tls-ca", files.ca, e))?;
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(roots(TlsFile::ServerCa, files.ca)?, {
+            Arc::clone(&provider)
+        })
+        .build()
+        .map_err(|e| bad(TlsFile::ServerCa, files.ca, e))?;
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| ForwardError::Tls(format!("TLS: {e}")))?
+        .map_err(|e| ForwardError::Tls(e.to_string()))?
         .with_webpki_verifier(verifier)
         .with_client_auth_cert(chain, key)
         .map_err(|e| key_mismatch(files, e))?;
     Ok(Arc::new(config))
 }
 
-/// The name a collector's certificate must carry: the host of `--to` (a DNS name or an
-/// address).
+/// The name a collector's certificate must carry: the host the collector was named by (a
+/// DNS name or an address).
 pub fn server_name(host: &str) -> Result<ServerName<'static>, ForwardError> {
-    ServerName::try_from(host.to_string())
-        .map_err(|_| ForwardError::Tls(format!("--to tls://{host}: not a host name or address")))
+    ServerName::try_from(host.to_string()).map_err(|_| ForwardError::ServerName {
+        host: host.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -139,7 +146,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_name_the_option_and_the_file() {
+    fn errors_name_the_file_and_its_role() {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "").unwrap();
@@ -149,10 +156,10 @@ mod tests {
             key: &empty,
             ca: &empty,
         })
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
         assert!(
-            e.starts_with("--tls-cert ") && e.contains("cannot read it"),
+            matches!(&e, ForwardError::TlsFile { file: TlsFile::Cert, path, what }
+                if *path == missing && what.starts_with("cannot read it")),
             "{e}"
         );
         let e = server_config(&TlsFiles {

@@ -22,4 +22,4 @@ mod write;
 pub use error::{BlockError, FormatError, FormatErrorKind, UnknownCodec};
 pub use packet::{Direction, Interface, InterfaceStats, Packet, PacketFlags};
 pub use reader::{TraceBytes, TraceReader};
-pub use write::{Format, SectionInfo};
+pub use write::{Format, OneInterfaceOnly, SectionInfo};

@@ -12,6 +12,14 @@ pub enum Format {
     Pcap,
 }
 
+/// Classic pcap asked to hold a number of interfaces other than one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("classic pcap holds exactly one interface, this stream has {interfaces}; use pcapng")]
+pub struct OneInterfaceOnly {
+    /// How many interfaces the stream has.
+    pub interfaces: usize,
+}
+
 /// Who wrote the section: goes into the pcapng section header.
 #[derive(Debug, Clone, Default)]
 pub struct SectionInfo {
@@ -34,15 +42,14 @@ impl Format {
         self,
         ifaces: &[Interface],
         section: &SectionInfo,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, OneInterfaceOnly> {
         let mut out = Vec::with_capacity(256);
         match self {
             Format::Pcap => {
                 let [iface] = ifaces else {
-                    return Err(format!(
-                        "classic pcap holds exactly one interface, this stream has {}; use pcapng",
-                        ifaces.len()
-                    ));
+                    return Err(OneInterfaceOnly {
+                        interfaces: ifaces.len(),
+                    });
                 };
                 out.extend_from_slice(&PCAP_MAGIC_NS.to_le_bytes());
                 out.extend_from_slice(&2u16.to_le_bytes());

@@ -77,7 +77,7 @@ pub const NFS4_OP_ILLEGAL: u32 = Op::Illegal as u32;
 
 /// NFSv4 operation name; "unknown" for numbers no minor version defines.
 pub fn nfs4_op_name(op: u32) -> &'static str {
-    Op::from_u32(op).map_or("unknown", Op::name)
+    Op::name_of(op)
 }
 
 /// NFSv4 procedures (not operations): 0 NULL, 1 COMPOUND.

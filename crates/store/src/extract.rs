@@ -792,7 +792,7 @@ impl Plan {
         }
         format
             .file_header(&interfaces, &section)
-            .map_err(ExtractError::Unsupported)
+            .map_err(|e| ExtractError::Unsupported(e.to_string()))
     }
 
     /// The planned packets, merged by corrected time.

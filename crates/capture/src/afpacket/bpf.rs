@@ -1,7 +1,7 @@
 //! Capture filters for the kernel: a tcpdump expression compiled by libpcap, with the snap
 //! length folded into its accept instructions, as libpcap itself does on Linux.
 
-use crate::SourceError;
+use crate::{SettingError, SourceError};
 
 /// `BPF_RET | BPF_K` (linux/filter.h, linux/bpf_common.h): return the constant `k`.
 const BPF_RET_K: u16 = 0x06;
@@ -34,17 +34,19 @@ pub fn build(
         }));
     };
     let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype)))
-        .map_err(|e| SourceError::Other(format!("--filter: cannot start libpcap: {e}")))?;
-    let program = dead
-        .compile(expr, true)
-        .map_err(|e| SourceError::Other(format!("--filter '{expr}': {e}")))?;
+        .map_err(|e| SettingError::Libpcap(e.to_string()))?;
+    let program = dead.compile(expr, true).map_err(|e| SettingError::Filter {
+        expr: expr.to_string(),
+        what: e.to_string(),
+    })?;
     let mut insns = to_kernel(program.get_instructions());
     set_snaplen(&mut insns, snaplen);
     if insns.len() > usize::from(u16::MAX) {
-        return Err(SourceError::Other(format!(
-            "--filter '{expr}' compiles to {} instructions, more than the kernel takes",
-            insns.len()
-        )));
+        return Err(SettingError::FilterTooLong {
+            expr: expr.to_string(),
+            insns: insns.len(),
+        }
+        .into());
     }
     Ok(Some(KernelFilter { insns }))
 }
@@ -137,7 +139,12 @@ mod tests {
     fn a_bad_expression_is_one_line_naming_it() {
         let e = build(Some("udp prot 53"), 1, DEFAULT_SNAPLEN).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("--filter 'udp prot 53': "), "{msg}");
+        assert!(
+            matches!(&e, SourceError::Setting(SettingError::Filter { expr, what })
+                if expr == "udp prot 53" && !what.is_empty()),
+            "{msg}"
+        );
+        assert!(msg.starts_with("capture filter 'udp prot 53': "), "{msg}");
         assert!(!msg.contains('\n'));
     }
 }

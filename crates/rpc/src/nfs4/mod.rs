@@ -20,7 +20,6 @@ mod types;
 
 pub use op::Op;
 
-use crate::names::nfs4_op_name;
 use crate::xdr::{Xdr, UNBOUNDED};
 use crate::{Compound, Decoded, Error, NfsOp};
 
@@ -72,7 +71,7 @@ fn new_op(index: u32, op: u32) -> NfsOp {
     NfsOp {
         index: u16::try_from(index).unwrap_or(u16::MAX),
         op,
-        op_name: nfs4_op_name(op),
+        op_name: Op::name_of(op),
         ..Default::default()
     }
 }

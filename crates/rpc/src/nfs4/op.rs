@@ -27,6 +27,12 @@ macro_rules! operations {
                 }
             }
 
+            /// The name of operation number `n`; "unknown" for numbers no minor version
+            /// defines.
+            pub fn name_of(n: u32) -> &'static str {
+                Op::from_u32(n).map_or("unknown", Op::name)
+            }
+
             /// Walks the operation's arguments in a call.
             pub(super) fn args(self) -> args::Args {
                 match self {
