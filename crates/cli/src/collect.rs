@@ -111,17 +111,15 @@ pub fn run(args: &CollectArgs) -> anyhow::Result<i32> {
     let o = &args.output;
     // Over TCP/TLS the source itself stops (after closing every connection cleanly).
     let stream = transport != Transport::Udp;
-    let opts = crate::record::with_output(
-        o,
-        RecordOptions {
-            store: args.store.clone(),
-            compressors: Some(1),
-            duration: if stream { None } else { args.duration },
-            stats_interval: args.stats_interval,
-            bench_disk_limit: args.bench_disk_limit.clone(),
-            ..RecordOptions::default()
-        },
-    );
+    let opts = RecordOptions {
+        store: Some(args.store.clone()),
+        write: o.clone(),
+        compressors: Some(1),
+        duration: if stream { None } else { args.duration },
+        stats_interval: args.stats_interval,
+        bench_disk_limit: args.bench_disk_limit.clone(),
+        ..RecordOptions::default()
+    };
     // The ledger is saved only once the packets it counts are synced (see below): sync the
     // open files every second, so it lags the store by about that much.
     let mut cfg = opts.builder()?.sync_interval(Some(LEDGER_SYNC_INTERVAL));

@@ -355,7 +355,7 @@ async fn page(State(shared): State<Arc<Shared>>) -> Response {
     };
     let service = &shared.service;
     let health = health::check(service);
-    let live = service.control.live();
+    let live = service.live();
     let body = web::page(&web::Page {
         health: &health,
         info: &info,
@@ -659,7 +659,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "health": health,
     });
-    if let Some(live) = service.control.live() {
+    if let Some(live) = service.live() {
         let dirs: Vec<_> = live
             .dirs()
             .into_iter()

@@ -170,7 +170,7 @@ impl Collector for Metrics {
             .one(settings.min_horizon as f64),
         )?;
         process_metrics(&mut e)?;
-        let Some(live) = service.control.live() else {
+        let Some(live) = service.live() else {
             return Ok(());
         };
         let r = live.snapshot();
