@@ -1,6 +1,6 @@
 //! What the recorder asks of the operating system besides files and sockets: the clock,
-//! a thread's own CPU time and page faults, the kernel's clock state, the host's name and
-//! memory. Thread priorities and CPU pinning are in `crate::affinity`.
+//! thread priorities, a thread's own CPU time and page faults, the kernel's clock state,
+//! the host's name and memory. CPU pinning is in `crate::affinity`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,6 +12,15 @@ pub fn now_ns() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
+pub fn set_nice(nice: i32) {
+    // SAFETY: setpriority on our own thread id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
 }
 
 /// A sensible staging pool: a thirty-second of the machine's memory (768 MiB of 24 GiB:

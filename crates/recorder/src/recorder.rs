@@ -17,14 +17,14 @@ pub use tapdeck_decode::HeaderDepth;
 use tapdeck_pcap::container::FrameEncoder;
 use tapdeck_pcap::{Format, Interface, SectionInfo};
 
-use crate::affinity::{cpu_for, pin, set_nice, Pinning};
+use crate::affinity::{cpu_for, pin, Pinning};
 use crate::capture::{CaptureConfig, CaptureLinks, CaptureLoop};
 use crate::compress::{Compressor, CompressorConfig, CompressorLinks};
 use crate::controller::{LadderController, SharedController};
 use crate::error::{CaptureError, RecordError};
 use crate::ladder::CodecLadder;
 use crate::live::LiveView;
-use crate::os::{hostname, kernel_release, read_clock_sync};
+use crate::os::{hostname, kernel_release, read_clock_sync, set_nice};
 use crate::pipeline::{Chunk, Control, Done, FrameBuffers, Sequenced, StreamStaging};
 use crate::report::{DropWarnings, RetentionLog};
 use crate::retention::{Retention, RetentionPolicy};
