@@ -405,7 +405,7 @@ impl RecordOptions {
         let rotation = self.rotation()?;
         let retention = self.retention(&store)?;
         let options =
-            self.manifest_options(&ladder, (chunk_size, staging_bytes), &rotation, &retention);
+            self.manifest_options(&ladder, chunk_size, staging_bytes, &rotation, &retention);
         let mut b = RecorderConfig::builder(store)
             .dirs(self.dirs.clone())
             .format(format)
@@ -508,7 +508,8 @@ impl RecordOptions {
     fn manifest_options(
         &self,
         ladder: &CodecLadder,
-        (chunk_size, staging_bytes): (usize, usize),
+        chunk_size: usize,
+        staging_bytes: usize,
         rotation: &Rotation,
         retention: &RetentionPolicy,
     ) -> serde_json::Value {

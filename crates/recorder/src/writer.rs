@@ -224,6 +224,32 @@ impl DiskThrottle {
     }
 }
 
+/// What a frame holds, for its chunk index entry: what kind of frame, its codec, the
+/// capture bytes it decodes to, and its packets and their time range.
+#[derive(Clone, Copy)]
+struct FrameContent {
+    kind: FrameKind,
+    codec: Codec,
+    data_len: usize,
+    packets: u32,
+    min_ts_ns: u64,
+    max_ts_ns: u64,
+}
+
+impl FrameContent {
+    /// A raw frame of no packets (a file's header, its statistics blocks).
+    fn no_packets(kind: FrameKind, data_len: usize) -> FrameContent {
+        FrameContent {
+            kind,
+            codec: Codec::Raw,
+            data_len,
+            packets: 0,
+            min_ts_ns: 0,
+            max_ts_ns: 0,
+        }
+    }
+}
+
 struct CurrentFile {
     dir: usize,
     partial: PathBuf,
@@ -431,7 +457,10 @@ impl StreamWriter {
                 unsynced: Default::default(),
                 dir_synced: false,
             });
-            match self.append_raw(&header, FrameKind::Header, 0, (0, 0)) {
+            match self.append_raw(
+                &header,
+                FrameContent::no_packets(FrameKind::Header, header.len()),
+            ) {
                 Ok(_) => {
                     self.dirs.succeeded(dir);
                     self.salvage_abandoned();
@@ -534,7 +563,14 @@ impl StreamWriter {
             Encoded::Raw => 0,
         };
         let out_len = if frame_len > 0 { frame_len } else { data_len } as u64;
-        let ts = (chunk.min_ts_ns, chunk.max_ts_ns);
+        let content = FrameContent {
+            kind: FrameKind::Packets,
+            codec,
+            data_len,
+            packets: chunk.packets,
+            min_ts_ns: chunk.min_ts_ns,
+            max_ts_ns: chunk.max_ts_ns,
+        };
         loop {
             if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
                 return None;
@@ -545,18 +581,10 @@ impl StreamWriter {
                 return None;
             }
             let result = match encoded {
-                Encoded::Frame { bytes, .. } => self.append(
-                    |out| out.append(bytes),
-                    frame_len,
-                    data_len,
-                    FrameKind::Packets,
-                    codec,
-                    chunk.packets,
-                    ts,
-                ),
-                Encoded::Raw => {
-                    self.append_raw(chunk.segment.data(), FrameKind::Packets, chunk.packets, ts)
+                Encoded::Frame { bytes, .. } => {
+                    self.append(|out| out.append(bytes), frame_len, content)
                 }
+                Encoded::Raw => self.append_raw(chunk.segment.data(), content),
             };
             match result {
                 Ok(n) => return Some(n),
@@ -601,13 +629,8 @@ impl StreamWriter {
         }
     }
 
-    fn append_raw(
-        &mut self,
-        data: &[u8],
-        kind: FrameKind,
-        packets: u32,
-        ts: (u64, u64),
-    ) -> std::io::Result<usize> {
+    /// Appends `data` as a raw frame (framed as the container frames stored bytes).
+    fn append_raw(&mut self, data: &[u8], content: FrameContent) -> std::io::Result<usize> {
         let container = self.cfg.container;
         let mut frame_len = 0;
         raw_frame_pieces(container, data, |p| frame_len += p.len());
@@ -620,21 +643,16 @@ impl StreamWriter {
             });
             result
         };
-        self.append(write, frame_len, data.len(), kind, Codec::Raw, packets, ts)
+        self.append(write, frame_len, content)
     }
 
-    /// Appends one frame (written when the buffer fills); on failure the file is left as
-    /// it was.
-    #[allow(clippy::too_many_arguments)]
+    /// Appends one frame of `frame_len` bytes (written when the buffer fills) and its index
+    /// entry; on failure the file is left as it was.
     fn append(
         &mut self,
         write: impl FnOnce(&mut DirectFile) -> std::io::Result<()>,
         frame_len: usize,
-        data_len: usize,
-        kind: FrameKind,
-        codec: Codec,
-        packets: u32,
-        (min_ts, max_ts): (u64, u64),
+        content: FrameContent,
     ) -> std::io::Result<usize> {
         let cur = self.current.as_mut().expect("a file is open");
         let frame_offset = cur.out.len();
@@ -646,13 +664,21 @@ impl StreamWriter {
             return Err(e);
         }
         debug_assert_eq!(cur.out.len() - frame_offset, frame_len as u64);
+        let FrameContent {
+            kind,
+            codec,
+            data_len,
+            packets,
+            min_ts_ns,
+            max_ts_ns,
+        } = content;
         cur.entries.push(ChunkEntry {
             frame_offset,
             frame_len: frame_len as u32,
             data_offset: cur.data_len,
             data_len: data_len as u32,
-            first_ts_ns: if packets > 0 { min_ts } else { 0 },
-            last_ts_ns: if packets > 0 { max_ts } else { 0 },
+            first_ts_ns: if packets > 0 { min_ts_ns } else { 0 },
+            last_ts_ns: if packets > 0 { max_ts_ns } else { 0 },
             packets,
             kind,
             codec,
@@ -661,8 +687,8 @@ impl StreamWriter {
         cur.data_len += data_len as u64;
         if packets > 0 {
             cur.packets += u64::from(packets);
-            cur.min_ts_ns = cur.min_ts_ns.min(min_ts);
-            cur.max_ts_ns = cur.max_ts_ns.max(max_ts);
+            cur.min_ts_ns = cur.min_ts_ns.min(min_ts_ns);
+            cur.max_ts_ns = cur.max_ts_ns.max(max_ts_ns);
         }
         self.stats
             .bytes_written
@@ -818,7 +844,10 @@ impl StreamWriter {
                     .stats_block(&stats, cur.first_ts_ns, &comment),
             );
         }
-        self.append_raw(&isbs, FrameKind::Stats, 0, (0, 0))
+        self.append_raw(
+            &isbs,
+            FrameContent::no_packets(FrameKind::Stats, isbs.len()),
+        )
     }
 
     /// What the file's index says about it.
