@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use tapdeck_recorder::options::{RecordOptions, WriteOptions, DEFAULT_CODEC};
 
 use crate::exit::EXIT_CODES_HELP;
 
@@ -42,7 +43,7 @@ pub struct Cli {
 pub enum Command {
     /// Record packets into a trace store.
     #[command(after_help = EXIT_CODES_HELP)]
-    Record(Box<RecordArgs>),
+    Record(Box<RecordOptions>),
     /// Capture live and forward each packet's headers to collectors as IPFIX (PSAMP
     /// packet reports over UDP) instead of storing them.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -122,189 +123,6 @@ pub enum Command {
     /// e.g. `tapdeck analyze report DATASET --out DIR`.
     #[command(after_help = EXIT_CODES_HELP, disable_help_flag = true)]
     Analyze(AnalyzeArgs),
-}
-
-#[derive(Args, Debug)]
-pub struct RecordArgs {
-    /// Replay a pcap or pcapng file (`-` for standard input) with its original timestamps:
-    /// plain, or compressed with gzip, bzip2, xz, zstd or LZ4 (told by content), or a
-    /// stored tapdeck file. A file cut short: the packets before the cut are stored, then
-    /// an error names the file and where.
-    #[arg(
-        short = 'r',
-        long = "read",
-        value_name = "FILE",
-        conflicts_with = "synthetic"
-    )]
-    pub read: Option<String>,
-
-    /// Generate packets in memory at full speed: 64, 1514 or mix.
-    #[arg(long, value_name = "PROFILE")]
-    pub synthetic: Option<String>,
-
-    /// Capture live from this network interface (repeat for several: each becomes an
-    /// interface of the same files). AF_PACKET with a TPACKET_V3 ring per interface,
-    /// promiscuous, nanosecond timestamps (the NIC's clock where the driver stamps in
-    /// hardware). Needs CAP_NET_RAW. Turn GRO/LRO off on it (`ethtool -K IF gro off`).
-    #[arg(
-        short = 'i',
-        long = "interface",
-        value_name = "IF",
-        conflicts_with_all = ["read", "synthetic"]
-    )]
-    pub interfaces: Vec<String>,
-
-    /// With -i: capture threads, each its own stream (and files). The sockets of an
-    /// interface form a PACKET_FANOUT group with a symmetric flow hash, so both directions
-    /// of a connection land in the same stream; `extract` merges streams by time.
-    #[arg(long, value_name = "N", default_value = "1", requires = "interfaces")]
-    pub threads: usize,
-
-    /// With -i: capture filter in tcpdump syntax (compiled by libpcap, run in the kernel,
-    /// so other packets never reach tapdeck), e.g. `tcp port 2049 or udp port 2049`.
-    #[arg(long, value_name = "EXPR", requires = "interfaces")]
-    pub filter: Option<String>,
-
-    /// With -i: keep at most this many bytes of each packet (header-only capture, e.g. 96);
-    /// the original length is still recorded. Default 262144.
-    #[arg(long, value_name = "BYTES", requires = "interfaces")]
-    pub snaplen: Option<u32>,
-
-    /// Header-only capture, from any source: keep each packet up to the end of its TCP,
-    /// UDP or ICMP header (`--headers`, same as `--headers=transport`), or also through
-    /// the ONC RPC header when the payload is RPC (`--headers=rpc`; over TCP after the
-    /// record mark). IP packets without such a header keep their IP headers (at least 64
-    /// bytes), other frames their first 128 bytes. The original length is recorded, and
-    /// the summary says how much of the captured bytes was kept. With --snaplen, the
-    /// smaller cut wins; the files declare the snap length in force as before.
-    #[arg(
-        long,
-        value_name = "DEPTH",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "transport",
-        value_parser = ["transport", "rpc"]
-    )]
-    pub headers: Option<String>,
-
-    /// With -i: bytes per kernel ring block (a multiple of the page size).
-    #[arg(
-        long,
-        value_name = "SIZE",
-        default_value = "4MiB",
-        requires = "interfaces"
-    )]
-    pub ring_block_size: String,
-
-    /// With -i: blocks per kernel ring; one ring per interface and thread.
-    #[arg(long, value_name = "N", default_value = "64", requires = "interfaces")]
-    pub ring_blocks: u32,
-
-    /// With -i: the kernel hands over a partly filled ring block after this many
-    /// milliseconds, so packets on a quiet link arrive promptly.
-    #[arg(long, value_name = "MS", default_value = "10", requires = "interfaces")]
-    pub block_timeout_ms: u32,
-
-    /// With -i: once the sockets are open, drop root privileges and run as this user
-    /// (who must be able to write the store).
-    #[arg(long, value_name = "NAME", requires = "interfaces")]
-    pub user: Option<String>,
-
-    /// With --synthetic: offer this many packets per second on a fixed schedule (default:
-    /// as fast as the capture thread can generate them).
-    #[arg(long, value_name = "PPS", requires = "synthetic")]
-    pub rate: Option<f64>,
-
-    /// With --synthetic: offer packets phase by phase, PPS:SECONDS[,PPS:SECONDS...] (e.g.
-    /// `10000:5,1200000:10,10000:5` for a 10 s burst between quiet spells), then stop.
-    #[arg(
-        long,
-        value_name = "SCHEDULE",
-        requires = "synthetic",
-        conflicts_with = "rate"
-    )]
-    pub rate_schedule: Option<String>,
-
-    /// Store directory: holds the manifest and, unless --dir is given, the data files.
-    #[arg(long, value_name = "DIR", required = true)]
-    pub store: Option<PathBuf>,
-
-    /// Data directory (repeat for several disks): new files go to them in round-robin; a
-    /// directory that fails is reported and skipped.
-    #[arg(long = "dir", value_name = "DIR")]
-    pub dirs: Vec<PathBuf>,
-
-    /// Keep the store under this size (the files being written count too), deleting the
-    /// oldest complete files.
-    #[arg(long, value_name = "SIZE")]
-    pub max_bytes: Option<String>,
-
-    /// Keep at least this much free on each data directory's filesystem, deleting the
-    /// oldest complete files. With -i the default is the smaller of 10 % of the filesystem
-    /// and 1 GiB; 0 turns it off. A disk already below it at start is an error.
-    #[arg(long, value_name = "SIZE")]
-    pub min_free: Option<String>,
-
-    /// Retention never deletes a file completed less than this many seconds ago, nor the
-    /// two newest files: when --max-bytes or --min-free can only be kept by deleting those,
-    /// writing stops, and packets are dropped, counted and logged until there is room.
-    #[arg(long, default_value = "600", value_name = "SECONDS")]
-    pub min_keep: u64,
-
-    #[command(flatten)]
-    pub output: StoreWriteArgs,
-
-    /// Compressor threads (default: one per core beyond the first).
-    #[arg(long, value_name = "N")]
-    pub compressors: Option<usize>,
-
-    /// Pin capture threads to these CPUs, one each in turn (e.g. `1`, `0-1`, `2,3`).
-    #[arg(long, value_name = "CPUS")]
-    pub pin_capture: Option<String>,
-
-    /// Pin writer threads to these CPUs, one each in turn.
-    #[arg(long, value_name = "CPUS")]
-    pub pin_writers: Option<String>,
-
-    /// Let the compressor threads run only on these CPUs.
-    #[arg(long, value_name = "CPUS")]
-    pub pin_compressors: Option<String>,
-
-    /// Stop after this many packets.
-    #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
-
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub duration: Option<f64>,
-
-    /// Seconds between JSON-lines stats records.
-    #[arg(long, default_value = "5", value_name = "SECONDS")]
-    pub stats_interval: f64,
-
-    /// Where JSON-lines stats go (default: STORE/stats.jsonl; `-` for standard output).
-    #[arg(long, value_name = "FILE")]
-    pub stats: Option<String>,
-
-    /// Write nothing: run the whole pipeline but discard the chunks instead of writing
-    /// them, counting them as stored. For measuring the recorder without the disk.
-    #[arg(long)]
-    pub discard: bool,
-
-    /// Benchmarks only: the writer writes at most this much per second (e.g. 400MB), as a
-    /// slower disk would: each write takes at least its bytes at this rate, and time spent
-    /// idle earns no credit. A limit in the writer, not on the device.
-    #[arg(long, value_name = "SIZE")]
-    pub bench_disk_limit: Option<String>,
-
-    /// Benchmarks only: every chunk takes the first rung of --codec, whatever the load (no
-    /// controller, no raw fallback), to compare the ladder with a fixed choice.
-    #[arg(long)]
-    pub bench_fixed_codec: bool,
-
-    /// No live progress line.
-    #[arg(short, long)]
-    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -389,7 +207,7 @@ pub struct ServeArgs {
     pub query_max_seconds: Option<u64>,
 
     #[command(flatten)]
-    pub record: RecordArgs,
+    pub record: RecordOptions,
 }
 
 /// The packets a reader asks for and where they go: shared by `extract` and `query`.
@@ -483,61 +301,6 @@ pub struct StatusArgs {
     /// Print the status document as JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-/// How a store is written: shared by `record` and `collect`.
-#[derive(Args, Debug)]
-pub struct StoreWriteArgs {
-    /// File format: pcapng (several interfaces, statistics blocks) or pcap (nanosecond magic).
-    #[arg(long, default_value = "pcapng", value_parser = ["pcapng", "pcap"])]
-    pub format: String,
-
-    /// Codec ladder, strongest first: `zstd:3,zstd:1,lz4,raw`. Per chunk a controller picks
-    /// the rung that writes the fewest bytes while keeping up, from the measured speed of each
-    /// rung and of the disk; chunks go raw at once when the compressors fall behind and the
-    /// disk has headroom, and queue in the staging pool when the disk is the limit. A threshold
-    /// caps a rung by the compression backlog (`zstd:6@0.2` = not while 20 % or more of the
-    /// staging pool waits for a compressor); rungs without one are spread evenly below 75 %,
-    /// and a raw rung applies from 90 % (when the disk has headroom). A file source (-r)
-    /// always gets the first rung. `none` (or `raw` alone) writes plain files.
-    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
-    pub codec: String,
-
-    /// Capture data per chunk (an independently decompressible unit), e.g. 4MiB.
-    #[arg(long, default_value = "4MiB", value_name = "SIZE")]
-    pub chunk_size: String,
-
-    /// Staging pool size (for `collect`, per socket); default: 1/32 of RAM, between 64 MiB
-    /// and 2 GiB.
-    #[arg(long, value_name = "SIZE")]
-    pub staging: Option<String>,
-
-    /// Start a new file once this much capture data (before compression) is in it.
-    /// `record -i` defaults to 1GiB; 0 turns size cuts off.
-    #[arg(long, value_name = "SIZE")]
-    pub rotate_size: Option<String>,
-
-    /// Start a new file at every multiple of this many seconds of packet time since the
-    /// epoch (60 cuts at :00 of each minute). With --rotate-size too, whichever comes first;
-    /// a size cut does not move the interval boundaries. `record -i` defaults to 60; 0
-    /// turns interval cuts off.
-    #[arg(long, value_name = "SECONDS")]
-    pub rotate_interval: Option<u64>,
-
-    /// Hand a partly filled chunk to the writers after this many seconds, so a quiet link's
-    /// packets reach the disk promptly.
-    #[arg(long, default_value = "2", value_name = "SECONDS")]
-    pub flush_interval: f64,
-
-    /// Use buffered writes instead of O_DIRECT.
-    #[arg(long)]
-    pub no_direct: bool,
-
-    /// Write no flow index (which addresses, ports, protocols and VLANs each chunk holds,
-    /// built off the capture path and used by filtered extracts to skip chunks). For
-    /// measuring its cost; files without one are read whole by a filtered extract.
-    #[arg(long)]
-    pub no_flow_index: bool,
 }
 
 #[derive(Args, Debug)]
@@ -660,7 +423,7 @@ pub struct MergeArgs {
     pub end: Option<String>,
 
     /// Codec ladder of the output (as `record --codec`); the strongest rung is used.
-    #[arg(long, default_value = "zstd:3,zstd:1,lz4,raw", value_name = "LADDER")]
+    #[arg(long, default_value = DEFAULT_CODEC, value_name = "LADDER")]
     pub codec: String,
 
     /// Start a new output file once this much capture data is in it.
@@ -968,7 +731,7 @@ pub struct CollectArgs {
     pub user: Option<String>,
 
     #[command(flatten)]
-    pub output: StoreWriteArgs,
+    pub output: WriteOptions,
 
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS")]

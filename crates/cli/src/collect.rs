@@ -191,17 +191,15 @@ fn recorder_config(args: &CollectArgs, stream: bool) -> anyhow::Result<RecorderC
     if args.output.rotate_interval == Some(0) {
         bail!("--rotate-interval must be at least 1 second");
     }
-    let opts = crate::record::with_output(
-        &args.output,
-        RecordOptions {
-            store: args.store.clone(),
-            compressors: Some(1),
-            duration: if stream { None } else { args.duration },
-            stats_interval: args.stats_interval,
-            bench_disk_limit: args.bench_disk_limit.clone(),
-            ..RecordOptions::default()
-        },
-    );
+    let opts = RecordOptions {
+        store: Some(args.store.clone()),
+        write: args.output.clone(),
+        compressors: Some(1),
+        duration: if stream { None } else { args.duration },
+        stats_interval: args.stats_interval,
+        bench_disk_limit: args.bench_disk_limit.clone(),
+        ..RecordOptions::default()
+    };
     // The ledger is saved only once the packets it counts are synced (see `LedgerJournal`):
     // sync the open files every second, so it lags the store by about that much.
     Ok(opts.builder()?.sync_interval(Some(LEDGER_SYNC_INTERVAL)))

@@ -1,6 +1,6 @@
-//! `tapdeck record`: turns the flags into record options (`tapdeck_recorder::options`, which
-//! builds the recorder configuration), installs signal handlers, shows progress, and prints
-//! the final accounting.
+//! `tapdeck record`: its flags are the record options (`tapdeck_recorder::options`, which
+//! builds the recorder configuration); this installs signal handlers, shows progress, and
+//! prints the final accounting.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering;
@@ -13,11 +13,12 @@ use tapdeck_capture::{
 use tapdeck_recorder::error::OptionsError;
 use tapdeck_recorder::options::RecordOptions;
 use tapdeck_recorder::pipeline::Control;
-use tapdeck_recorder::recorder::{self, RecorderConfig, Rotation, StatsWriter, Summary};
+use tapdeck_recorder::recorder::{
+    RecorderConfig, Recording, Rotation, Running, StatsWriter, Summary,
+};
 use tapdeck_recorder::retention::RetentionPolicy;
 use tapdeck_recorder::stats::StatsRecord;
 
-use crate::args::RecordArgs;
 use crate::exit::usage;
 use signal_hook::consts::SIGHUP;
 
@@ -116,71 +117,7 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-/// The flags as record options: the same names and defaults a config file has.
-pub(crate) fn record_options(args: &RecordArgs) -> RecordOptions {
-    let o = &args.output;
-    // Every field by name (no `..default()`): a new option cannot be forgotten here.
-    RecordOptions {
-        read: args.read.clone(),
-        synthetic: args.synthetic.clone(),
-        interfaces: args.interfaces.clone(),
-        threads: args.threads,
-        filter: args.filter.clone(),
-        snaplen: args.snaplen,
-        headers: args.headers.clone(),
-        ring_block_size: args.ring_block_size.clone(),
-        ring_blocks: args.ring_blocks,
-        block_timeout_ms: args.block_timeout_ms,
-        user: args.user.clone(),
-        rate: args.rate,
-        rate_schedule: args.rate_schedule.clone(),
-        store: args.store.clone().unwrap_or_default(),
-        dirs: args.dirs.clone(),
-        max_bytes: args.max_bytes.clone(),
-        min_free: args.min_free.clone(),
-        min_keep: args.min_keep,
-        compressors: args.compressors,
-        pin_capture: args.pin_capture.clone(),
-        pin_writers: args.pin_writers.clone(),
-        pin_compressors: args.pin_compressors.clone(),
-        count: args.count,
-        duration: args.duration,
-        stats_interval: args.stats_interval,
-        stats: args.stats.clone(),
-        discard: args.discard,
-        bench_disk_limit: args.bench_disk_limit.clone(),
-        bench_fixed_codec: args.bench_fixed_codec,
-        quiet: args.quiet,
-        format: o.format.clone(),
-        codec: o.codec.clone(),
-        chunk_size: o.chunk_size.clone(),
-        staging: o.staging.clone(),
-        rotate_size: o.rotate_size.clone(),
-        rotate_interval: o.rotate_interval,
-        flush_interval: o.flush_interval,
-        no_direct: o.no_direct,
-        no_flow_index: o.no_flow_index,
-    }
-}
-
-/// The options `collect` shares with `record` through `StoreWriteArgs`, over `base`.
-pub(crate) fn with_output(o: &crate::args::StoreWriteArgs, base: RecordOptions) -> RecordOptions {
-    RecordOptions {
-        format: o.format.clone(),
-        codec: o.codec.clone(),
-        chunk_size: o.chunk_size.clone(),
-        staging: o.staging.clone(),
-        rotate_size: o.rotate_size.clone(),
-        rotate_interval: o.rotate_interval,
-        flush_interval: o.flush_interval,
-        no_direct: o.no_direct,
-        no_flow_index: o.no_flow_index,
-        ..base
-    }
-}
-
-pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
-    let opts = record_options(args);
+pub fn run(opts: &RecordOptions) -> anyhow::Result<i32> {
     let cfg = opts
         .builder()
         .map_err(|e| match e {
@@ -195,13 +132,13 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
     install_signals(&control)?;
     let summary = match (&opts.read, &opts.synthetic) {
         (None, None) if opts.is_live() => {
-            let sources = open_live(&opts, &cfg)?;
+            let sources = open_live(opts, &cfg)?;
             if !opts.quiet {
                 print_live_defaults(&cfg.rotation, &cfg.retention);
             }
             {
-                let stats = stats_sink(&opts, &cfg)?;
-                run_with(cfg, sources, control, stats, &opts)?
+                let stats = stats_sink(opts, &cfg)?;
+                run_with(cfg, sources, control, stats, opts)?
             }
         }
         (Some(path), None) => {
@@ -209,8 +146,8 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .with_limit(opts.count);
             {
-                let stats = stats_sink(&opts, &cfg)?;
-                run_with(cfg, vec![source], control, stats, &opts)?
+                let stats = stats_sink(opts, &cfg)?;
+                run_with(cfg, vec![source], control, stats, opts)?
             }
         }
         (None, Some(profile)) => {
@@ -223,8 +160,8 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<i32> {
                     parse_schedule(spec).map_err(|e| anyhow::anyhow!("--rate-schedule: {e}"))?;
                 source = source.with_schedule(phases);
             }
-            let stats = stats_sink(&opts, &cfg)?;
-            run_with(cfg, vec![source], control, stats, &opts)?
+            let stats = stats_sink(opts, &cfg)?;
+            run_with(cfg, vec![source], control, stats, opts)?
         }
         _ => {
             return Err(usage(
@@ -292,8 +229,15 @@ pub(crate) fn run_with<S: PacketSource + 'static>(
     stats_out: Box<dyn Write + Send>,
     opts: &RecordOptions,
 ) -> anyhow::Result<Summary> {
-    let mut stats = StatsWriter::new(stats_out);
-    let progress = !opts.quiet && std::io::stderr().is_terminal();
+    finish(start(cfg, sources, control)?, stats_out, opts)
+}
+
+/// Starts recording `sources` (see [`finish`]).
+pub(crate) fn start<S: PacketSource + 'static>(
+    cfg: RecorderConfig,
+    sources: Vec<S>,
+    control: Arc<Control>,
+) -> anyhow::Result<Running> {
     tracing::info!(
         "recording {} into {}",
         sources
@@ -303,18 +247,31 @@ pub(crate) fn run_with<S: PacketSource + 'static>(
             .join("; "),
         cfg.store.display()
     );
+    Recording::start(cfg, sources, control).map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Waits for a recording to end: its stats records go to `stats_out`, and to a progress
+/// line on a terminal unless `opts.quiet`.
+pub(crate) fn finish(
+    running: Running,
+    stats_out: Box<dyn Write + Send>,
+    opts: &RecordOptions,
+) -> anyhow::Result<Summary> {
+    let mut stats = StatsWriter::new(stats_out);
+    let progress = !opts.quiet && std::io::stderr().is_terminal();
     let mut last: Option<StatsRecord> = None;
-    let summary = recorder::record(cfg, sources, control, |record, done| {
-        stats.write(record, done);
-        if progress {
-            show_progress(record, last.as_ref());
-            if done {
-                eprintln!();
+    let summary = running
+        .join(|record, done| {
+            stats.write(record, done);
+            if progress {
+                show_progress(record, last.as_ref());
+                if done {
+                    eprintln!();
+                }
             }
-        }
-        last = Some(record.clone());
-    })
-    .map_err(|e| anyhow::anyhow!(e))?;
+            last = Some(record.clone());
+        })
+        .map_err(|e| anyhow::anyhow!(e))?;
     Ok(summary)
 }
 
@@ -590,7 +547,7 @@ mod tests {
         };
         let from_file: RecordOptions =
             serde_json::from_value(serde_json::json!({"store": "s"})).unwrap();
-        assert_eq!(record_options(&args), from_file);
+        assert_eq!(*args, from_file);
     }
 
     #[test]

@@ -44,7 +44,7 @@ type Overrides = BTreeMap<String, Json>;
 
 /// The flags given on the command line (not their defaults), as config keys and values.
 fn flag_overrides(args: &ServeArgs, matches: &ArgMatches) -> Overrides {
-    let record = serde_json::to_value(record::record_options(&args.record)).unwrap_or_default();
+    let record = serde_json::to_value(&args.record).unwrap_or_default();
     let serve = serde_json::json!({
         "listen": args.listen,
         "metrics-token-file": args.metrics_token_file,
@@ -167,7 +167,13 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
         None => Box::new(std::io::sink()),
         Some(_) => record::stats_sink(&opts, &cfg)?,
     };
-    let summary = record::run_with(cfg, sources, control, stats, &opts);
+    let summary = record::start(cfg, sources, control).and_then(|running| {
+        // The HTTP side and the monitor read the recorder while it runs.
+        service.watch(Some(running.live()));
+        let summary = record::finish(running, stats, &opts);
+        service.watch(None);
+        summary
+    });
     done.store(true, Ordering::SeqCst);
     let _ = monitor.join();
     if let Some(timeline) = service.timeline.lock().unwrap().as_mut() {
@@ -408,7 +414,7 @@ fn spawn_monitor(
                     tracing::info!("stopping: draining what is staged");
                     notify::stopping();
                 }
-                if let Some(live) = control.live() {
+                if let Some(live) = service.live() {
                     let r = live.snapshot();
                     service
                         .drops

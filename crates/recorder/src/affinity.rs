@@ -121,15 +121,6 @@ pub fn pin(cpus: &[usize]) {
     }
 }
 
-/// Lowers (or raises, as root) the calling thread's scheduling priority; best effort.
-pub fn set_nice(nice: i32) {
-    // SAFETY: setpriority on our own thread id.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -175,8 +175,23 @@ pub enum TimeError {
     TooLarge,
 }
 
-/// Why a recording could not start, or stopped. The capture loop's own reasons (a source's
-/// error, a trace the output format cannot hold) arrive as text from the sources.
+/// Why a capture loop stopped before its source ended.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error(transparent)]
+    Source(#[from] tapdeck_capture::SourceError),
+    #[error(
+        "{described} has {interfaces} interfaces, and classic pcap holds one: use --format pcapng"
+    )]
+    PcapOneInterface {
+        described: String,
+        interfaces: usize,
+    },
+    #[error("a packet is timed after 2106-02-07, past what classic pcap's 32-bit seconds hold: use --format pcapng")]
+    PcapTimeLimit,
+}
+
+/// Why a recording could not start, or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("cannot create store {}: {source}", .path.display())]
@@ -211,8 +226,8 @@ pub enum RecordError {
     #[error("{0}")]
     Manifest(String),
     /// A capture loop stopped: its source failed, or the trace does not fit the format.
-    #[error("{0}")]
-    Capture(String),
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
     #[error("a {0} thread panicked")]
     Panicked(&'static str),
 }

@@ -7,10 +7,17 @@
 //! and applies retention. The capture loop never waits: when no
 //! segment is free the packet is dropped and counted.
 //!
+//! The stages: `capture` (a capture loop per source), `compress` (the compressor pool) and
+//! `writer` (a writer per stream), joined by the queues of `pipeline` and wired together by
+//! `recorder` (`Recording::start`, `Running::join`); `live` is what observers read while it
+//! runs, `report` what it logs and writes as stats, `os` what it asks of the kernel.
+//!
 //! `merge` lives here too: it reads stores through `tapdeck-store` and records the merged
 //! stream through this pipeline.
 
 pub mod affinity;
+pub mod capture;
+pub mod compress;
 pub mod controller;
 pub mod direct;
 pub mod error;
@@ -19,8 +26,10 @@ pub mod ladder;
 pub mod live;
 pub mod merge;
 pub mod options;
+pub mod os;
 pub mod pipeline;
 pub mod recorder;
+pub mod report;
 pub mod retention;
 pub mod staging;
 pub mod stats;

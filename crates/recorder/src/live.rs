@@ -7,18 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::controller::SharedController;
-use crate::recorder::now_ns;
+use crate::os::now_ns;
+use crate::pipeline::StreamStaging;
 use crate::retention::{filesystem_bytes, free_bytes, Retention};
-use crate::staging::StagingPool;
 use crate::stats::{StatsHub, StatsRecord};
 use crate::writer::DataDirs;
 
 pub struct LiveView {
     pub stats: Arc<StatsHub>,
     pub retention: Arc<Retention>,
-    pools: Vec<Arc<StagingPool>>,
-    controllers: Vec<Arc<SharedController>>,
+    streams: Vec<StreamStaging>,
     dirs: Arc<DataDirs>,
     started: Instant,
     started_ns: u64,
@@ -38,7 +36,7 @@ impl LiveView {
     pub(crate) fn new(
         stats: Arc<StatsHub>,
         retention: Arc<Retention>,
-        (pools, controllers): (Vec<Arc<StagingPool>>, Vec<Arc<SharedController>>),
+        streams: Vec<StreamStaging>,
         dirs: Arc<DataDirs>,
         started: Instant,
         started_ns: u64,
@@ -46,8 +44,7 @@ impl LiveView {
         LiveView {
             stats,
             retention,
-            pools,
-            controllers,
+            streams,
             dirs,
             started,
             started_ns,
@@ -57,22 +54,36 @@ impl LiveView {
     /// The counters of this moment. Like every stats record it balances: seen = stored +
     /// dropped + in flight.
     pub fn snapshot(&self) -> StatsRecord {
-        let fill = self.pools.iter().map(|p| p.fill()).fold(0.0, f64::max);
+        let fill = self.staging_fill().into_iter().fold(0.0, f64::max);
         let mut record = self
             .stats
             .peek(now_ns(), self.started.elapsed().as_secs_f64(), fill);
-        record.controller = self.controllers.iter().map(|c| c.view()).collect();
+        record.controller = self.streams.iter().map(|s| s.controller.view()).collect();
+        record
+    }
+
+    /// The recorder's periodic stats record: as [`LiveView::snapshot`], with the ladder's
+    /// rates per second since the previous one (only the recorder's own reports take them).
+    pub(crate) fn periodic_record(&self) -> StatsRecord {
+        let fill = self.staging_fill().into_iter().fold(0.0, f64::max);
+        let mut record = self
+            .stats
+            .snapshot(now_ns(), self.started.elapsed().as_secs_f64(), fill);
+        record.controller = self.streams.iter().map(|s| s.controller.view()).collect();
         record
     }
 
     /// Each stream's staging pool fill, 0 to 1.
     pub fn staging_fill(&self) -> Vec<f64> {
-        self.pools.iter().map(|p| p.fill()).collect()
+        self.streams.iter().map(|s| s.pool.fill()).collect()
     }
 
     /// Chunks waiting for (or in) a compressor, all streams.
     pub fn compressor_backlog(&self) -> usize {
-        self.pools.iter().map(|p| p.awaiting_compression()).sum()
+        self.streams
+            .iter()
+            .map(|s| s.pool.awaiting_compression())
+            .sum()
     }
 
     pub fn dirs(&self) -> Vec<DirState> {

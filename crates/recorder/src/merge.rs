@@ -424,31 +424,7 @@ pub fn merge(
         .build()?;
     let interfaces = plan.output_interfaces();
     let linktypes = interfaces.iter().map(|i| i.linktype).collect();
-    let mut manifest = MergeManifest {
-        inputs: surveys
-            .iter()
-            .enumerate()
-            .map(|(n, s)| MergedInput {
-                store: std::fs::canonicalize(&s.store)
-                    .map_or_else(|_| s.store.clone(), |p| p.display().to_string()),
-                label: s.label.clone(),
-                host: s.host.clone(),
-                offset_ns: s.offset_ns,
-                clock: s.clock,
-                interfaces: plan
-                    .interfaces
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, o)| o.input as usize == n)
-                    .map(|(i, _)| i as u32)
-                    .collect(),
-                packets: 0,
-                duplicates: 0,
-            })
-            .collect(),
-        dedup_window_ns: opts.dedup_window_ns,
-        complete: false,
-    };
+    let mut manifest = merge_manifest(&surveys, &plan, opts);
     cfg.merge = Some(manifest.clone());
     let tally = Arc::new(Mutex::new(vec![InputTally::default(); inputs.len()]));
     let end = Arc::new(Mutex::new(SourceEnd::default()));
@@ -483,23 +459,11 @@ pub fn merge(
     if !end.ended && summary.fatal.is_none() {
         return Err(MergeError::Interrupted { store: store_dir });
     }
-    let packets: u64 = tally.iter().map(|t| t.packets).sum();
-    let bytes: u64 = tally.iter().map(|t| t.wire_bytes).sum();
-    let share = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
     Ok(MergeReport {
         out: store_dir.display().to_string(),
         spans: span_relations(&surveys),
-        inputs: surveys
-            .into_iter()
-            .zip(&tally)
-            .map(|(survey, t)| InputReport {
-                survey,
-                merged: *t,
-                packet_share: share(t.packets, packets),
-                byte_share: share(t.wire_bytes, bytes),
-            })
-            .collect(),
-        packets_written: packets,
+        inputs: input_reports(surveys, &tally),
+        packets_written: tally.iter().map(|t| t.packets).sum(),
         duplicates: tally.iter().map(|t| t.duplicates).sum(),
         dedup_window_ns: opts.dedup_window_ns,
         dedup_forgotten_early: end.forgotten_early,
@@ -507,6 +471,58 @@ pub fn merge(
         chunks_decoded: end.chunks_decoded,
         summary: Some(summary),
     })
+}
+
+/// The manifest's merge section, before any packet is merged: the inputs, and which of
+/// the output's interfaces each one's are.
+fn merge_manifest(
+    surveys: &[StoreSurvey],
+    plan: &extract::Plan,
+    opts: &MergeOptions,
+) -> MergeManifest {
+    MergeManifest {
+        inputs: surveys
+            .iter()
+            .enumerate()
+            .map(|(n, s)| MergedInput {
+                store: std::fs::canonicalize(&s.store)
+                    .map_or_else(|_| s.store.clone(), |p| p.display().to_string()),
+                label: s.label.clone(),
+                host: s.host.clone(),
+                offset_ns: s.offset_ns,
+                clock: s.clock,
+                interfaces: plan
+                    .interfaces
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.input as usize == n)
+                    .map(|(i, _)| i as u32)
+                    .collect(),
+                packets: 0,
+                duplicates: 0,
+            })
+            .collect(),
+        dedup_window_ns: opts.dedup_window_ns,
+        complete: false,
+    }
+}
+
+/// Each input's survey with what it gave the merge, and its share of the merged packets
+/// and wire bytes.
+fn input_reports(surveys: Vec<StoreSurvey>, tally: &[InputTally]) -> Vec<InputReport> {
+    let packets: u64 = tally.iter().map(|t| t.packets).sum();
+    let bytes: u64 = tally.iter().map(|t| t.wire_bytes).sum();
+    let share = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+    surveys
+        .into_iter()
+        .zip(tally)
+        .map(|(survey, t)| InputReport {
+            survey,
+            merged: *t,
+            packet_share: share(t.packets, packets),
+            byte_share: share(t.wire_bytes, bytes),
+        })
+        .collect()
 }
 
 /// The output must be a new (or empty) store, and none of the inputs.

@@ -11,11 +11,36 @@ use std::sync::{Arc, Mutex};
 use tapdeck_pcap::container::Codec;
 use tapdeck_pcap::Interface;
 
-use crate::controller::Decision;
-use crate::live::LiveView;
-use crate::recorder::Rotation;
-use crate::staging::Segment;
+use crate::controller::{Decision, SharedController};
+use crate::staging::{Segment, StagingPool};
 use crate::stats::CaptureCounts;
+
+/// How files are cut.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rotation {
+    /// Capture bytes (before compression) after which a new file starts.
+    pub max_bytes: Option<u64>,
+    /// Interval in nanoseconds; files are cut at multiples of it since the epoch.
+    pub interval_ns: Option<u64>,
+}
+
+impl Rotation {
+    /// The next interval boundary strictly after `ts`, or never.
+    pub fn boundary_after(&self, ts: u64) -> u64 {
+        match self.interval_ns {
+            Some(i) if i > 0 => (ts / i).saturating_add(1).saturating_mul(i),
+            _ => u64::MAX,
+        }
+    }
+}
+
+/// One stream's staging pool and the ladder controller that picks its chunks' codecs:
+/// shared by its capture loop, the compressors, its writer and the live view.
+#[derive(Clone)]
+pub struct StreamStaging {
+    pub pool: Arc<StagingPool>,
+    pub controller: Arc<SharedController>,
+}
 
 pub struct Sequenced<T> {
     pub stream: u32,
@@ -71,7 +96,7 @@ pub enum Done {
 }
 
 /// Shared controls: stop, rotate-now (SIGHUP), new rotation limits, the first fatal
-/// error; and, while recording, the recorder's live view for observers.
+/// error. Observers read a running recorder through its `LiveView` (`Running::live`).
 #[derive(Default)]
 pub struct Control {
     pub stop: AtomicBool,
@@ -82,8 +107,6 @@ pub struct Control {
     pub rotation: Mutex<Option<Rotation>>,
     pub reconfigured: AtomicU64,
     pub fatal: Mutex<Option<String>>,
-    /// Set once the recorder runs, cleared when it has drained.
-    pub live: Mutex<Option<Arc<LiveView>>>,
 }
 
 impl Control {
@@ -105,11 +128,6 @@ impl Control {
     pub fn set_rotation(&self, rotation: Rotation) {
         *self.rotation.lock().unwrap() = Some(rotation);
         self.reconfigured.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The running recorder's view, once it has started.
-    pub fn live(&self) -> Option<Arc<LiveView>> {
-        self.live.lock().unwrap().clone()
     }
 }
 

@@ -123,7 +123,7 @@ impl StagingPool {
                 .spawn(move || {
                     let (base, len) = region.into_parts();
                     // Zeroing gigabytes is work for a spare core, never the capture thread's.
-                    crate::affinity::set_nice(19);
+                    crate::os::set_nice(19);
                     let mut each_locked = lock_each_step;
                     for start in (0..len).step_by(PREFAULT_STEP) {
                         if stop.load(Ordering::Relaxed) {

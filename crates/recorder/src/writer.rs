@@ -225,6 +225,32 @@ impl DiskThrottle {
     }
 }
 
+/// What a frame holds, for its chunk index entry: what kind of frame, its codec, the
+/// capture bytes it decodes to, and its packets and their time range.
+#[derive(Clone, Copy)]
+struct FrameContent {
+    kind: FrameKind,
+    codec: Codec,
+    data_len: usize,
+    packets: u32,
+    min_ts_ns: u64,
+    max_ts_ns: u64,
+}
+
+impl FrameContent {
+    /// A raw frame of no packets (a file's header, its statistics blocks).
+    fn no_packets(kind: FrameKind, data_len: usize) -> FrameContent {
+        FrameContent {
+            kind,
+            codec: Codec::Raw,
+            data_len,
+            packets: 0,
+            min_ts_ns: 0,
+            max_ts_ns: 0,
+        }
+    }
+}
+
 struct CurrentFile {
     dir: usize,
     partial: PathBuf,
@@ -432,7 +458,10 @@ impl StreamWriter {
                 unsynced: Default::default(),
                 dir_synced: false,
             });
-            match self.append_raw(&header, FrameKind::Header, 0, (0, 0)) {
+            match self.append_raw(
+                &header,
+                FrameContent::no_packets(FrameKind::Header, header.len()),
+            ) {
                 Ok(_) => {
                     self.dirs.succeeded(dir);
                     self.salvage_abandoned();
@@ -453,81 +482,20 @@ impl StreamWriter {
     /// Writes one chunk to the current file (opening one if needed); `again` for a chunk
     /// rescued from an abandoned file, whose codec and ladder bytes were counted already.
     fn write_chunk(&mut self, mut chunk: Chunk, encoded: Encoded, again: bool) {
-        let data_len = chunk.segment.data().len();
         if self.cfg.flow_index && chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
             // Stored raw without a compressor's visit: indexed here.
             chunk.flows =
                 chunk_filter::of_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
         }
-        let (codec, frame_len) = match &encoded {
-            Encoded::Frame { bytes, codec } => (*codec, bytes.len()),
-            Encoded::Raw => (Codec::Raw, 0),
+        let codec = match &encoded {
+            Encoded::Frame { codec, .. } => *codec,
+            Encoded::Raw => Codec::Raw,
         };
         if self.cfg.discard {
-            let out = if frame_len > 0 { frame_len } else { data_len };
-            // A disk that takes everything at once: the controller must know it is there
-            // (it sends nothing raw to a disk it has not measured).
-            if let Some(c) = &self.controller {
-                c.written(out, 0.0);
-            }
-            self.stats.add_codec(codec, data_len, out);
-            self.stats
-                .add_decision(codec, chunk.decision.reason, data_len);
-            self.grow_counts(chunk.per_iface.len());
-            for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
-                // Nothing to lose: what is discarded is as durable as it will ever be.
-                c.stored += u64::from(n);
-                c.durable += u64::from(n);
-            }
-            self.publish();
-            return;
+            return self.discard_chunk(&chunk, &encoded, codec);
         }
         let started = std::time::Instant::now();
-        let out_len = if frame_len > 0 { frame_len } else { data_len } as u64;
-        let written = loop {
-            if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
-                break None;
-            }
-            let dir = self.current.as_ref().map_or(0, |c| c.dir);
-            if !self.retention.admit(dir, out_len, &self.stats) {
-                self.stats.retention_refused.fetch_add(1, Ordering::Relaxed);
-                break None;
-            }
-            let result = match &encoded {
-                Encoded::Frame { bytes, .. } => self.append(
-                    |out| out.append(bytes),
-                    frame_len,
-                    data_len,
-                    FrameKind::Packets,
-                    codec,
-                    chunk.packets,
-                    (chunk.min_ts_ns, chunk.max_ts_ns),
-                ),
-                Encoded::Raw => self.append_raw(
-                    chunk.segment.data(),
-                    FrameKind::Packets,
-                    chunk.packets,
-                    (chunk.min_ts_ns, chunk.max_ts_ns),
-                ),
-            };
-            match result {
-                Ok(n) => break Some(n),
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                    let dir = self.current.as_ref().map_or(0, |c| c.dir);
-                    if self.retention.make_room(dir, &self.stats) {
-                        continue;
-                    }
-                    self.abandon_current(&format!(
-                        "disk full (set --max-bytes or --min-free to delete the oldest files instead): {e}"
-                    ));
-                    self.rewrite_lost();
-                }
-                Err(e) => {
-                    self.abandon_current(&e.to_string());
-                    self.rewrite_lost();
-                }
-            }
-        };
+        let written = self.append_chunk(&chunk, &encoded, codec);
         self.grow_counts(chunk.per_iface.len());
         let Some(bytes_out) = written else {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -549,6 +517,7 @@ impl StreamWriter {
             if let Some(c) = &self.controller {
                 c.written(bytes_out, started.elapsed().as_secs_f64());
             }
+            let data_len = chunk.segment.data().len();
             self.stats.add_codec(codec, data_len, bytes_out);
             self.stats
                 .add_decision(codec, chunk.decision.reason, data_len);
@@ -557,7 +526,89 @@ impl StreamWriter {
             c.stored += u64::from(n);
         }
         self.publish();
-        // The segment returns to the staging pool only once the kernel has its frame.
+        self.hold_until_on_disk(chunk, encoded);
+    }
+
+    /// `--discard`: the chunk counts as stored (and durable) without a write.
+    fn discard_chunk(&mut self, chunk: &Chunk, encoded: &Encoded, codec: Codec) {
+        let data_len = chunk.segment.data().len();
+        let out = match encoded {
+            Encoded::Frame { bytes, .. } if !bytes.is_empty() => bytes.len(),
+            _ => data_len,
+        };
+        // A disk that takes everything at once: the controller must know it is there
+        // (it sends nothing raw to a disk it has not measured).
+        if let Some(c) = &self.controller {
+            c.written(out, 0.0);
+        }
+        self.stats.add_codec(codec, data_len, out);
+        self.stats
+            .add_decision(codec, chunk.decision.reason, data_len);
+        self.grow_counts(chunk.per_iface.len());
+        for (c, &n) in self.counts.iter_mut().zip(&chunk.per_iface) {
+            // Nothing to lose: what is discarded is as durable as it will ever be.
+            c.stored += u64::from(n);
+            c.durable += u64::from(n);
+        }
+        self.publish();
+    }
+
+    /// Appends the chunk's frame to the current file, opening one if needed. A full disk
+    /// first asks retention for room; a failing directory is abandoned for the next one
+    /// (with the chunks its file lost). Returns the frame's bytes, or `None` when no
+    /// directory took it (or retention holds writing).
+    fn append_chunk(&mut self, chunk: &Chunk, encoded: &Encoded, codec: Codec) -> Option<usize> {
+        let data_len = chunk.segment.data().len();
+        let frame_len = match encoded {
+            Encoded::Frame { bytes, .. } => bytes.len(),
+            Encoded::Raw => 0,
+        };
+        let out_len = if frame_len > 0 { frame_len } else { data_len } as u64;
+        let content = FrameContent {
+            kind: FrameKind::Packets,
+            codec,
+            data_len,
+            packets: chunk.packets,
+            min_ts_ns: chunk.min_ts_ns,
+            max_ts_ns: chunk.max_ts_ns,
+        };
+        loop {
+            if self.current.is_none() && !self.start_file(chunk.min_ts_ns) {
+                return None;
+            }
+            let dir = self.current.as_ref().map_or(0, |c| c.dir);
+            if !self.retention.admit(dir, out_len, &self.stats) {
+                self.stats.retention_refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            let result = match encoded {
+                Encoded::Frame { bytes, .. } => {
+                    self.append(|out| out.append(bytes), frame_len, content)
+                }
+                Encoded::Raw => self.append_raw(chunk.segment.data(), content),
+            };
+            match result {
+                Ok(n) => return Some(n),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    if self.retention.make_room(dir, &self.stats) {
+                        continue;
+                    }
+                    self.abandon_current(&format!(
+                        "disk full (set --max-bytes or --min-free to delete the oldest files instead): {e}"
+                    ));
+                    self.rewrite_lost();
+                }
+                Err(e) => {
+                    self.abandon_current(&e.to_string());
+                    self.rewrite_lost();
+                }
+            }
+        }
+    }
+
+    /// A chunk just written keeps its staging segment until the kernel has its frame (it
+    /// may have to be written again elsewhere); those the kernel has taken let theirs go.
+    fn hold_until_on_disk(&mut self, mut chunk: Chunk, encoded: Encoded) {
         let cur = self
             .current
             .as_mut()
@@ -579,13 +630,8 @@ impl StreamWriter {
         }
     }
 
-    fn append_raw(
-        &mut self,
-        data: &[u8],
-        kind: FrameKind,
-        packets: u32,
-        ts: (u64, u64),
-    ) -> std::io::Result<usize> {
+    /// Appends `data` as a raw frame (framed as the container frames stored bytes).
+    fn append_raw(&mut self, data: &[u8], content: FrameContent) -> std::io::Result<usize> {
         let container = self.cfg.container;
         let mut frame_len = 0;
         raw_frame_pieces(container, data, |p| frame_len += p.len());
@@ -598,21 +644,16 @@ impl StreamWriter {
             });
             result
         };
-        self.append(write, frame_len, data.len(), kind, Codec::Raw, packets, ts)
+        self.append(write, frame_len, content)
     }
 
-    /// Appends one frame (written when the buffer fills); on failure the file is left as
-    /// it was.
-    #[allow(clippy::too_many_arguments)]
+    /// Appends one frame of `frame_len` bytes (written when the buffer fills) and its index
+    /// entry; on failure the file is left as it was.
     fn append(
         &mut self,
         write: impl FnOnce(&mut DirectFile) -> std::io::Result<()>,
         frame_len: usize,
-        data_len: usize,
-        kind: FrameKind,
-        codec: Codec,
-        packets: u32,
-        (min_ts, max_ts): (u64, u64),
+        content: FrameContent,
     ) -> std::io::Result<usize> {
         let cur = self.current.as_mut().expect("a file is open");
         let frame_offset = cur.out.len();
@@ -624,13 +665,21 @@ impl StreamWriter {
             return Err(e);
         }
         debug_assert_eq!(cur.out.len() - frame_offset, frame_len as u64);
+        let FrameContent {
+            kind,
+            codec,
+            data_len,
+            packets,
+            min_ts_ns,
+            max_ts_ns,
+        } = content;
         cur.entries.push(ChunkEntry {
             frame_offset,
             frame_len: frame_len as u32,
             data_offset: cur.data_len,
             data_len: data_len as u32,
-            first_ts_ns: if packets > 0 { min_ts } else { 0 },
-            last_ts_ns: if packets > 0 { max_ts } else { 0 },
+            first_ts_ns: if packets > 0 { min_ts_ns } else { 0 },
+            last_ts_ns: if packets > 0 { max_ts_ns } else { 0 },
             packets,
             kind,
             codec,
@@ -639,8 +688,8 @@ impl StreamWriter {
         cur.data_len += data_len as u64;
         if packets > 0 {
             cur.packets += u64::from(packets);
-            cur.min_ts_ns = cur.min_ts_ns.min(min_ts);
-            cur.max_ts_ns = cur.max_ts_ns.max(max_ts);
+            cur.min_ts_ns = cur.min_ts_ns.min(min_ts_ns);
+            cur.max_ts_ns = cur.max_ts_ns.max(max_ts_ns);
         }
         self.stats
             .bytes_written
@@ -742,51 +791,74 @@ impl StreamWriter {
         });
     }
 
+    /// Finishes the current file: its statistics blocks, then its index, and the rename
+    /// to its final name.
     fn close(&mut self, close: CloseFile) {
         // Every chunk on disk first, so the counts the file keeps are what it holds.
         if let Some(Err(e)) = self.current.as_mut().map(|c| c.out.flush()) {
             self.abandon_current(&format!("flushing failed: {e}"));
             self.rewrite_lost();
         }
-        let Some(mut cur) = self.current.take() else {
+        if self.current.is_none() {
             return;
-        };
+        }
         let mut counts = self.interface_counts(&close);
         // Interfaces the source declared after this file began belong to the next file.
         counts.truncate(self.interfaces.len());
         if self.cfg.format == Format::Pcapng && !counts.is_empty() {
-            let ts = if cur.max_ts_ns > 0 {
-                cur.max_ts_ns
-            } else {
-                cur.first_ts_ns
-            };
-            let mut isbs = Vec::new();
-            for (i, c) in counts.iter().enumerate() {
-                let stats = InterfaceStats {
-                    iface: i as u32,
-                    ts_ns: ts,
-                    received: Some(c.seen),
-                    os_dropped: Some(c.dropped_kernel),
-                    if_dropped: Some(c.dropped_staging_full + c.dropped_write_error),
-                    delivered: Some(c.received),
-                };
-                let comment = format!(
-                    "tapdeck: stored={} dropped_kernel={} dropped_staging_full={} dropped_write_error={}",
-                    c.stored, c.dropped_kernel, c.dropped_staging_full, c.dropped_write_error
-                );
-                isbs.extend_from_slice(&self.cfg.format.stats_block(
-                    &stats,
-                    cur.first_ts_ns,
-                    &comment,
-                ));
-            }
-            self.current = Some(cur);
-            if let Err(e) = self.append_raw(&isbs, FrameKind::Stats, 0, (0, 0)) {
+            if let Err(e) = self.append_stats_blocks(&counts) {
                 return self.abandon_current(&e.to_string());
             }
-            cur = self.current.take().expect("still open");
         }
-        let meta = FileMeta {
+        let cur = self.current.take().expect("still open");
+        let meta = self.file_meta(&cur, counts, close.out_of_order);
+        self.finish_file(cur, meta);
+    }
+
+    /// A pcapng interface statistics block per interface, with what tapdeck counted in its
+    /// comment.
+    fn append_stats_blocks(&mut self, counts: &[meta::InterfaceCounts]) -> std::io::Result<usize> {
+        let cur = self.current.as_ref().expect("a file is open");
+        let ts = if cur.max_ts_ns > 0 {
+            cur.max_ts_ns
+        } else {
+            cur.first_ts_ns
+        };
+        let mut isbs = Vec::new();
+        for (i, c) in counts.iter().enumerate() {
+            let stats = InterfaceStats {
+                iface: i as u32,
+                ts_ns: ts,
+                received: Some(c.seen),
+                os_dropped: Some(c.dropped_kernel),
+                if_dropped: Some(c.dropped_staging_full + c.dropped_write_error),
+                delivered: Some(c.received),
+            };
+            let comment = format!(
+                "tapdeck: stored={} dropped_kernel={} dropped_staging_full={} dropped_write_error={}",
+                c.stored, c.dropped_kernel, c.dropped_staging_full, c.dropped_write_error
+            );
+            isbs.extend_from_slice(
+                &self
+                    .cfg
+                    .format
+                    .stats_block(&stats, cur.first_ts_ns, &comment),
+            );
+        }
+        self.append_raw(
+            &isbs,
+            FrameContent::no_packets(FrameKind::Stats, isbs.len()),
+        )
+    }
+
+    /// What the file's index says about it.
+    fn file_meta(
+        &self,
+        cur: &CurrentFile,
+        counts: Vec<meta::InterfaceCounts>,
+        out_of_order: u64,
+    ) -> FileMeta {
+        FileMeta {
             store_version: meta::STORE_VERSION,
             stream: self.cfg.stream,
             seq: DataName::parse(&cur.name).map_or(0, |n| n.seq),
@@ -806,10 +878,15 @@ impl StreamWriter {
             packets: cur.packets,
             interfaces: self.interfaces.iter().map(InterfaceMeta::from).collect(),
             counts,
-            out_of_order: close.out_of_order,
+            out_of_order,
             repaired: false,
             run_started_ns: Some(self.cfg.run_started_ns),
-        };
+        }
+    }
+
+    /// Writes the index and renames the file to its final name (`finalize`, which syncs
+    /// both); its packets are then durable, and retention counts it as a complete file.
+    fn finish_file(&mut self, mut cur: CurrentFile, meta: FileMeta) {
         let index = ChunkIndex {
             meta: serde_json::to_string(&meta).expect("meta serializes"),
             entries: cur.entries,
@@ -845,7 +922,7 @@ impl StreamWriter {
         self.stats.files_written.fetch_add(1, Ordering::Relaxed);
         self.stats
             .last_file_completed_ns
-            .store(crate::recorder::now_ns(), Ordering::Relaxed);
+            .store(crate::os::now_ns(), Ordering::Relaxed);
         tracing::debug!("completed {}", final_path.display());
         self.retention.add(cur.dir, &final_path, Some(packets));
         self.retention.enforce(&self.stats);

@@ -360,7 +360,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.record.interfaces, vec!["eth1".to_string()]);
-        assert_eq!(c.record.store, PathBuf::from("/var/lib/tapdeck"));
+        assert_eq!(c.record.store, Some(PathBuf::from("/var/lib/tapdeck")));
         assert_eq!(c.record.max_bytes.as_deref(), Some("10GiB"));
         assert_eq!(c.record.threads, 1, "defaults stay");
         assert_eq!(c.serve.listen, "127.0.0.1:9999");
@@ -432,7 +432,11 @@ mod tests {
         ]);
         c.override_with(&flags).unwrap();
         assert_eq!(c.record.threads, 4);
-        assert_eq!(c.record.store, PathBuf::from("/s"), "untouched keys stay");
+        assert_eq!(
+            c.record.store,
+            Some(PathBuf::from("/s")),
+            "untouched keys stay"
+        );
         assert_eq!(c.serve.listen, "127.0.0.1:2");
     }
 

@@ -45,7 +45,7 @@ pub fn check(service: &Service) -> Health {
         // Nothing to capture: healthy while it serves.
         return health;
     }
-    let Some(live) = service.control.live() else {
+    let Some(live) = service.live() else {
         health.healthy = false;
         health.reasons.push(match phase {
             Phase::Stopping => "stopping: the recorder is draining".to_string(),

@@ -106,7 +106,7 @@ pub fn apply(
         .iter()
         .any(|k| record_live(k))
     {
-        if let Some(view) = service.control.live() {
+        if let Some(view) = service.live() {
             view.retention.set_policy(built.retention, &view.stats);
         }
         effective.record.max_bytes = new.record.max_bytes.clone();
@@ -118,8 +118,8 @@ pub fn apply(
         .any(|k| record_live(k))
     {
         service.control.set_rotation(built.rotation);
-        effective.record.rotate_size = new.record.rotate_size.clone();
-        effective.record.rotate_interval = new.record.rotate_interval;
+        effective.record.write.rotate_size = new.record.write.rotate_size.clone();
+        effective.record.write.rotate_interval = new.record.write.rotate_interval;
     }
     outcome.applied = live;
     Ok((effective, outcome))
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(service.settings().health_max_drops, 7);
         assert_eq!(*levels.lock().unwrap(), vec!["debug"]);
         assert_eq!(effective.record.threads, 1, "threads waits for a restart");
-        assert_eq!(effective.record.rotate_size.as_deref(), Some("1MiB"));
+        assert_eq!(effective.record.write.rotate_size.as_deref(), Some("1MiB"));
         let rotation = control.rotation.lock().unwrap().unwrap();
         assert_eq!(rotation.max_bytes, Some(1 << 20));
         // Applying the effective config again changes nothing live.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use tapdeck_recorder::live::LiveView;
 use tapdeck_recorder::pipeline::Control;
 
 use crate::auth::Tokens;
@@ -30,6 +31,8 @@ pub enum Phase {
 
 pub struct Service {
     pub control: Arc<Control>,
+    /// The running recorder's view, while it runs (see [`Service::watch`]).
+    live: RwLock<Option<Arc<LiveView>>>,
     /// The stores queries read (`/api/v1/packets`, `/api/v1/files`).
     pub stores: RwLock<Vec<std::path::PathBuf>>,
     pub query_limits: crate::query::Limits,
@@ -49,6 +52,7 @@ impl Service {
         let (tokens, tls) = load_access(&settings)?;
         Ok(Service {
             control,
+            live: RwLock::new(None),
             stores: RwLock::new(Vec::new()),
             query_limits: settings.query_limits()?,
             settings: RwLock::new(settings),
@@ -58,6 +62,17 @@ impl Service {
             timeline: Mutex::new(None),
             phase: AtomicU8::new(Phase::Starting as u8),
         })
+    }
+
+    /// Shows the service a running recorder (`Running::live`), or, with `None`, that it has
+    /// drained.
+    pub fn watch(&self, live: Option<Arc<LiveView>>) {
+        *self.live.write().unwrap() = live;
+    }
+
+    /// The running recorder's view, while one runs.
+    pub fn live(&self) -> Option<Arc<LiveView>> {
+        self.live.read().unwrap().clone()
     }
 
     pub fn settings(&self) -> ServeSettings {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tapdeck_capture::{SyntheticProfile, SyntheticSource};
 use tapdeck_recorder::pipeline::Control;
-use tapdeck_recorder::recorder::{self, RecorderConfig};
+use tapdeck_recorder::recorder::{self, RecorderConfig, Recording};
 use tapdeck_service::config::ServeSettings;
 use tapdeck_service::state::Service;
 use tapdeck_service::{http, listen};
@@ -73,11 +73,11 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
         .duration(Some(Duration::from_secs(3)))
         .build();
     let source = SyntheticSource::new(SyntheticProfile::Mix, None, 7).with_rate(Some(200_000.0));
-    let rec_control = Arc::clone(&control);
-    let recording =
-        std::thread::spawn(move || recorder::record(cfg, vec![source], rec_control, |_, _| {}));
+    let running = Recording::start(cfg, vec![source], Arc::clone(&control)).unwrap();
+    service.watch(Some(running.live()));
+    let recording = std::thread::spawn(move || running.join(|_, _| {}));
 
-    // Before the recorder runs, and without a token.
+    // Without a token.
     let (code, body) = get(&addr, "/metrics", None);
     assert_eq!(code, 401, "no token, no metrics: {body}");
     let (code, _) = get(&addr, "/healthz", Some("wrong"));
@@ -113,6 +113,7 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let summary = recording.join().unwrap().unwrap();
+    service.watch(None);
     assert!(scrapes >= 10, "scraped {scrapes} times while recording");
     assert!(last_stored > 0.0, "packets were stored while scraping");
     assert!(summary.stats.totals.stored >= last_stored as u64);
@@ -140,9 +141,9 @@ fn healthz_is_200_while_recording_on_a_healthy_store() {
         .direct(false)
         .build();
     let source = SyntheticSource::new(SyntheticProfile::Small, None, 1).with_rate(Some(10_000.0));
-    let rec_control = Arc::clone(&control);
-    let recording =
-        std::thread::spawn(move || recorder::record(cfg, vec![source], rec_control, |_, _| {}));
+    let running = Recording::start(cfg, vec![source], Arc::clone(&control)).unwrap();
+    service.watch(Some(running.live()));
+    let recording = std::thread::spawn(move || running.join(|_, _| {}));
     let deadline = Instant::now() + Duration::from_secs(20);
     let body = loop {
         let (code, body) = get(&addr, "/healthz", None);

@@ -59,7 +59,7 @@ pub(super) async fn status(State(shared): State<Arc<Shared>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "health": health,
     });
-    if let Some(live) = service.control.live() {
+    if let Some(live) = service.live() {
         let dirs: Vec<_> = live
             .dirs()
             .into_iter()

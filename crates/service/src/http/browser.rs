@@ -81,7 +81,7 @@ pub(super) async fn page(State(shared): State<Arc<Shared>>) -> Response {
     };
     let service = &shared.service;
     let health = health::check(service);
-    let live = service.control.live();
+    let live = service.live();
     let body = web::page(&web::Page {
         health: &health,
         info: &info,

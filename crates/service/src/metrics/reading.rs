@@ -46,10 +46,7 @@ impl Reading {
             healthy: health::check(service).healthy,
             min_horizon_s: service.settings().min_horizon,
             process: crate::process::read(),
-            recorder: service
-                .control
-                .live()
-                .map(|live| RecorderReading::gather(&live)),
+            recorder: service.live().map(|live| RecorderReading::gather(&live)),
         }
     }
 }

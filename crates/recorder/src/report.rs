@@ -1,0 +1,123 @@
+//! What a recording tells while it runs, besides its stats records: JSON lines of those
+//! records, a warning within a second of each drop, and a line a minute of what retention
+//! deleted.
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::os::now_ns;
+use crate::retention::Retention;
+use crate::stats::{StatsHub, StatsRecord};
+
+/// Writes stats records as JSON lines.
+pub struct StatsWriter {
+    out: Box<dyn Write + Send>,
+}
+
+impl StatsWriter {
+    pub fn new(out: Box<dyn Write + Send>) -> StatsWriter {
+        StatsWriter { out }
+    }
+
+    pub fn write(&mut self, record: &StatsRecord, last: bool) {
+        let mut line = serde_json::to_vec(record).expect("stats serialize");
+        if last {
+            // Mark the final record, so a consumer knows the numbers are settled.
+            line.truncate(line.len() - 1);
+            line.extend_from_slice(br#","final":true}"#);
+        }
+        line.push(b'\n');
+        let _ = self.out.write_all(&line).and_then(|_| self.out.flush());
+    }
+}
+
+/// Alerts without a metrics system: every drop is logged (WARN) within a second of
+/// happening, one line per cause per second at most, with the count since the last line
+/// and the run's total.
+#[derive(Default)]
+pub(crate) struct DropWarnings {
+    last: Option<(Instant, [u64; 3])>,
+}
+
+impl DropWarnings {
+    const INTERVAL: Duration = Duration::from_secs(1);
+    const CAUSES: [&'static str; 3] = ["kernel", "staging_full", "write_error"];
+
+    pub(crate) fn check(&mut self, stats: &StatsHub) {
+        if self
+            .last
+            .is_none_or(|(at, _)| at.elapsed() >= Self::INTERVAL)
+        {
+            self.check_now(stats);
+        }
+    }
+
+    pub(crate) fn check_now(&mut self, stats: &StatsHub) {
+        let mut now = [0u64; 3];
+        for s in &stats.streams {
+            for c in s.interface_counts() {
+                now[0] += c.dropped_kernel;
+                now[1] += c.dropped_staging_full;
+                now[2] += c.dropped_write_error;
+            }
+        }
+        let before = self.last.map_or([0; 3], |(_, b)| b);
+        for (i, cause) in Self::CAUSES.iter().enumerate() {
+            if now[i] > before[i] {
+                tracing::warn!(
+                    "dropped {} packets ({cause}) in the last {:.1} s; {} in this run",
+                    now[i] - before[i],
+                    self.last.map_or(0.0, |(at, _)| at.elapsed().as_secs_f64()),
+                    now[i]
+                );
+            }
+        }
+        self.last = Some((Instant::now(), now));
+    }
+}
+
+/// What retention deleted, in one line a minute (and at the end) rather than a line per
+/// file.
+pub(crate) struct RetentionLog {
+    since: Instant,
+    files: u64,
+    bytes: u64,
+}
+
+impl RetentionLog {
+    const INTERVAL: Duration = Duration::from_secs(60);
+
+    pub(crate) fn new(stats: &StatsHub) -> RetentionLog {
+        RetentionLog {
+            since: Instant::now(),
+            files: stats.files_deleted.load(Ordering::Relaxed),
+            bytes: stats.bytes_deleted.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn check(&mut self, stats: &StatsHub, retention: &Retention, last: bool) {
+        if !last && self.since.elapsed() < Self::INTERVAL {
+            return;
+        }
+        let now = RetentionLog::new(stats);
+        if now.files > self.files {
+            let horizon = retention
+                .horizon_ns()
+                .map(|h| {
+                    format!(
+                        "; the oldest packet stored is {:.0} s old",
+                        now_ns().saturating_sub(h) as f64 / 1e9
+                    )
+                })
+                .unwrap_or_default();
+            tracing::info!(
+                "retention deleted {} files ({} bytes) in the last {:.0} s{horizon}",
+                now.files - self.files,
+                now.bytes - self.bytes,
+                self.since.elapsed().as_secs_f64()
+            );
+        }
+        *self = now;
+    }
+}
