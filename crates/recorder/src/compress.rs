@@ -101,7 +101,8 @@ impl Compressor {
             );
         }
         if let Some(format) = self.cfg.index_format {
-            chunk.flows = crate::chunk_filter::of_chunk(format, chunk.segment.data(), &chunk.linktypes);
+            chunk.flows =
+                crate::chunk_filter::of_chunk(format, chunk.segment.data(), &chunk.linktypes);
         }
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,
