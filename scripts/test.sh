@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
+echo "== structure: typed errors, short functions, no module cycles" >&2
+python3 scripts/check_structure.py
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
