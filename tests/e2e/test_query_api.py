@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 
 import netlab
@@ -131,17 +132,28 @@ def test_query_answers_what_tcpdump_selects(service, tapdeck, tmp_path):
 
 def test_files_lists_the_store_and_errors_are_one_line(service, tmp_path):
     traffic(service["ns"])
-    r = run_in(
-        service["ns"],
-        "curl",
-        "-s",
-        "-H",
-        "Authorization: Bearer q-secret",
-        "http://127.0.0.1:9799/api/v1/files",
-        text=True,
-    )
-    files = json.loads(r.stdout)
-    assert files and all("packets" in f and f["flow_index"] for f in files), files
+    # The list holds finished files. The traffic may stay under rotate-size (it was cut or
+    # not by a few KiB of HTTP on the same loopback), so SIGUSR1 finishes the file: at the
+    # next packet, which the polling requests themselves make.
+    service["proc"].send_signal(signal.SIGUSR1)
+    files = []
+
+    def listed():
+        nonlocal files
+        r = run_in(
+            service["ns"],
+            "curl",
+            "-s",
+            "-H",
+            "Authorization: Bearer q-secret",
+            "http://127.0.0.1:9799/api/v1/files",
+            text=True,
+        )
+        files = json.loads(r.stdout)
+        return bool(files)
+
+    wait_for(listed, 20, "a finished file in /api/v1/files after SIGUSR1")
+    assert all("packets" in f and f["flow_index"] for f in files), files
     r = query(service, tmp_path / "bad.pcapng", "host", "no.such.host.invalid")
     assert r.returncode != 0
     assert r.stderr.count("\n") == 1 and "does not compile" in r.stderr, r.stderr
