@@ -153,8 +153,19 @@ def impls(code: str) -> list[tuple[int, int, str]]:
 STRING_ERROR = re.compile(r"Result<[^;{]*?,\s*String\s*>")
 
 
+TEST_MOD_FILE = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*;")
+
+
 def crate_sources(crate: Path) -> list[Path]:
-    return sorted(p for p in (crate / "src").rglob("*.rs"))
+    """The crate's source files, without the files of `#[cfg(test)] mod x;` modules."""
+    paths = sorted((crate / "src").rglob("*.rs"))
+    test_files: set[Path] = set()
+    for path in paths:
+        here = path.parent if path.name in ("lib.rs", "main.rs", "mod.rs") else path.with_suffix("")
+        for name in TEST_MOD_FILE.findall(strip_code(path.read_text())):
+            test_files |= {here / f"{name}.rs", here / name / "mod.rs"}
+            test_files |= set((here / name).rglob("*.rs"))
+    return [p for p in paths if p not in test_files]
 
 
 def top_module(src: Path, path: Path) -> str | None:
@@ -231,13 +242,15 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", action="store_true", help="print the figures, fail on nothing")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the workspace (default: this one)")
     args = ap.parse_args()
+    root = args.root.resolve()
 
     string_errors: list[str] = []
     long_fns: list[Function] = []
     all_fns: list[Function] = []
     crate_cycles: list[tuple[str, list[str]]] = []
-    for crate in sorted((ROOT / "crates").iterdir()):
+    for crate in sorted((root / "crates").iterdir()):
         if not (crate / "src").is_dir():
             continue
         codes = {}
@@ -246,8 +259,8 @@ def main() -> int:
             codes[path] = code
             for m in STRING_ERROR.finditer(code):
                 line = code.count("\n", 0, m.start()) + 1
-                string_errors.append(f"{path.relative_to(ROOT)}:{line}")
-            fns = functions(path.relative_to(ROOT), code)
+                string_errors.append(f"{path.relative_to(root)}:{line}")
+            fns = functions(path.relative_to(root), code)
             all_fns += fns
             long_fns += [f for f in fns if f.lines > MAX_FN_LINES]
         edges = module_edges(crate, codes)
