@@ -14,7 +14,7 @@ pub fn run(args: &QueryArgs) -> anyhow::Result<i32> {
     ];
     let remote = args.remote.to_remote(&args.addr);
     let mut reader =
-        tapdeck_service::status::fetch_packets(&remote, &params).map_err(crate::status::worded)?;
+        tapdeck_service::status::fetch_packets(&remote, &params).map_err(crate::wording::client)?;
     let copied = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();

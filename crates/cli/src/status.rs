@@ -1,12 +1,11 @@
 //! `tapdeck status`: what a running `tapdeck serve` says about itself, in a few lines.
 
-use tapdeck_service::status::{ClientError, TlsFile};
-
 use crate::args::StatusArgs;
+use crate::wording;
 
 pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
-    let doc =
-        tapdeck_service::status::fetch(&args.remote.to_remote(&args.listen)).map_err(worded)?;
+    let doc = tapdeck_service::status::fetch(&args.remote.to_remote(&args.listen))
+        .map_err(wording::client)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
@@ -18,49 +17,6 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     } else {
         1
     })
-}
-
-/// A client's error in one line, worded with the flags of `status` and `query` that gave
-/// its files, and what to do about it.
-pub fn worded(e: ClientError) -> anyhow::Error {
-    let flag = |file: &TlsFile| match file {
-        TlsFile::CaCert => "--cacert",
-        TlsFile::Cert => "--cert",
-        TlsFile::Key => "--key",
-    };
-    let line = match &e {
-        ClientError::Read { file, path, source } => {
-            format!("cannot read {} {}: {source}", flag(file), path.display())
-        }
-        ClientError::NotPem { file, path, reason } => {
-            format!("{} {}: not PEM: {reason}", flag(file), path.display())
-        }
-        ClientError::NoCertificate { file, path } => format!(
-            "{} {} holds no certificate (-----BEGIN CERTIFICATE-----)",
-            flag(file),
-            path.display()
-        ),
-        ClientError::NoPrivateKey { path, reason } => {
-            format!("--key {} holds no PEM private key: {reason}", path.display())
-        }
-        ClientError::CertWithoutKey => {
-            "--cert and --key go together (a client certificate and its key)".into()
-        }
-        ClientError::TokenNameWithoutFile => {
-            "--token-name names a token of --token-file: give the file too".into()
-        }
-        ClientError::Tls { addr, reason } => format!(
-            "TLS with {addr} failed ({reason}): does --cacert hold the CA of the service's certificate, and does the service want a client certificate (--cert, --key)?"
-        ),
-        ClientError::Unreachable { addr, reason } => format!(
-            "no tapdeck service answers at {addr} ({reason}): is `tapdeck serve` running, and is the address (and http or https) right?"
-        ),
-        ClientError::TokenRequired { url } => format!(
-            "{url} wants a token: pass --token-file (a file with one of the service's tokens)"
-        ),
-        other => other.to_string(),
-    };
-    anyhow::Error::msg(line)
 }
 
 fn describe(doc: &serde_json::Value) -> String {

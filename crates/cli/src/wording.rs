@@ -5,6 +5,7 @@
 use tapdeck_capture::{SettingError, SourceError};
 use tapdeck_dataset::DatasetError;
 use tapdeck_forward::error::{ForwardError, TlsFile};
+use tapdeck_service::status::{ClientError, TlsFile as ClientTlsFile};
 
 /// A forward error as the user reads it: the library names the value and the cause, this
 /// adds the flag that gave the value.
@@ -75,6 +76,49 @@ pub(crate) fn capture(e: SourceError) -> anyhow::Error {
         ),
     };
     anyhow::anyhow!(message)
+}
+
+/// A client's error in one line, worded with the flags of `status` and `query` that gave
+/// its files, and what to do about it.
+pub(crate) fn client(e: ClientError) -> anyhow::Error {
+    let flag = |file: &ClientTlsFile| match file {
+        ClientTlsFile::CaCert => "--cacert",
+        ClientTlsFile::Cert => "--cert",
+        ClientTlsFile::Key => "--key",
+    };
+    let line = match &e {
+        ClientError::Read { file, path, source } => {
+            format!("cannot read {} {}: {source}", flag(file), path.display())
+        }
+        ClientError::NotPem { file, path, reason } => {
+            format!("{} {}: not PEM: {reason}", flag(file), path.display())
+        }
+        ClientError::NoCertificate { file, path } => format!(
+            "{} {} holds no certificate (-----BEGIN CERTIFICATE-----)",
+            flag(file),
+            path.display()
+        ),
+        ClientError::NoPrivateKey { path, reason } => {
+            format!("--key {} holds no PEM private key: {reason}", path.display())
+        }
+        ClientError::CertWithoutKey => {
+            "--cert and --key go together (a client certificate and its key)".into()
+        }
+        ClientError::TokenNameWithoutFile => {
+            "--token-name names a token of --token-file: give the file too".into()
+        }
+        ClientError::Tls { addr, reason } => format!(
+            "TLS with {addr} failed ({reason}): does --cacert hold the CA of the service's certificate, and does the service want a client certificate (--cert, --key)?"
+        ),
+        ClientError::Unreachable { addr, reason } => format!(
+            "no tapdeck service answers at {addr} ({reason}): is `tapdeck serve` running, and is the address (and http or https) right?"
+        ),
+        ClientError::TokenRequired { url } => format!(
+            "{url} wants a token: pass --token-file (a file with one of the service's tokens)"
+        ),
+        other => other.to_string(),
+    };
+    anyhow::Error::msg(line)
 }
 
 /// A conversion error as the user reads it: the remedy for a dataset converted with other

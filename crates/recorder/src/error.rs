@@ -143,9 +143,10 @@ pub enum MergeError {
         path: PathBuf,
         cause: serde_json::Error,
     },
-    /// The store's manifest writer reports in text, naming the file.
+    /// Writing the merged store's manifest (the error names the file and the cause, so it
+    /// is shown as the whole message, not chained as a source).
     #[error("{0}")]
-    ManifestWrite(String),
+    ManifestWrite(tapdeck_store::meta::WriteError),
     #[error("--offset {given:?}: {problem}; write STORE=±NANOSECONDS or with a unit, e.g. mon1=+1500 or mon1=-1.5ms")]
     Offset {
         given: String,
@@ -222,9 +223,10 @@ pub enum RecordError {
         bytes: usize,
         source: std::io::Error,
     },
-    /// Marking the data directories or writing the manifest (the store's text).
+    /// Marking the data directories or writing the manifest (the error names the file and
+    /// the cause, so it is shown as the whole message, not chained as a source).
     #[error("{0}")]
-    Manifest(String),
+    Manifest(tapdeck_store::meta::WriteError),
     /// A capture loop stopped: its source failed, or the trace does not fit the format.
     #[error(transparent)]
     Capture(#[from] CaptureError),

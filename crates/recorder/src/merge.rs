@@ -558,7 +558,7 @@ fn update_manifest(store: &Path, merge: MergeManifest) -> Result<(), MergeError>
         })?;
     manifest.merge = Some(merge);
     // Its message names the file already.
-    meta::write_manifest(store, &manifest).map_err(|e| MergeError::ManifestWrite(e.to_string()))
+    meta::write_manifest(store, &manifest).map_err(MergeError::ManifestWrite)
 }
 
 /// What only the merge source knows when the recorder is done with it.

@@ -435,7 +435,7 @@ fn begin_manifest(
 ) -> Result<Manifest, RecordError> {
     let started_ns = now_ns();
     // Relative paths and ids keep the store readable after a move or a copy.
-    let marked = meta::DataDirs::mark(&store.root, &store.dirs).map_err(manifest_error)?;
+    let marked = meta::DataDirs::mark(&store.root, &store.dirs).map_err(RecordError::Manifest)?;
     let manifest = Manifest {
         store_version: meta::STORE_VERSION,
         tapdeck_version: env!("CARGO_PKG_VERSION").into(),
@@ -661,11 +661,7 @@ fn merge_interfaces(manifest: &mut Manifest, ifaces: &[Interface]) {
 }
 
 fn write_manifest(cfg: &RecorderConfig, manifest: &Manifest) -> Result<(), RecordError> {
-    meta::write_manifest(&cfg.store, manifest).map_err(manifest_error)
-}
-
-fn manifest_error(e: meta::WriteError) -> RecordError {
-    RecordError::Manifest(e.to_string())
+    meta::write_manifest(&cfg.store, manifest).map_err(RecordError::Manifest)
 }
 
 #[cfg(test)]
