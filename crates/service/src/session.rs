@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap};
 
+use crate::logsafe;
+
 /// The cookie over plain HTTP (a `__Host-` cookie must be `Secure`).
 pub const COOKIE: &str = "tapdeck_session";
 /// The cookie over TLS.
@@ -121,6 +123,37 @@ fn random_id() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Why a request that a browser may have sent on another site's behalf (a form posted to
+/// `/login`, a request carrying the session cookie) is refused: `Sec-Fetch-Site` says
+/// another site (on this host's other ports too: `same-site`), or `Origin` is not this
+/// origin (`https://` + `Host` over TLS). `None`: it came from the service's own pages, or
+/// from no page at all (a typed address, curl).
+pub fn cross_site(headers: &HeaderMap, tls: bool) -> Option<String> {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.as_bytes();
+        if !(site.eq_ignore_ascii_case(b"same-origin") || site.eq_ignore_ascii_case(b"none")) {
+            return Some(format!(
+                "Sec-Fetch-Site: {}",
+                logsafe::text(&String::from_utf8_lossy(site))
+            ));
+        }
+    }
+    let origin = headers.get(header::ORIGIN)?.as_bytes();
+    let host = headers.get(header::HOST).map(|h| h.as_bytes());
+    let scheme: &[u8] = if tls { b"https://" } else { b"http://" };
+    let same = host.is_some_and(|host| {
+        origin.len() == scheme.len() + host.len()
+            && origin[..scheme.len()].eq_ignore_ascii_case(scheme)
+            && origin[scheme.len()..].eq_ignore_ascii_case(host)
+    });
+    (!same).then(|| {
+        format!(
+            "Origin: {}",
+            logsafe::text(&String::from_utf8_lossy(origin))
+        )
+    })
+}
+
 /// The session id in the request's cookie, if any (either name: a reload may have turned
 /// TLS on or off since the login).
 pub fn cookie_id(headers: &HeaderMap) -> Option<String> {
@@ -164,6 +197,14 @@ mod tests {
     use crate::config::ServeSettings;
 
     const ALICE: &str = "0123456789abcdef-alice";
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
 
     fn tokens_of(dir: &std::path::Path, text: &str) -> Tokens {
         let path = dir.join("tokens");
@@ -247,5 +288,37 @@ mod tests {
         let bob_gone = tokens_of(dir.path(), &format!("alice {ALICE}\n"));
         assert_eq!(sessions.keep_only(|n, t| bob_gone.holds(n, t)), 1);
         assert!(sessions.is_empty());
+    }
+    #[test]
+    fn only_the_services_own_pages_and_no_page_at_all_pass() {
+        let host = ("host", "127.0.0.1:9780");
+        for ok in [
+            vec![host],
+            vec![host, ("sec-fetch-site", "same-origin")],
+            vec![host, ("sec-fetch-site", "none")],
+            vec![host, ("origin", "http://127.0.0.1:9780")],
+            vec![
+                host,
+                ("origin", "HTTP://127.0.0.1:9780"),
+                ("sec-fetch-site", "same-origin"),
+            ],
+        ] {
+            assert_eq!(cross_site(&headers(&ok), false), None, "{ok:?}");
+        }
+        for bad in [
+            vec![host, ("sec-fetch-site", "cross-site")],
+            vec![host, ("sec-fetch-site", "same-site")],
+            vec![host, ("origin", "https://evil.example")],
+            vec![host, ("origin", "null")],
+            vec![host, ("origin", "http://127.0.0.1:9781")],
+            vec![host, ("origin", "http://127.0.0.1:978")],
+            vec![("origin", "http://127.0.0.1:9780")],
+        ] {
+            assert!(cross_site(&headers(&bad), false).is_some(), "{bad:?}");
+        }
+        // Over TLS the origin is https.
+        let tls = headers(&[host, ("origin", "https://127.0.0.1:9780")]);
+        assert_eq!(cross_site(&tls, true), None);
+        assert!(cross_site(&tls, false).is_some());
     }
 }

@@ -43,7 +43,7 @@ pub(super) async fn login(
     }
     // Secure and __Host- over TLS (which a reload may turn on or off).
     let secure = service.tls().is_some();
-    if let Some(why) = guard::cross_site(&headers, secure) {
+    if let Some(why) = session::cross_site(&headers, secure) {
         tracing::info!("web login from {peer} refused: {why}");
         return html(
             StatusCode::FORBIDDEN,
@@ -100,7 +100,7 @@ pub(super) async fn login(
 /// `POST /logout`: ends the session (a cross-site form may not end it).
 pub(super) async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let secure = shared.service.tls().is_some();
-    if guard::cross_site(&headers, secure).is_some() {
+    if session::cross_site(&headers, secure).is_some() {
         return html(
             StatusCode::FORBIDDEN,
             web::login_page(Some("A logout from another site is refused.")),

@@ -5,14 +5,14 @@
 //! - [`require_token`] (every route but the login form's): a token, as a bearer header, or a
 //!   session ([`crate::auth::authenticate`] decides), else 401. A token is checked in its
 //!   address's turn ([`crate::backoff`]); a session must come from the service's own pages
-//!   ([`cross_site`]), else 403; the metrics token opens only its routes, else 403. A request
+//!   ([`session::cross_site`]), else 403; the metrics token opens only its routes, else 403. A request
 //!   let through proves its connection ([`super::conn::Standing`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -22,7 +22,7 @@ use crate::auth::{self, Verdict};
 use crate::backoff::Episode;
 use crate::listen::client_key;
 use crate::state::Service;
-use crate::{logsafe, web};
+use crate::{logsafe, session, web};
 
 /// Answers 421 to a request whose `Host` the service does not answer to.
 pub(super) async fn check_host(
@@ -68,7 +68,7 @@ pub(super) async fn require_token(
     let identity = match auth::authenticate(&tokens, &service.sessions, request.headers()) {
         Verdict::Open(identity) | Verdict::Token(identity) => identity,
         Verdict::Session(identity) => {
-            if let Some(why) = cross_site(request.headers(), service.tls().is_some()) {
+            if let Some(why) = session::cross_site(request.headers(), service.tls().is_some()) {
                 tracing::info!("refused {}'s session from {peer}: {why}", identity.name);
                 return forbidden(request.uri().path(), "a request from another site");
             }
@@ -128,83 +128,4 @@ fn forbidden(path: &str, why: &str) -> Response {
         return html(StatusCode::FORBIDDEN, web::login_page(Some(why)));
     }
     json_error(StatusCode::FORBIDDEN, why)
-}
-
-/// Why a request that a browser may have sent on another site's behalf (a form posted to
-/// `/login`, a request carrying the session cookie) is refused: `Sec-Fetch-Site` says
-/// another site (on this host's other ports too: `same-site`), or `Origin` is not this
-/// origin (`https://` + `Host` over TLS). `None`: it came from the service's own pages, or
-/// from no page at all (a typed address, curl).
-pub(super) fn cross_site(headers: &HeaderMap, tls: bool) -> Option<String> {
-    if let Some(site) = headers.get("sec-fetch-site") {
-        let site = site.as_bytes();
-        if !(site.eq_ignore_ascii_case(b"same-origin") || site.eq_ignore_ascii_case(b"none")) {
-            return Some(format!(
-                "Sec-Fetch-Site: {}",
-                logsafe::text(&String::from_utf8_lossy(site))
-            ));
-        }
-    }
-    let origin = headers.get(header::ORIGIN)?.as_bytes();
-    let host = headers.get(header::HOST).map(|h| h.as_bytes());
-    let scheme: &[u8] = if tls { b"https://" } else { b"http://" };
-    let same = host.is_some_and(|host| {
-        origin.len() == scheme.len() + host.len()
-            && origin[..scheme.len()].eq_ignore_ascii_case(scheme)
-            && origin[scheme.len()..].eq_ignore_ascii_case(host)
-    });
-    (!same).then(|| {
-        format!(
-            "Origin: {}",
-            logsafe::text(&String::from_utf8_lossy(origin))
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::http::HeaderValue;
-
-    use super::*;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.insert(*k, HeaderValue::from_static(v));
-        }
-        h
-    }
-
-    #[test]
-    fn only_the_services_own_pages_and_no_page_at_all_pass() {
-        let host = ("host", "127.0.0.1:9780");
-        for ok in [
-            vec![host],
-            vec![host, ("sec-fetch-site", "same-origin")],
-            vec![host, ("sec-fetch-site", "none")],
-            vec![host, ("origin", "http://127.0.0.1:9780")],
-            vec![
-                host,
-                ("origin", "HTTP://127.0.0.1:9780"),
-                ("sec-fetch-site", "same-origin"),
-            ],
-        ] {
-            assert_eq!(cross_site(&headers(&ok), false), None, "{ok:?}");
-        }
-        for bad in [
-            vec![host, ("sec-fetch-site", "cross-site")],
-            vec![host, ("sec-fetch-site", "same-site")],
-            vec![host, ("origin", "https://evil.example")],
-            vec![host, ("origin", "null")],
-            vec![host, ("origin", "http://127.0.0.1:9781")],
-            vec![host, ("origin", "http://127.0.0.1:978")],
-            vec![("origin", "http://127.0.0.1:9780")],
-        ] {
-            assert!(cross_site(&headers(&bad), false).is_some(), "{bad:?}");
-        }
-        // Over TLS the origin is https.
-        let tls = headers(&[host, ("origin", "https://127.0.0.1:9780")]);
-        assert_eq!(cross_site(&tls, true), None);
-        assert!(cross_site(&tls, false).is_some());
-    }
 }
