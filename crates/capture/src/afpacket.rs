@@ -218,12 +218,13 @@ impl AfPacketSource {
         let mut taken = 0;
         for index in 0..self.taps.len() {
             for _ in 0..BLOCKS_PER_TURN {
-                if !self.taps[index].ring.ready() {
+                let Some(count) = self.taps[index].ring.ready_packets() else {
                     break;
-                }
-                // The block's packet count is known only inside it; claim a ring's worth
-                // and give back what the block did not use.
-                let budget = self.claim(u64::MAX);
+                };
+                // Claim the block's own count, not more: a thread that finds the budget
+                // at 0 stops, and must not see it there while another holds a claim it
+                // will give back (that ended a thread whose link was down).
+                let budget = self.claim(u64::from(count));
                 let tap = &mut self.taps[index];
                 let iface = index as u32;
                 let mut delivered = 0u64;
@@ -242,7 +243,9 @@ impl AfPacketSource {
                 }
                 let tap = &mut self.taps[index];
                 tap.delivered += delivered;
-                if tap.down {
+                // Packets show the link is back only if it is up: going down retires
+                // the block being filled, with packets from before it went down.
+                if tap.down && socket::is_up(tap.socket.as_fd(), &tap.name) {
                     tap.came_back();
                 }
                 taken += 1;
@@ -317,6 +320,12 @@ impl Tap {
             0 => {}
             libc::ENETDOWN => {
                 if !self.down {
+                    // Another fanout thread may have seen this down and up already: an
+                    // error read late, on a link that is up again, is not a new episode.
+                    if socket::is_up(self.socket.as_fd(), &self.name) {
+                        tracing::debug!("{}: a stale ENETDOWN on a link that is up", self.name);
+                        return;
+                    }
                     if !self.announced_down.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             "interface {} went down; capture continues and resumes when it is up again",

@@ -19,6 +19,9 @@ fn spawn_record(iface: &str, store: &Path, count: usize, extra: &[&str]) -> Chil
         .args(["record", "-i", iface, "--store"])
         .arg(store)
         .args(["--count", &count.to_string(), "--no-direct", "--quiet"])
+        // A bound: a recorder left behind by a failed test (which waits for packets that
+        // will not come) ends on its own instead of holding the test's pipes.
+        .args(["--duration", "180"])
         .args([
             "--staging",
             "64MiB",

@@ -114,6 +114,19 @@ impl Ring {
         self.status(self.next).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
+    /// The packet count the next block says it holds, once the kernel has handed it over.
+    pub fn ready_packets(&self) -> Option<u32> {
+        if !self.ready() {
+            return None;
+        }
+        // SAFETY: as in `take_block`: the block is ours until it is given back, and this
+        // slice does not outlive the call.
+        let block = unsafe {
+            std::slice::from_raw_parts(self.base.add(self.next * self.block_size), self.block_size)
+        };
+        u32_at(block, NUM_PKTS)
+    }
+
     /// If the kernel has handed over the next block, passes up to `max` of its packets to
     /// `each` (the rest are skipped), returns the block to the kernel and says how many
     /// packets it held. Returns `None` when the block still belongs to the kernel.
