@@ -28,7 +28,9 @@ pub fn security_headers(headers: &mut HeaderMap) {
         "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     );
     set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    set(headers, header::REFERRER_POLICY, "no-referrer");
+    // `same-origin`, not `no-referrer`: under `no-referrer` browsers send `Origin: null`
+    // with the page's own form posts, which the cross-site check must refuse.
+    set(headers, header::REFERRER_POLICY, "same-origin");
     set(headers, header::X_FRAME_OPTIONS, "DENY");
 }
 
