@@ -32,8 +32,10 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import data_files, gen_packets, one_error_line, wait_for, write_pcap
+from conftest import data_files, gen_packets, one_error_line, run, wait_for, write_pcap
 from netlab import free_port
 from served import Served, write_config
 
@@ -431,6 +433,22 @@ def test_the_metrics_token_opens_only_metrics_and_healthz(serve, store, tmp_path
     assert not any(c.startswith(COOKIE) for c in a.set_cookies()), a.set_cookies()
 
 
+def test_a_token_file_others_can_read_is_warned_about(serve, tmp_path):
+    """A token file readable by every user: a warning naming it at start, and again at a
+    reload that finds it so; the service runs."""
+    tokens = write_tokens(tmp_path / "tokens", {"alice": ALICE})
+    tokens.chmod(0o644)
+    s = serve({"token-file": str(tokens)})
+    warnings = [x for x in s.log_text().splitlines() if "can be read by other users" in x]
+    assert len(warnings) == 1 and str(tokens) in warnings[0], warnings
+    write_tokens(tokens, {"alice": ALICE, "bob": BOB}).chmod(0o604)
+    mark = len(s.log_text())
+    s.proc.send_signal(signal.SIGHUP)
+    log = s.wait_log("now in effect: token-file", after=mark)
+    assert "can be read by other users" in log[mark:], log[mark:]
+    assert request(s.port, "/api/v1/files", token=BOB).status == 200
+
+
 # --------------------------------------------------------------------------------------
 # Guessing
 # --------------------------------------------------------------------------------------
@@ -580,6 +598,58 @@ def test_logging_out_ends_the_session(serve, tokens):
     assert request(port, "/api/v1/files", cookie=pair).status == 401, (
         "the session still works after logging out"
     )
+
+
+@pytest.fixture
+def self_signed(tmp_path) -> tuple[Path, Path]:
+    """(certificate, key) for IP 127.0.0.1, made by the openssl CLI."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    r = run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+             "-days", "2", "-subj", "/CN=tapdeck-test", "-addext",
+             "subjectAltName=IP:127.0.0.1"])  # fmt: skip
+    assert r.returncode == 0, r.describe()
+    return cert, key
+
+
+def test_over_tls_the_session_cookie_is_host_prefixed_and_secure(serve, tokens, self_signed):
+    """Over HTTPS the cookie is `__Host-tapdeck_session` (Secure, Path=/, no Domain): a
+    browser sends it to this origin only, not to other services on the host's other
+    ports. The same origin is `https://127.0.0.1:PORT` there."""
+    cert, key = self_signed
+    s = serve({"token-file": str(tokens), "tls-cert": str(cert), "tls-key": str(key)})
+    context = ssl.create_default_context(cafile=str(cert))
+
+    def go(method, path, headers, body=None):
+        c = http.client.HTTPSConnection("127.0.0.1", s.port, timeout=5, context=context)
+        try:
+            c.request(method, path, body=body, headers=headers)
+            r = c.getresponse()
+            r.read()
+            return r.status, r.headers.get_all("Set-Cookie") or []
+        finally:
+            c.close()
+
+    form = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "Origin": f"https://127.0.0.1:{s.port}",
+        "Sec-Fetch-Site": "same-origin",
+    }
+    status, cookies = go("POST", "/login", form, urllib.parse.urlencode({"token": ALICE}))
+    assert status == 303, (status, cookies)
+    (cookie,) = cookies
+    pair, *attrs = [x.strip() for x in cookie.split(";")]
+    assert re.fullmatch(r"__Host-tapdeck_session=[0-9a-fA-F]{64}", pair), cookie
+    names = {a.split("=", 1)[0].lower() for a in attrs}
+    assert {"secure", "httponly", "path"} <= names and "domain" not in names, cookie
+    assert "Path=/" in attrs, cookie
+    assert go("GET", "/api/v1/files", {"Cookie": pair})[0] == 200
+    # Over TLS, the plain-HTTP origin is another one.
+    foreign = dict(form, Origin=f"http://127.0.0.1:{s.port}")
+    status, cookies = go("POST", "/login", foreign, urllib.parse.urlencode({"token": ALICE}))
+    assert status == 403 and not cookies, (status, cookies)
 
 
 # --------------------------------------------------------------------------------------
