@@ -439,13 +439,15 @@ def test_a_token_file_others_can_read_is_warned_about(serve, tmp_path):
     tokens = write_tokens(tmp_path / "tokens", {"alice": ALICE})
     tokens.chmod(0o644)
     s = serve({"token-file": str(tokens)})
-    warnings = [x for x in s.log_text().splitlines() if "can be read by other users" in x]
+    log = s.wait_log("can be read by other users", timeout=5)
+    warnings = [x for x in log.splitlines() if "can be read by other users" in x]
     assert len(warnings) == 1 and str(tokens) in warnings[0], warnings
     write_tokens(tokens, {"alice": ALICE, "bob": BOB}).chmod(0o604)
-    mark = len(s.log_text())
+    mark = len(log)
     s.proc.send_signal(signal.SIGHUP)
-    log = s.wait_log("now in effect: token-file", after=mark)
-    assert "can be read by other users" in log[mark:], log[mark:]
+    s.wait_log("now in effect: token-file", after=mark)
+    log = s.wait_log("can be read by other users", after=mark, timeout=5)
+    assert str(tokens) in log[mark:], log[mark:]
     assert request(s.port, "/api/v1/files", token=BOB).status == 200
 
 
@@ -490,6 +492,7 @@ def test_guessing_wrong_logins_from_one_address_are_answered_slower(serve, token
     assert len(answered) < 50, (
         f"50 wrong logins were answered in {took:.1f} s: guessing is not slowed"
     )
+    assert set(meanwhile) == {"token elsewhere", "cookie here"}, meanwhile
     for what, a in meanwhile.items():
         assert a.status == 200 and a.seconds < 1.0, (what, a.status, a.seconds)
     log = s.wait_log("answering it slower")
@@ -540,6 +543,8 @@ def test_the_session_cookie_is_an_opaque_id_not_the_token(serve, tmp_path):
 
 
 def test_a_session_ends_after_its_lifetime(serve, tokens):
+    """`session-lifetime = "3s"`: the cookie says Max-Age=3, and the session is refused
+    (401) once 3 s have passed, not before 2."""
     s = serve({"token-file": str(tokens), "session-lifetime": "3s"})
     port = s.port
     a = login(port, ALICE)
