@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
 corpus=../../shared/corpus
-mkdir -p corpus/trace_reader corpus/trace_tail corpus/container corpus/trailer corpus/dissect corpus/wire_views corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake corpus/ip_fragments corpus/flow_index corpus/sidecar
+mkdir -p corpus/trace_reader corpus/trace_tail corpus/container corpus/trailer corpus/dissect corpus/wire_views corpus/tcp_rpc corpus/name_cipher corpus/rpc_message corpus/ipfix_decode corpus/collect_intake corpus/ip_fragments corpus/flow_index corpus/sidecar corpus/request_head
 if [[ -d $corpus ]]; then
   find "$corpus" \( -name '*.pcap' -o -name '*.pcapng' \) -size -256k -exec cp -n {} corpus/trace_reader/ \; 2>/dev/null || true
   # trace_tail reads a 4-byte offset first, then the capture.
@@ -71,7 +71,7 @@ if [[ -x ../target/release/tapdeck && -z "$(ls corpus/sidecar)" ]]; then
   done
   rm -rf "$tmp"
 fi
-for target in trace_reader trace_tail container trailer dissect wire_views tcp_rpc name_cipher rpc_message ipfix_decode collect_intake ip_fragments flow_index sidecar; do
+for target in trace_reader trace_tail container trailer dissect wire_views tcp_rpc name_cipher rpc_message ipfix_decode collect_intake ip_fragments flow_index sidecar request_head; do
   echo "fuzz: $target for $seconds s" >&2
   cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 | tail -3
 done

@@ -27,6 +27,8 @@ SERVE_KEYS = {
     "tls-cert",
     "tls-key",
     "tls-client-ca",
+    "allowed-hosts",
+    "session-lifetime",
     "log-format",
     "log-level",
     "health-stall",

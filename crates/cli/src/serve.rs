@@ -117,6 +117,9 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
     }
     let (addr, http_line) = check_http(&settings)?;
     if args.check {
+        for warning in tapdeck_service::auth::Tokens::warnings(&settings) {
+            eprintln!("warning: {warning}");
+        }
         println!(
             "config OK: records {} ({} capture thread(s)) into {}; {http_line}",
             opts.interfaces.join(", "),
@@ -199,7 +202,7 @@ pub fn run(args: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<i32> {
 /// and TLS files, the address): the address to bind, and the `--check` line that describes it.
 fn check_http(settings: &ServeSettings) -> anyhow::Result<(SocketAddr, String)> {
     settings.query_limits().map_err(|e| usage(e.to_string()))?;
-    let (tokens, tls) =
+    let tapdeck_service::state::Access { tokens, tls, .. } =
         tapdeck_service::state::load_access(settings).map_err(|e| usage(e.to_string()))?;
     // Binding is left to the start; the address must at least be one we may use.
     let addr = listen::check_listen(&settings.listen, !tokens.is_empty())
@@ -282,6 +285,9 @@ fn serve_read_only(
     }
     let (addr, http_line) = check_http(&settings)?;
     if args.check {
+        for warning in tapdeck_service::auth::Tokens::warnings(&settings) {
+            eprintln!("warning: {warning}");
+        }
         println!(
             "config OK: serves {} read-only; {http_line}",
             args.serve_stores

@@ -143,12 +143,17 @@
       const r = await fetch("/api/v1/count?" + q, { credentials: "same-origin" });
       const doc = await r.json();
       if (!r.ok) throw new Error(doc.error || r.statusText);
+      // Cut short by the time limit, the count is unknown (null), not a number.
+      const matched =
+        doc.packets === null
+          ? `more than ${bytes(doc.bytes)} of packets match (counting stopped)`
+          : `${doc.packets.toLocaleString("en")} packets match (${bytes(doc.bytes)} as a file)`;
       out.textContent =
-        `${doc.packets.toLocaleString("en")} packets match (${bytes(doc.bytes)} as a file); ` +
+        `${matched}; ` +
         `read ${doc.chunks_read} of ${doc.chunks_read + doc.chunks_skipped} chunks ` +
         `(${doc.chunks_skipped} skipped by the flow index) in ${doc.seconds.toFixed(2)} s` +
         (doc.complete ? "" : `; stopped early: ${doc.cut}`);
-      out.dataset.packets = String(doc.packets);
+      out.dataset.packets = doc.packets === null ? "" : String(doc.packets);
     } catch (e) {
       out.textContent = "query: " + e.message;
     }

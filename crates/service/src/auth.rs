@@ -46,6 +46,12 @@ pub enum TokenError {
     },
     #[error("metrics-token-file {} is empty: put a token in it (e.g. `openssl rand -hex 32 > {}`)", path.display(), path.display())]
     EmptyMetricsToken { path: PathBuf },
+    #[error("{}:{line}: the metrics token has {len} characters, fewer than {MIN_TOKEN_LEN} (e.g. `openssl rand -hex 32`)", path.display())]
+    ShortMetricsToken {
+        path: PathBuf,
+        line: usize,
+        len: usize,
+    },
     #[error("cannot read token file {}: {source}", path.display())]
     ReadClientTokenFile {
         path: PathBuf,
@@ -72,16 +78,47 @@ pub enum LineProblem {
     MetricsNameTaken,
 }
 
-/// Who made a request: the name of the token it carried (see [`authenticate`]).
+/// Who made a request: the name of the token it carried (see [`authenticate`]), and what
+/// that token opens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub name: String,
+    pub scope: Scope,
+}
+
+/// What a token opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every route: a `token-file` token, or anyone when no token is required.
+    Everything,
+    /// `/metrics` and `/healthz` only: `metrics-token-file`'s token is Prometheus's, kept
+    /// in its config and on its disk; it must not download packets.
+    Metrics,
+}
+
+impl Scope {
+    /// The routes the metrics token opens.
+    pub const METRICS_PATHS: [&'static str; 2] = ["/metrics", "/healthz"];
+
+    pub fn allows(self, path: &str) -> bool {
+        self == Scope::Everything || Self::METRICS_PATHS.contains(&path)
+    }
+}
+
+impl Identity {
+    pub fn anonymous() -> Identity {
+        Identity {
+            name: ANONYMOUS.into(),
+            scope: Scope::Everything,
+        }
+    }
 }
 
 /// The tokens in force, each with its name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tokens {
-    /// `metrics-token-file`'s.
+    /// `metrics-token-file`'s (its name is [`METRICS_NAME`]: `token-file` may not use it
+    /// while this is set).
     metrics: Option<Vec<u8>>,
     /// `token-file`'s, in its order.
     named: Vec<(String, Vec<u8>)>,
@@ -132,50 +169,115 @@ impl Tokens {
         keys
     }
 
-    fn entries(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        let metrics = self.metrics.as_deref().map(|t| (METRICS_NAME, t));
-        let named = self.named.iter().map(|(n, t)| (n.as_str(), t.as_slice()));
+    /// Every token with its name and what it opens, `metrics-token-file`'s first.
+    fn entries(&self) -> impl Iterator<Item = (&str, &[u8], Scope)> {
+        let metrics = self
+            .metrics
+            .as_deref()
+            .map(|t| (METRICS_NAME, t, Scope::Metrics));
+        let named = self
+            .named
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_slice(), Scope::Everything));
         metrics.into_iter().chain(named)
     }
 
-    /// The name of the token equal to `given`. Every token is compared, each in constant
-    /// time, and the match is selected without a branch.
+    /// The name of the token equal to `given`; see [`Tokens::identify`].
     pub fn find(&self, given: &[u8]) -> Option<&str> {
+        self.position(given)
+            .and_then(|i| self.entries().nth(i))
+            .map(|(name, _, _)| name)
+    }
+
+    /// The identity of the token equal to `given`. Every token is compared, each in
+    /// constant time, and the match is selected without a branch.
+    pub fn identify(&self, given: &[u8]) -> Option<Identity> {
+        let (name, _, scope) = self.entries().nth(self.position(given)?)?;
+        Some(Identity {
+            name: name.to_string(),
+            scope,
+        })
+    }
+
+    fn position(&self, given: &[u8]) -> Option<usize> {
         let mut found = subtle::Choice::from(0);
         let mut index = 0u64;
-        for (i, (_, token)) in self.entries().enumerate() {
+        for (i, (_, token, _)) in self.entries().enumerate() {
             let equal = token.ct_eq(given);
             index.conditional_assign(&(i as u64), equal);
             found |= equal;
         }
-        let (name, _) = self.entries().nth(index as usize)?;
-        bool::from(found).then_some(name)
+        bool::from(found).then_some(index as usize)
+    }
+
+    /// Whether `name`'s token is still `token` (a session lives only as long as that).
+    pub fn holds(&self, name: &str, token: &[u8]) -> bool {
+        self.entries()
+            .any(|(n, t, _)| n == name && bool::from(t.ct_eq(token)))
+    }
+
+    /// Warnings about the token files of `settings` (others can read them).
+    pub fn warnings(settings: &ServeSettings) -> Vec<String> {
+        [&settings.metrics_token_file, &settings.token_file]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| readable_by_others(p))
+            .collect()
     }
 }
 
-/// Who sent `headers`, or `None` if the service should refuse them (401). Without
-/// `tokens` everyone is [`ANONYMOUS`]. The one place that decides: another credential (a
-/// session cookie, say) is another way to an identity here.
-pub fn authenticate(tokens: &Tokens, headers: &HeaderMap) -> Option<Identity> {
+/// How a request was let in, or why not: see [`authenticate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No token is required: everyone is [`ANONYMOUS`].
+    Open(Identity),
+    /// A right bearer token.
+    Token(Identity),
+    /// A live session (the browser's cookie from `/login`).
+    Session(Identity),
+    /// A bearer token that is none of the service's: a guess, as far as the service can
+    /// tell (the per-address backoff counts these).
+    WrongToken,
+    /// Nothing that names anyone: no header, no live session.
+    Nobody,
+}
+
+/// Who sent `headers`. The one place that decides: without `tokens` everyone is
+/// [`ANONYMOUS`]; otherwise the bearer header, or else the session cookie (see
+/// [`crate::session`]), must name someone.
+pub fn authenticate(
+    tokens: &Tokens,
+    sessions: &crate::session::Sessions,
+    headers: &HeaderMap,
+) -> Verdict {
     if tokens.is_empty() {
-        return Some(Identity {
-            name: ANONYMOUS.into(),
-        });
+        return Verdict::Open(Identity::anonymous());
     }
-    // The header, or the cookie a browser got from `/login` (see [`crate::session`]).
-    let given = match bearer(headers) {
-        Some(b) => b.to_string(),
-        None => crate::session::cookie_token(headers)?,
-    };
-    tokens.find(given.as_bytes()).map(|name| Identity {
-        name: name.to_string(),
-    })
+    if let Some(given) = bearer(headers) {
+        return match tokens.identify(given.as_bytes()) {
+            Some(identity) => Verdict::Token(identity),
+            None => Verdict::WrongToken,
+        };
+    }
+    match crate::session::cookie_id(headers).and_then(|id| sessions.find(&id)) {
+        // Only token-file tokens open sessions (see `/login`).
+        Some(name) => Verdict::Session(Identity {
+            name,
+            scope: Scope::Everything,
+        }),
+        None => Verdict::Nobody,
+    }
 }
 
-/// The token of an `Authorization: Bearer TOKEN` header.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme in any case, as
+/// RFC 9110 says).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    Some(value.strip_prefix("Bearer ")?.trim())
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// `NAME TOKEN` pairs, one a line, with the line each is on; `#` starts a comment line,
@@ -240,7 +342,7 @@ fn parse_pair<'a>(
 }
 
 /// `metrics-token-file`'s token: the whole file, surrounding whitespace ignored; an empty
-/// file is an error.
+/// file, or a token shorter than [`MIN_TOKEN_LEN`], is an error.
 pub fn read_metrics_token(path: &Path) -> Result<String, TokenError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| TokenError::ReadMetricsTokenFile {
@@ -253,7 +355,31 @@ pub fn read_metrics_token(path: &Path) -> Result<String, TokenError> {
             path: path.to_path_buf(),
         });
     }
+    if token.chars().count() < MIN_TOKEN_LEN {
+        // The line the token starts on, for the error.
+        let leading = &text[..text.len() - text.trim_start().len()];
+        return Err(TokenError::ShortMetricsToken {
+            path: path.to_path_buf(),
+            line: leading.matches('\n').count() + 1,
+            len: token.chars().count(),
+        });
+    }
     Ok(token.to_string())
+}
+
+/// A warning when others than the file's owner and group can read a token file (they
+/// would hold the service's keys); `None` when they cannot, or it cannot be told.
+pub fn readable_by_others(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o004 != 0).then(|| {
+        format!(
+            "token file {} can be read by other users (mode {:o}): `chmod o-r {}`",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        )
+    })
 }
 
 /// The token a client sends, from a file that holds either one token or `NAME TOKEN`
@@ -363,7 +489,7 @@ mod tests {
 
     fn tokens() -> Tokens {
         Tokens {
-            metrics: Some(b"m-secret".to_vec()),
+            metrics: Some(b"m-secret-0123456789".to_vec()),
             named: vec![
                 ("alice".into(), A.as_bytes().to_vec()),
                 ("bob".into(), B.as_bytes().to_vec()),
@@ -376,14 +502,14 @@ mod tests {
         let t = tokens();
         assert_eq!(t.find(A.as_bytes()), Some("alice"));
         assert_eq!(t.find(B.as_bytes()), Some("bob"));
-        assert_eq!(t.find(b"m-secret"), Some(METRICS_NAME));
+        assert_eq!(t.find(b"m-secret-0123456789"), Some(METRICS_NAME));
         for wrong in [
             &A[..A.len() - 1],
             &format!("{A}x"),
             &A.to_uppercase(),
             "",
-            "m-secreT",
-            "m-secre",
+            "m-secret-012345678X",
+            "m-secret-012345678",
         ] {
             assert_eq!(t.find(wrong.as_bytes()), None, "{wrong:?}");
         }
@@ -404,8 +530,67 @@ mod tests {
             t.find(bearer(&h)?.as_bytes()).map(str::to_string)
         };
         assert_eq!(who(&format!("Bearer {B}")).as_deref(), Some("bob"));
+        assert_eq!(who(&format!("bearer {B}")).as_deref(), Some("bob"));
+        assert_eq!(who(&format!("BEARER  {B} ")).as_deref(), Some("bob"));
+        assert_eq!(who("Bearer "), None);
         assert_eq!(who(&format!("Basic {B}")), None);
         assert_eq!(who(B), None);
+    }
+
+    #[test]
+    fn the_metrics_token_opens_only_its_routes_and_is_long_enough() {
+        let t = tokens();
+        let m = t.identify(b"m-secret-0123456789").unwrap();
+        assert_eq!(m.scope, Scope::Metrics);
+        assert!(m.scope.allows("/metrics") && m.scope.allows("/healthz"));
+        for path in [
+            "/",
+            "/api/v1/packets",
+            "/api/v1/status",
+            "/login",
+            "/metrics/",
+        ] {
+            assert!(!m.scope.allows(path), "{path}");
+        }
+        assert_eq!(t.identify(A.as_bytes()).unwrap().scope, Scope::Everything);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics");
+        std::fs::write(&path, "\n\n  abc  \n").unwrap();
+        let e = read_metrics_token(&path).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}:3: the metrics token has 3 characters, fewer than 16 (e.g. `openssl rand -hex 32`)",
+                path.display()
+            )
+        );
+        // A token-file token named `metrics` (without metrics-token-file) opens everything:
+        // the scope is the file's, not the name's.
+        let named = Tokens {
+            metrics: None,
+            named: vec![("metrics".into(), A.as_bytes().to_vec())],
+        };
+        assert_eq!(
+            named.identify(A.as_bytes()).unwrap().scope,
+            Scope::Everything
+        );
+    }
+
+    #[test]
+    fn a_token_file_others_can_read_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, format!("alice {A}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(readable_by_others(&path), None);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let w = readable_by_others(&path).unwrap();
+        assert!(
+            w.contains("can be read by other users (mode 644)")
+                && w.contains(&*path.to_string_lossy()),
+            "{w}"
+        );
     }
 
     #[test]
@@ -413,7 +598,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (named, metrics) = (dir.path().join("tokens"), dir.path().join("metrics"));
         std::fs::write(&named, format!("alice {A}\n")).unwrap();
-        std::fs::write(&metrics, "m-secret\n").unwrap();
+        std::fs::write(&metrics, "m-secret-0123456789\n").unwrap();
         let mut settings = ServeSettings {
             token_file: Some(named.clone()),
             metrics_token_file: Some(metrics),
@@ -421,7 +606,7 @@ mod tests {
         };
         let t = Tokens::load(&settings).unwrap();
         assert_eq!(t.find(A.as_bytes()), Some("alice"));
-        assert_eq!(t.find(b"m-secret"), Some(METRICS_NAME));
+        assert_eq!(t.find(b"m-secret-0123456789"), Some(METRICS_NAME));
         std::fs::write(&named, format!("alice {A}\nmetrics {B}\n")).unwrap();
         let e = Tokens::load(&settings).unwrap_err().to_string();
         assert!(

@@ -30,6 +30,12 @@ pub struct ServeSettings {
     pub tls_key: Option<PathBuf>,
     /// PEM CA certificates: every client must present a certificate they signed.
     pub tls_client_ca: Option<PathBuf>,
+    /// Names requests may give in `Host` besides loopback and the listen address (a
+    /// proxy's name, say). Without tokens only those are served (against DNS rebinding);
+    /// with tokens, setting it turns the same check on.
+    pub allowed_hosts: Vec<String>,
+    /// How long a browser's login lasts (e.g. "12h", "30m").
+    pub session_lifetime: String,
     pub log_format: LogFormat,
     pub log_level: String,
     /// Seconds a capture loop may go without progress before `/healthz` says 503.
@@ -55,6 +61,8 @@ impl Default for ServeSettings {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            allowed_hosts: Vec::new(),
+            session_lifetime: "12h".into(),
             log_format: LogFormat::Human,
             log_level: "info".into(),
             health_stall: 10.0,
@@ -136,6 +144,18 @@ fn keys_of(value: &impl Serialize) -> Vec<String> {
     }
 }
 
+/// Why `session-lifetime` is no lifetime.
+#[derive(Debug, thiserror::Error)]
+pub enum LifetimeError {
+    #[error("session-lifetime = {value:?}: {source} (e.g. \"12h\", \"30m\")")]
+    NotADuration {
+        value: String,
+        source: humantime::DurationError,
+    },
+    #[error("session-lifetime = {value:?} must be at least a second")]
+    TooShort { value: String },
+}
+
 /// Why the query settings give no limits.
 #[derive(Debug, thiserror::Error)]
 pub enum LimitsError {
@@ -146,6 +166,21 @@ pub enum LimitsError {
 }
 
 impl ServeSettings {
+    /// How long a login lasts.
+    pub fn session_lifetime(&self) -> Result<std::time::Duration, LifetimeError> {
+        let value = self.session_lifetime.trim();
+        let d = humantime::parse_duration(value).map_err(|source| LifetimeError::NotADuration {
+            value: value.to_string(),
+            source,
+        })?;
+        if d.as_secs() == 0 {
+            return Err(LifetimeError::TooShort {
+                value: value.to_string(),
+            });
+        }
+        Ok(d)
+    }
+
     /// The query limits these settings give.
     pub fn query_limits(&self) -> Result<crate::query::Limits, LimitsError> {
         let max_bytes =
@@ -314,6 +349,8 @@ pub const LIVE_KEYS: &[&str] = &[
     "tls-cert",
     "tls-key",
     "tls-client-ca",
+    "allowed-hosts",
+    "session-lifetime",
 ];
 
 fn first_line(message: &str) -> String {

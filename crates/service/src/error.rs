@@ -4,7 +4,7 @@
 //! never of command-line flags: the binary words those.
 
 use crate::auth::TokenError;
-use crate::config::LimitsError;
+use crate::config::{LifetimeError, LimitsError};
 use crate::listen::ListenError;
 use crate::tls::TlsError;
 
@@ -18,4 +18,6 @@ pub enum Error {
     Listen(#[from] ListenError),
     #[error(transparent)]
     Limits(#[from] LimitsError),
+    #[error(transparent)]
+    Lifetime(#[from] LifetimeError),
 }

@@ -363,11 +363,11 @@ pub fn answer(
     const DAY_NS: u64 = 24 * 60 * MINUTE_NS;
     let (start, end) = match (time("start", &req.start)?, time("end", &req.end)?) {
         (Some(s), Some(e)) => (s, e),
-        (Some(s), None) => (s, now_ns.max(s + MINUTE_NS)),
+        (Some(s), None) => (s, now_ns.max(s.saturating_add(MINUTE_NS))),
         (None, Some(e)) => (e.saturating_sub(DAY_NS), e),
         (None, None) => {
-            let end = now_ns.div_ceil(MINUTE_NS) * MINUTE_NS;
-            (end - DAY_NS, end)
+            let end = now_ns.div_ceil(MINUTE_NS).saturating_mul(MINUTE_NS);
+            (end.saturating_sub(DAY_NS), end)
         }
     };
     if start >= end {
@@ -446,6 +446,26 @@ mod tests {
     }
 
     const M: u64 = MINUTE_NS;
+
+    #[test]
+    fn a_window_at_the_edges_of_time_is_answered_not_a_panic() {
+        let t = Timeline::default();
+        for (start, end) in [
+            (Some("18446744073709551615"), None),
+            (Some("18446744073709551614"), None),
+            (None, Some("1")),
+            (None, None),
+        ] {
+            let req = Request {
+                start: start.map(String::from),
+                end: end.map(String::from),
+                step: None,
+            };
+            for now in [0, 1, u64::MAX] {
+                let _ = answer(&t, &req, now, "files");
+            }
+        }
+    }
 
     #[test]
     fn samples_become_per_minute_differences_and_a_new_run_counts_from_zero() {

@@ -11,14 +11,17 @@
 //! [`web`] read the state; [`http`] sits on top of them all. See the crate's README.
 
 pub mod auth;
+pub mod backoff;
 pub mod config;
 pub mod error;
 pub mod health;
 pub mod history;
 pub mod http;
 pub mod listen;
+pub mod logsafe;
 pub mod metrics;
 pub mod notify;
+pub mod overview;
 pub mod process;
 pub mod query;
 pub mod reload;

@@ -54,6 +54,27 @@ pub struct Request {
     pub format: Option<String>,
 }
 
+impl Request {
+    /// The request for the log: its window and filter, escaped and cut (see
+    /// [`crate::logsafe`]).
+    pub fn describe(&self) -> String {
+        let part = |v: &Option<String>, none: &'static str| {
+            v.as_deref()
+                .map_or(none.to_string(), |s| crate::logsafe::text(s).to_string())
+        };
+        let format = match self.format.as_deref() {
+            None | Some("") => String::new(),
+            Some(f) => format!(", format {}", crate::logsafe::text(f)),
+        };
+        format!(
+            "window {}..{}, filter {}{format}",
+            part(&self.start, "start"),
+            part(&self.end, "end"),
+            crate::logsafe::filter(self.filter.as_deref().unwrap_or(""))
+        )
+    }
+}
+
 /// Why a query was refused before any byte was sent (a 400 with this message).
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
@@ -150,10 +171,8 @@ pub fn prepare(stores: &[PathBuf], req: &Request) -> Result<Prepared, QueryError
     let programs = LinkPrograms::compile(&filter, &plan.linktypes())
         .map_err(|e| bad(format!("filter {filter:?} does not compile: {}", e.error)))?;
     let describe = format!(
-        "window {}..{}, filter {:?}: {} of {} chunks to read ({} skipped by the flow index)",
-        req.start.as_deref().unwrap_or("start"),
-        req.end.as_deref().unwrap_or("end"),
-        filter,
+        "{}: {} of {} chunks to read ({} skipped by the flow index)",
+        req.describe(),
         plan.chunks_selected,
         plan.chunks_selected + plan.chunks_pruned,
         plan.chunks_pruned
@@ -349,17 +368,6 @@ impl Write for Counter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// The files of the served stores, for `/api/v1/files`.
-pub fn files(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
-    Ok(overview(stores)?.1)
-}
-
-/// The served stores in a few numbers, for `/api/v1/info`: where each is, what wrote it,
-/// and its files, packets, bytes and time span (the span's start is the retention horizon).
-pub fn info(stores: &[PathBuf]) -> Result<serde_json::Value, QueryError> {
-    Ok(overview(stores)?.0)
 }
 
 /// `/api/v1/info`'s document and `/api/v1/files`'s list from one opening of every file

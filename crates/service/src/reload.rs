@@ -87,6 +87,8 @@ pub fn apply(
     settings.tls_cert = new.serve.tls_cert.clone();
     settings.tls_key = new.serve.tls_key.clone();
     settings.tls_client_ca = new.serve.tls_client_ca.clone();
+    settings.allowed_hosts = new.serve.allowed_hosts.clone();
+    settings.session_lifetime = new.serve.session_lifetime.clone();
     settings.log_level = new.serve.log_level.clone();
     let rewritten = service.set_settings(settings.clone())?;
     for key in rewritten {
@@ -178,7 +180,7 @@ mod tests {
     fn a_rewritten_token_file_is_read_again() {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
-        std::fs::write(&token, "old\n").unwrap();
+        std::fs::write(&token, "old-0123456789abcdef\n").unwrap();
         let text = format!(
             "interface = [\"lo\"]\nstore = \"/tmp/x\"\nmetrics-token-file = {:?}\n",
             token.display().to_string()
@@ -188,15 +190,21 @@ mod tests {
         let service = Service::new(control, current.serve.clone()).unwrap();
         let (_, same) = apply(&current, &current, &service, &|_| Ok(())).unwrap();
         assert!(same.applied.is_empty(), "an unchanged token is no change");
-        std::fs::write(&token, "new\n").unwrap();
+        std::fs::write(&token, "new-0123456789abcdef\n").unwrap();
         let (_, outcome) = apply(&current, &config(&text), &service, &|_| Ok(())).unwrap();
         assert_eq!(outcome.applied, vec!["metrics-token-file"]);
-        assert_eq!(service.tokens().find(b"new"), Some("metrics"));
-        assert_eq!(service.tokens().find(b"old"), None);
+        assert_eq!(
+            service.tokens().find(b"new-0123456789abcdef"),
+            Some("metrics")
+        );
+        assert_eq!(service.tokens().find(b"old-0123456789abcdef"), None);
         // An emptied file is refused, and the token in force stays.
         std::fs::write(&token, "").unwrap();
         assert!(apply(&current, &config(&text), &service, &|_| Ok(())).is_err());
-        assert_eq!(service.tokens().find(b"new"), Some("metrics"));
+        assert_eq!(
+            service.tokens().find(b"new-0123456789abcdef"),
+            Some("metrics")
+        );
     }
 
     #[test]

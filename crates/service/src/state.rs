@@ -13,8 +13,11 @@ use tapdeck_recorder::live::LiveView;
 use tapdeck_recorder::pipeline::Control;
 
 use crate::auth::Tokens;
+use crate::backoff::Backoff;
 use crate::config::ServeSettings;
 use crate::error::Error;
+use crate::listen::Hosts;
+use crate::session::Sessions;
 use crate::tls::Tls;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,12 @@ pub struct Service {
     pub query_limits: crate::query::Limits,
     settings: RwLock<ServeSettings>,
     tokens: RwLock<Arc<Tokens>>,
+    /// The `Host` values answered (see [`Hosts`]).
+    hosts: RwLock<Arc<Hosts>>,
+    /// Browsers' logins; they end when their token leaves the token files.
+    pub sessions: Sessions,
+    /// Wrong tokens per address.
+    pub backoff: Backoff,
     /// `None`: plain HTTP. Each connection takes the one in force when it is accepted.
     tls: RwLock<Option<Arc<Tls>>>,
     pub drops: Mutex<DropWindow>,
@@ -49,7 +58,7 @@ pub struct Service {
 
 impl Service {
     pub fn new(control: Arc<Control>, settings: ServeSettings) -> Result<Service, Error> {
-        let (tokens, tls) = load_access(&settings)?;
+        let Access { tokens, tls, hosts } = load_access(&settings)?;
         Ok(Service {
             control,
             live: RwLock::new(None),
@@ -57,6 +66,9 @@ impl Service {
             query_limits: settings.query_limits()?,
             settings: RwLock::new(settings),
             tokens: RwLock::new(Arc::new(tokens)),
+            hosts: RwLock::new(Arc::new(hosts)),
+            sessions: Sessions::default(),
+            backoff: Backoff::default(),
             tls: RwLock::new(tls.map(Arc::new)),
             drops: Mutex::new(DropWindow::default()),
             timeline: Mutex::new(None),
@@ -81,9 +93,9 @@ impl Service {
 
     /// New settings from a reload. The token and TLS files are read again, so that a token
     /// or a certificate can be rotated by rewriting its file: returns the keys whose files
-    /// now say something else. On error nothing changes.
+    /// now say something else. Sessions whose token is gone end. On error nothing changes.
     pub fn set_settings(&self, settings: ServeSettings) -> Result<Vec<&'static str>, Error> {
-        let (tokens, tls) = load_access(&settings)?;
+        let Access { tokens, tls, hosts } = load_access(&settings)?;
         let mut changed = self.tokens().changed_keys(&tokens);
         let mut current_tls = self.tls.write().unwrap();
         let tls_changed = match (&*current_tls, &tls) {
@@ -95,7 +107,14 @@ impl Service {
             changed.push("tls-cert");
         }
         *current_tls = tls.map(Arc::new);
+        let ended = self
+            .sessions
+            .keep_only(|name, token| tokens.holds(name, token));
+        if ended > 0 {
+            tracing::info!("{ended} web session(s) ended: their token is no longer in force");
+        }
         *self.tokens.write().unwrap() = Arc::new(tokens);
+        *self.hosts.write().unwrap() = Arc::new(hosts);
         *self.settings.write().unwrap() = settings;
         Ok(changed)
     }
@@ -109,6 +128,20 @@ impl Service {
     /// The tokens in force (none: no token is required).
     pub fn tokens(&self) -> Arc<Tokens> {
         Arc::clone(&self.tokens.read().unwrap())
+    }
+
+    /// The `Host` values answered.
+    pub fn hosts(&self) -> Arc<Hosts> {
+        Arc::clone(&self.hosts.read().unwrap())
+    }
+
+    /// How long a login made now lasts (checked when the settings were taken).
+    pub fn session_lifetime(&self) -> Duration {
+        self.settings
+            .read()
+            .unwrap()
+            .session_lifetime()
+            .unwrap_or(crate::session::DEFAULT_LIFETIME)
     }
 
     /// The TLS settings in force, for the next handshake.
@@ -130,13 +163,26 @@ impl Service {
     }
 }
 
-/// The tokens and TLS settings of `settings`, checked together: beyond loopback, some
-/// token is required.
-pub fn load_access(settings: &ServeSettings) -> Result<(Tokens, Option<Tls>), Error> {
+/// Who may ask, over what, by which names: what a reload reads again.
+pub struct Access {
+    pub tokens: Tokens,
+    pub tls: Option<Tls>,
+    pub hosts: Hosts,
+}
+
+/// The tokens, TLS settings and answered hosts of `settings`, checked together: beyond
+/// loopback, some token is required. A token file others can read is logged (a warning,
+/// not an error: the operator may have reasons).
+pub fn load_access(settings: &ServeSettings) -> Result<Access, Error> {
     let tokens = Tokens::load(settings)?;
-    crate::listen::check_listen(&settings.listen, !tokens.is_empty())?;
+    for warning in Tokens::warnings(settings) {
+        tracing::warn!("{warning}");
+    }
+    let listen = crate::listen::check_listen(&settings.listen, !tokens.is_empty())?;
+    settings.session_lifetime()?;
     let tls = Tls::load(settings)?;
-    Ok((tokens, tls))
+    let hosts = Hosts::new(listen, &settings.allowed_hosts, !tokens.is_empty());
+    Ok(Access { tokens, tls, hosts })
 }
 
 /// Total drops sampled over the last minute.

@@ -256,9 +256,17 @@ pub fn fetch(remote: &Remote) -> Result<serde_json::Value, ClientError> {
         _ => Err(ClientError::Answered {
             url,
             code,
-            reason: body.trim().to_string(),
+            reason: reason_of(&body),
         }),
     }
+}
+
+/// The service's reason in a refusal: its JSON `error`, or the text as it is.
+fn reason_of(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.trim().to_string())
 }
 
 /// Starts `/api/v1/packets` with `params` and returns the answer's body to read; a refusal
@@ -273,10 +281,7 @@ pub fn fetch_packets(
         return Ok(Box::new(response.into_body().into_reader()));
     }
     let body = response.into_body().read_to_string().unwrap_or_default();
-    let reason = serde_json::from_str::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or_else(|| body.trim().to_string());
+    let reason = reason_of(&body);
     Err(match code {
         401 => refused(url, remote),
         _ => ClientError::Answered { url, code, reason },

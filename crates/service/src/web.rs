@@ -241,7 +241,7 @@ pub fn login_page(message: Option<&str>) -> String {
     }
     out.push_str(
         "<form method=post action=/login>\n<label>token <input type=password name=token autocomplete=current-password autofocus size=48></label>\n<button type=submit>Log in</button>\n</form>\n\
-         <p class=note>A token from the service's token file. It is kept in a cookie for this site only.</p>\n</body>\n</html>\n",
+         <p class=note>A token from the service's token file. The browser keeps a session, not the token, in a cookie for this site; it ends when you log out, when it expires, or when the token is removed.</p>\n</body>\n</html>\n",
     );
     out
 }

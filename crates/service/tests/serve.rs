@@ -54,7 +54,7 @@ fn without_cause(labels: &str) -> String {
 fn every_scrape_balances_while_recording_and_the_token_is_required() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::fs::write(&token_file, "s3cret-0123456789abcdef\n").unwrap();
     let control = Arc::new(Control::default());
     let settings = ServeSettings {
         listen: "127.0.0.1:0".into(),
@@ -87,7 +87,7 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
     let mut scrapes = 0;
     let mut last_stored = 0.0;
     while !recording.is_finished() && Instant::now() < deadline {
-        let (code, text) = get(&addr, "/metrics", Some("s3cret"));
+        let (code, text) = get(&addr, "/metrics", Some("s3cret-0123456789abcdef"));
         assert_eq!(code, 200);
         let seen = samples(&text, "tapdeck_packets_seen_total");
         if seen.is_empty() {
@@ -118,7 +118,7 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
     assert!(last_stored > 0.0, "packets were stored while scraping");
     assert!(summary.stats.totals.stored >= last_stored as u64);
     // Once drained, the recorder is gone from the metrics and health says why.
-    let (code, body) = get(&addr, "/healthz", Some("s3cret"));
+    let (code, body) = get(&addr, "/healthz", Some("s3cret-0123456789abcdef"));
     assert_eq!(code, 503, "{body}");
     assert!(
         body.contains("starting") || body.contains("stopping"),

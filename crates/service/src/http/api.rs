@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use super::{json_error, Client, Shared};
 use crate::auth::Identity;
 use crate::query::{self, QueryError};
-use crate::{health, history};
+use crate::{health, history, logsafe};
 
 /// Content type of the OpenMetrics text format (Prometheus asks for it and parses it).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -78,30 +78,37 @@ pub(super) async fn status(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 /// `GET /api/v1/stats?start=&end=&step=`: seen, stored, bytes and drops by cause per step.
+/// While recording, from the recorder's own counts; otherwise from the stores' files, as
+/// listed by the overview (see [`crate::overview`]).
 pub(super) async fn stats(
     State(shared): State<Arc<Shared>>,
     axum::extract::Query(req): axum::extract::Query<history::Request>,
 ) -> Response {
-    let service = Arc::clone(&shared.service);
-    let answer = tokio::task::spawn_blocking(move || {
-        let now = tapdeck_recorder::recorder::now_ns();
-        if let Some(timeline) = service.timeline.lock().unwrap().as_ref() {
-            return history::answer(timeline, &req, now, "recording");
-        }
-        let mut all = history::Timeline::default();
-        for store in service.stores.read().unwrap().iter() {
-            all.merge(&history::Timeline::read(store));
-        }
-        history::answer(&all, &req, now, "files")
-    })
-    .await;
+    let now = tapdeck_recorder::recorder::now_ns();
+    let recording = shared
+        .service
+        .timeline
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map(|timeline| {
+            // In memory: a few thousand minutes at most, answered in place.
+            history::answer(timeline, &req, now, "recording")
+        });
+    let answer = match recording {
+        Some(a) => a,
+        None => match shared.overview.get(&shared.service).await {
+            Ok(listing) => match listing.timeline.as_ref() {
+                Some(timeline) => history::answer(timeline, &req, now, "files"),
+                // Recording began since the listing was read: ask again.
+                None => return json_error(StatusCode::SERVICE_UNAVAILABLE, "try again"),
+            },
+            Err(e) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        },
+    };
     match answer {
-        Ok(Ok(doc)) => axum::Json(doc).into_response(),
-        Ok(Err(e)) => json_error(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(_) => json_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "reading the timeline failed",
-        ),
+        Ok(doc) => axum::Json(doc).into_response(),
+        Err(e) => json_error(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }
 
@@ -110,7 +117,7 @@ pub(super) async fn stats(
 pub(super) async fn count(
     State(shared): State<Arc<Shared>>,
     axum::Extension(Client(peer)): axum::Extension<Client>,
-    axum::Extension(Identity { name: who }): axum::Extension<Identity>,
+    axum::Extension(Identity { name: who, .. }): axum::Extension<Identity>,
     axum::extract::Query(req): axum::extract::Query<query::Request>,
 ) -> Response {
     let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
@@ -178,13 +185,13 @@ struct PacketsJob {
 pub(super) async fn packets(
     State(shared): State<Arc<Shared>>,
     axum::Extension(Client(peer)): axum::Extension<Client>,
-    axum::Extension(Identity { name: who }): axum::Extension<Identity>,
+    axum::Extension(Identity { name: who, .. }): axum::Extension<Identity>,
     axum::extract::Query(req): axum::extract::Query<query::Request>,
 ) -> Response {
     let Ok(slot) = Arc::clone(&shared.queries).try_acquire_owned() else {
         tracing::info!(
-            "query by {who} from {peer}: filter {:?}; refused, 0 bytes: {} queries running",
-            req.filter.as_deref().unwrap_or(""),
+            "query by {who} from {peer}: {}; refused, 0 bytes: {} queries running",
+            req.describe(),
             shared.service.query_limits.concurrent
         );
         return too_many(&shared);
@@ -235,10 +242,9 @@ fn answer_packets(
         Ok(p) => p,
         Err(e) => {
             tracing::info!(
-                "query by {who} from {peer}: window {}..{}, filter {:?}; refused, 0 bytes: {e}",
-                req.start.as_deref().unwrap_or("start"),
-                req.end.as_deref().unwrap_or("end"),
-                req.filter.as_deref().unwrap_or("")
+                "query by {who} from {peer}: {}; refused, 0 bytes: {}",
+                req.describe(),
+                logsafe::text(&e.to_string())
             );
             let _ = ready.send(Err(e));
             return;
@@ -271,7 +277,8 @@ fn answer_packets(
             started.elapsed().as_secs_f64()
         ),
         Err(e) => tracing::warn!(
-            "query by {who} from {peer}: {describe}; stopped after {sent} bytes: {e}{cut}"
+            "query by {who} from {peer}: {describe}; stopped after {sent} bytes: {}{cut}",
+            logsafe::text(&e.to_string())
         ),
     }
 }
@@ -321,20 +328,16 @@ fn attachment(
 
 /// `GET /api/v1/files`: the served stores' files with their time ranges and counts.
 pub(super) async fn files(State(shared): State<Arc<Shared>>) -> Response {
-    let stores = shared.service.stores.read().unwrap().clone();
-    match tokio::task::spawn_blocking(move || query::files(&stores)).await {
-        Ok(Ok(list)) => axum::Json(list).into_response(),
-        Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "listing failed"),
+    match shared.overview.get(&shared.service).await {
+        Ok(listing) => axum::Json(&listing.files).into_response(),
+        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
 /// `GET /api/v1/info`: the served stores in a few numbers.
 pub(super) async fn info(State(shared): State<Arc<Shared>>) -> Response {
-    let stores = shared.service.stores.read().unwrap().clone();
-    match tokio::task::spawn_blocking(move || query::info(&stores)).await {
-        Ok(Ok(doc)) => axum::Json(doc).into_response(),
-        Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(_) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "info failed"),
+    match shared.overview.get(&shared.service).await {
+        Ok(listing) => axum::Json(&listing.info).into_response(),
+        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

@@ -1,13 +1,17 @@
 //! What a browser asks for: the page at `/` (see [`crate::web`]), its assets, and the
-//! login form that turns a token into the session cookie ([`crate::session`]).
+//! login form that turns a token into a session, whose id the cookie keeps
+//! ([`crate::session`]).
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::{html, Client, Shared};
+use super::conn::Standing;
+use super::{guard, html, Client, Shared};
+use crate::auth::Scope;
+use crate::listen::client_key;
 use crate::{health, session, web};
 
 #[derive(serde::Deserialize)]
@@ -22,39 +26,91 @@ pub(super) async fn login_form(State(shared): State<Arc<Shared>>) -> Response {
     html(StatusCode::OK, web::login_page(None))
 }
 
-/// `POST /login`: a right token becomes a cookie; a wrong one gets the form again (401).
+/// `POST /login`: a right token opens a session, whose id the cookie keeps; a wrong one
+/// gets the form again (401), in its address's turn (see [`crate::backoff`]). A form posted
+/// from another site is refused (403): it would log the victim in as the attacker.
 pub(super) async fn login(
     State(shared): State<Arc<Shared>>,
     axum::Extension(Client(peer)): axum::Extension<Client>,
+    axum::Extension(standing): axum::Extension<Standing>,
+    headers: HeaderMap,
     axum::Form(form): axum::Form<LoginForm>,
 ) -> Response {
-    let tokens = shared.service.tokens();
+    let service = &shared.service;
+    let tokens = service.tokens();
     if tokens.is_empty() {
         return Redirect::to("/").into_response();
     }
-    let Some(name) = tokens.find(form.token.trim().as_bytes()) else {
+    // Secure and __Host- over TLS (which a reload may turn on or off).
+    let secure = service.tls().is_some();
+    if let Some(why) = session::cross_site(&headers, secure) {
+        tracing::info!("web login from {peer} refused: {why}");
+        return html(
+            StatusCode::FORBIDDEN,
+            web::login_page(Some("A login from another site is refused.")),
+        );
+    }
+    let key = client_key(peer.ip());
+    let turn = service.backoff.turn(key).await;
+    let token = form.token.trim();
+    let Some(identity) = tokens.identify(token.as_bytes()) else {
+        guard::wrong_token(service, key, peer);
+        drop(turn);
         tracing::info!("web login from {peer} refused: wrong token");
         return html(
             StatusCode::UNAUTHORIZED,
             web::login_page(Some("That token is not one of the service's.")),
         );
     };
-    tracing::info!("web login by {name} from {peer}");
-    // Secure over TLS (which a reload may turn on or off).
-    let secure = shared.service.tls().is_some();
+    drop(turn);
+    if identity.scope != Scope::Everything {
+        return html(
+            StatusCode::FORBIDDEN,
+            web::login_page(Some(
+                "That is the metrics token: it opens only /metrics and /healthz. Log in with a token of the token file.",
+            )),
+        );
+    }
+    let lifetime = service.session_lifetime();
+    let id = match service
+        .sessions
+        .open(&identity.name, token.as_bytes(), lifetime)
+    {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::error!("cannot open a web session: {e}");
+            return html(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                web::login_page(Some("The service could not open a session (see its log).")),
+            );
+        }
+    };
+    standing.prove();
+    tracing::info!("web login by {} from {peer}", identity.name);
     (
         [(
             header::SET_COOKIE,
-            session::set_cookie(form.token.trim(), secure),
+            session::set_cookie(&id, secure, lifetime),
         )],
         Redirect::to("/"),
     )
         .into_response()
 }
 
-pub(super) async fn logout() -> Response {
+/// `POST /logout`: ends the session (a cross-site form may not end it).
+pub(super) async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let secure = shared.service.tls().is_some();
+    if session::cross_site(&headers, secure).is_some() {
+        return html(
+            StatusCode::FORBIDDEN,
+            web::login_page(Some("A logout from another site is refused.")),
+        );
+    }
+    if let Some(id) = session::cookie_id(&headers) {
+        shared.service.sessions.close(&id);
+    }
     (
-        [(header::SET_COOKIE, session::clear_cookie())],
+        [(header::SET_COOKIE, session::clear_cookie(secure))],
         Redirect::to("/login"),
     )
         .into_response()
@@ -62,20 +118,12 @@ pub(super) async fn logout() -> Response {
 
 /// `GET /`: the page (see [`web`]).
 pub(super) async fn page(State(shared): State<Arc<Shared>>) -> Response {
-    let stores = shared.service.stores.read().unwrap().clone();
-    let gathered = tokio::task::spawn_blocking(move || crate::query::overview(&stores)).await;
-    let (info, files) = match gathered {
-        Ok(Ok(both)) => both,
-        Ok(Err(e)) => {
+    let listing = match shared.overview.get(&shared.service).await {
+        Ok(listing) => listing,
+        Err(e) => {
             return html(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 web::escape(&e.to_string()),
-            )
-        }
-        Err(_) => {
-            return html(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "reading the store failed".into(),
             )
         }
     };
@@ -84,8 +132,8 @@ pub(super) async fn page(State(shared): State<Arc<Shared>>) -> Response {
     let live = service.live();
     let body = web::page(&web::Page {
         health: &health,
-        info: &info,
-        files: &files,
+        info: &listing.info,
+        files: &listing.files,
         horizon_ns: live.as_ref().map(|l| l.horizon_ns()),
         recording: live.as_ref().map(|l| {
             let t = l.snapshot().totals;

@@ -4,12 +4,16 @@
 //! ([`crate::auth`]); with `tls-cert` it is HTTPS ([`crate::tls`]).
 //!
 //! Hostile or broken clients cannot take it over: at most [`MAX_CONNECTIONS`] at once and
-//! [`MAX_PER_CLIENT`] from one address (more are closed on accept), a TLS handshake within
-//! [`HANDSHAKE_TIMEOUT`], request headers within [`HEADER_TIMEOUT`] and
-//! [`MAX_HEADER_BYTES`], and no connection lives longer than [`CONNECTION_LIFETIME`].
+//! [`MAX_PER_CLIENT`] from one address, connections without a token short-lived and
+//! closed first to make room for others, a TLS handshake within [`HANDSHAKE_TIMEOUT`],
+//! request headers within [`HEADER_TIMEOUT`] and [`MAX_HEADER_BYTES`], bodies within
+//! [`BODY_TIMEOUT`] and [`MAX_BODY_BYTES`], and no connection lives longer than
+//! [`CONNECTION_LIFETIME`] (see [`conn`]). Wrong tokens slow their address down
+//! ([`crate::backoff`]); a `Host` that is not the service's gets 421 ([`guard`]); the page
+//! and the listings are read once for many requests ([`crate::overview`]).
 //!
-//! Layers, outside in: [`conn`] accepts and times connections; [`guard`] decides which
-//! requests reach a handler; [`api`] and [`browser`] answer them.
+//! Layers, outside in: [`conn`] accepts and times connections and bounds bodies; [`guard`]
+//! decides which requests reach a handler; [`api`] and [`browser`] answer them.
 
 mod api;
 mod browser;
@@ -28,8 +32,8 @@ use prometheus_client::registry::Registry;
 
 pub use api::{OPENMETRICS, PROMETHEUS_TEXT};
 pub use conn::{
-    CONNECTION_LIFETIME, HANDSHAKE_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES,
-    MAX_PER_CLIENT,
+    BODY_TIMEOUT, CONNECTION_LIFETIME, HANDSHAKE_TIMEOUT, HEADER_TIMEOUT, MAX_BODY_BYTES,
+    MAX_CONNECTIONS, MAX_HEADER_BYTES, MAX_PER_CLIENT, MAX_UNPROVEN, UNPROVEN_LIFETIME,
 };
 
 use crate::state::Service;
@@ -41,6 +45,8 @@ struct Shared {
     registry: Registry,
     /// Slots for queries running at once (see `query::Limits`).
     queries: Arc<tokio::sync::Semaphore>,
+    /// The stores' listing, read once for many requests.
+    overview: crate::overview::Overview,
 }
 
 /// The address a request came from (for the query log).
@@ -59,6 +65,7 @@ pub fn spawn(
         service,
         registry,
         queries,
+        overview: Default::default(),
     });
     std::thread::Builder::new()
         .name("http".into())
@@ -109,7 +116,23 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/logout", post(browser::logout))
         // Browsers ask for it on every page; there is none.
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        // Outermost last: the Host first, then the body, then (protected routes) the token.
+        .layer(middleware::from_fn(conn::bounded_body))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            guard::check_host,
+        ))
+        .layer(middleware::map_response(nosniff))
         .with_state(shared)
+}
+
+/// Every answer, JSON and errors included, is taken for what its type says.
+async fn nosniff(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 fn html(code: StatusCode, body: String) -> Response {
