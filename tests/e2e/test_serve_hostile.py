@@ -761,25 +761,13 @@ def test_request_values_forge_no_log_line(serve, tokens):
 def test_20_page_loads_over_1000_files_do_not_stall_a_query(serve, tapdeck, tokens, tmp_path):
     """A store of 1,000 files (one per second of packet time). A filtered query alone, then
     the same query while 20 clients (from four addresses) load the page over and over: the
-    answer is whole (the same bytes), within 5 s, and every page load is 200."""
+    answer is whole (the same bytes), within 5 s (or five times the query alone, on a busy
+    machine), and every page load is 200."""
     pcap = write_pcap(tmp_path / "spread.pcap", gen_packets(5000, seed=7, duration_ns=1010 * 10**9))
     big = tmp_path / "thousand"
     t0 = time.monotonic()
-    r = tapdeck(
-        "record",
-        "-r",
-        pcap,
-        "--store",
-        big,
-        "-q",
-        "--rotate-interval",
-        "1",
-        "--chunk-size",
-        "1MiB",
-        "--staging",
-        "32MiB",
-        timeout=60,
-    )
+    r = tapdeck("record", "-r", pcap, "--store", big, "-q", "--rotate-interval", "1",
+                "--chunk-size", "1MiB", "--staging", "32MiB", timeout=60)  # fmt: skip
     assert r.returncode == 0, r.describe()
     files = len(data_files(big))
     print(f"overview: {files} files made in {time.monotonic() - t0:.1f} s")
@@ -823,7 +811,13 @@ def test_20_page_loads_over_1000_files_do_not_stall_a_query(serve, tapdeck, toke
         f"the query's answer under page loads differs: {loaded.status}, "
         f"{len(loaded.body)} bytes against {len(alone.body)}"
     )
-    assert loaded.seconds < 5.0, f"the query took {loaded.seconds:.1f} s under page loads"
+    # Queries run at idle priority: on a machine busy with other work, the query alone is
+    # slow too, and the bound grows with it. (Before the listing was cached: 13 to 25 s,
+    # against 0.1 s alone.)
+    bound = max(5.0, 5 * alone.seconds)
+    assert loaded.seconds < bound, (
+        f"the query took {loaded.seconds:.1f} s under page loads, {alone.seconds:.2f} s alone"
+    )
     bad = Counter(st for st, _ in loads if st != 200)
     assert len(loads) >= 20 and not bad, (len(loads), bad)
 
