@@ -6,17 +6,21 @@ of 127.0.0.0/8 (a socket bound to 127.0.0.2 before it connects).
   web page whose name was rebound to 127.0.0.1 reads nothing); with tokens, `allowed-hosts`
   is the list of names a request may use.
 - Slow bodies: 64 body-less `POST /login`s held open cannot keep a request with a token
-  from its answer; a body that does not come gets 408; a body over 4 KiB gets 413.
+  from its answer; addresses of one IPv6 /64 share one address's connections (in a network
+  namespace: root); a body that does not come gets 408; a body over 4 KiB gets 413.
 - Weak tokens: a 3-character metrics token is refused at start; the metrics token opens
-  `/metrics` and `/healthz` and nothing else (no packets, no login).
+  `/metrics` and `/healthz` and nothing else (no packets, no login); a token file others
+  can read is warned about.
 - Guessing: wrong tokens from one address are answered slower and slower (and the log says
   so once); other addresses, and a session cookie, are not slowed.
-- Sessions: the login cookie is an opaque, expiring session id, never the token; a reload
-  that removes (or changes) its token revokes it, and so does logging out.
+- Sessions: the login cookie is an opaque, expiring session id, never the token
+  (`__Host-` prefixed over TLS); a reload that removes (or changes) its token revokes it,
+  and so does logging out.
 - Cross-site: a login, and a request the cookie authenticates, from another site get 403.
 - Logs: a newline in a request's values never starts a log line; a long filter is logged
   cut, with its length and hash.
 - Overview cost: 20 page loads at once over a store of 1,000 files do not stall a query.
+- Nits: the bearer scheme in any case; `nosniff` on every answer.
 - Fuzzing: a few thousand mutated request lines and headers (seeded; `TAPDECK_FUZZ_SEED`
   replays a run) find no panic, and the service answers afterwards.
 
@@ -44,9 +48,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import netlab
 import pytest
-from conftest import data_files, gen_packets, one_error_line, run, wait_for, write_pcap
-from netlab import free_port
+from conftest import (
+    data_files,
+    gen_packets,
+    kill_all,
+    need,
+    one_error_line,
+    run,
+    wait_for,
+    write_pcap,
+)
+from netlab import call_in_ns, free_port, run_in
 from served import Served, write_config
 
 ALICE = "alice-" + "a1" * 12
@@ -330,6 +344,67 @@ def test_slow_bodies_64_bodyless_logins_do_not_lock_out_a_token(serve, tokens, s
         for c in held:
             c.close()
     s.alive()
+
+
+def test_ipv6_addresses_of_one_64_share_one_address_s_connections(
+    tapdeck_bin, procs, tmp_path, store, tokens
+):
+    """Over IPv6 a client has a /64 to pick source addresses from: 40 body-less logins from
+    40 addresses of one /64 keep at most 16 connections (one address's share; the server
+    closes the oldest), and a token from another /64 is answered 200 within 2 s. In a
+    namespace of its own, whose loopback holds the addresses."""
+    need()
+    with netlab.Lab("tdh6", ["x"], ipv6=True) as lab:
+        ns = lab.ns["x"]
+        try:
+            addrs = [f"fd00:31:1::{i:x}" for i in range(1, 41)]
+            batch = "".join(f"addr add {a}/128 dev lo\n" for a in [*addrs, "fd00:31:2::1"])
+            r = run_in(ns, "ip", "-6", "-batch", "-", input=batch, text=True)
+            assert r.returncode == 0, r.stderr
+            port = free_port()
+            s = Served(tapdeck_bin, procs, tmp_path, "--listen", f"[::1]:{port}",
+                       "--token-file", tokens, "--no-capture", store, ns=ns)  # fmt: skip
+            s.wait_log("read-only on", timeout=15)
+            call_in_ns(ns, one_64_shares_connections, port, addrs)
+        finally:
+            kill_all(procs)  # before its namespace goes
+
+
+def one_64_shares_connections(port: int, addrs: list[str]) -> None:
+    head = login_head(port, 100).replace(b"Host: 127.0.0.1", b"Host: [::1]")
+    held = []
+    try:
+        for a in addrs:
+            c = socket.socket(socket.AF_INET6)
+            c.bind((a, 0))
+            c.settimeout(2)
+            c.connect(("::1", port))
+            c.sendall(head)
+            held.append(c)
+        time.sleep(0.5)
+        still_open = 0
+        for c in held:
+            c.settimeout(0.05)
+            try:
+                still_open += c.recv(1) != b""
+            except TimeoutError:
+                still_open += 1  # nothing came, nothing closed
+            except ConnectionError:
+                pass
+        print(f"ipv6: {still_open} of {len(held)} connections of one /64 held open")
+        assert still_open <= 16, f"{still_open} connections from one /64 held: not one address"
+        t0 = time.monotonic()
+        c = http.client.HTTPConnection("::1", port, timeout=5, source_address=("fd00:31:2::1", 0))
+        try:
+            c.request("GET", "/api/v1/files", headers={"Authorization": f"Bearer {ALICE}"})
+            status = c.getresponse().status
+        finally:
+            c.close()
+        took = time.monotonic() - t0
+        assert status == 200 and took < 2.0, (status, took)
+    finally:
+        for c in held:
+            c.close()
 
 
 def test_a_slow_body_gets_408_and_a_big_one_413(serve, tokens):
