@@ -7,7 +7,8 @@ of 127.0.0.0/8 (a socket bound to 127.0.0.2 before it connects).
   is the list of names a request may use.
 - Slow bodies: 64 body-less `POST /login`s held open cannot keep a request with a token
   from its answer; addresses of one IPv6 /64 share one address's connections (in a network
-  namespace: root); a body that does not come gets 408; a body over 4 KiB gets 413.
+  namespace: root); a connection that shows no token lives 15 s; a body that does not come
+  gets 408; a body over 4 KiB gets 413.
 - Weak tokens: a 3-character metrics token is refused at start; the metrics token opens
   `/metrics` and `/healthz` and nothing else (no packets, no login); a token file others
   can read is warned about.
@@ -405,6 +406,59 @@ def one_64_shares_connections(port: int, addrs: list[str]) -> None:
     finally:
         for c in held:
             c.close()
+
+
+def keep_alive_request(c: socket.socket, request: bytes) -> int | None:
+    """One request on an open connection and its answer read whole (by Content-Length):
+    its status, or None once the server has closed the connection."""
+    try:
+        c.sendall(request)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            piece = c.recv(65536)
+            if not piece:
+                return None
+            got += piece
+    except ConnectionError:
+        return None
+    head, _, body = got.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length: *(\d+)", head)
+    need_bytes = int(m.group(1)) if m else 0
+    while len(body) < need_bytes:
+        piece = c.recv(65536)
+        if not piece:
+            return None
+        body += piece
+    return status_of(head)
+
+
+def test_an_unproven_connection_lives_15_s_a_proven_one_lives_on(serve, tokens):
+    """Two keep-alive connections ask for /favicon.ico (no token needed) every second; the
+    first never shows a token and is closed by the server after about 15 s, the second
+    showed one at its start and still answers then."""
+    s = serve({"token-file": str(tokens)})
+    host = f"Host: 127.0.0.1:{s.port}\r\n"
+    favicon = f"GET /favicon.ico HTTP/1.1\r\n{host}\r\n".encode()
+    proof = f"GET /healthz HTTP/1.1\r\n{host}Authorization: Bearer {ALICE}\r\n\r\n".encode()
+    unproven, proven = connect_from("127.0.0.1", s.port), connect_from("127.0.0.1", s.port)
+    t0 = time.monotonic()
+    try:
+        assert keep_alive_request(proven, proof) == 200
+        closed_after = None
+        while time.monotonic() - t0 < 20:
+            for c in (unproven, proven):
+                c.settimeout(3)
+            if keep_alive_request(unproven, favicon) is None:
+                closed_after = time.monotonic() - t0
+                break
+            assert keep_alive_request(proven, favicon) == 204
+            time.sleep(1)
+        print(f"unproven: closed after {closed_after:.1f} s" if closed_after else "unproven: open")
+        assert closed_after is not None and 13 < closed_after < 18, closed_after
+        assert keep_alive_request(proven, favicon) == 204, "the proven connection was closed"
+    finally:
+        unproven.close()
+        proven.close()
 
 
 def test_a_slow_body_gets_408_and_a_big_one_413(serve, tokens):
