@@ -44,9 +44,10 @@ fuzz_target!(|data: &[u8]| {
     let host = headers.get("host").map(|v| v.as_bytes());
     Hosts::new("127.0.0.1:9780".parse().unwrap(), &[], false).admits(host);
     Hosts::new("0.0.0.0:9780".parse().unwrap(), &["tap.example.org".into()], true).admits(host);
-    let _ = session::cross_site(&headers, data.first() == Some(&b'1'));
-    let _ = session::cookie_id(&headers);
-    match auth::authenticate(tokens, &sessions, &headers) {
+    let secure = data.first() == Some(&b'1');
+    let _ = session::cross_site(&headers, secure);
+    let _ = session::cookie_id(&headers, secure);
+    match auth::authenticate(tokens, &sessions, &headers, secure) {
         Verdict::Token(_) => assert_eq!(auth::bearer(&headers).map(str::as_bytes), Some(TOKEN)),
         Verdict::Open(_) | Verdict::Session(_) => panic!("let in without a credential"),
         Verdict::WrongToken | Verdict::Nobody => {}

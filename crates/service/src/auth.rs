@@ -244,11 +244,12 @@ pub enum Verdict {
 
 /// Who sent `headers`. The one place that decides: without `tokens` everyone is
 /// [`ANONYMOUS`]; otherwise the bearer header, or else the session cookie (see
-/// [`crate::session`]), must name someone.
+/// [`crate::session`]; `secure`: the request came over TLS), must name someone.
 pub fn authenticate(
     tokens: &Tokens,
     sessions: &crate::session::Sessions,
     headers: &HeaderMap,
+    secure: bool,
 ) -> Verdict {
     if tokens.is_empty() {
         return Verdict::Open(Identity::anonymous());
@@ -259,7 +260,7 @@ pub fn authenticate(
             None => Verdict::WrongToken,
         };
     }
-    match crate::session::cookie_id(headers).and_then(|id| sessions.find(&id)) {
+    match crate::session::cookie_id(headers, secure).and_then(|id| sessions.find(&id)) {
         // Only token-file tokens open sessions (see `/login`).
         Some(name) => Verdict::Session(Identity {
             name,

@@ -154,16 +154,19 @@ pub fn cross_site(headers: &HeaderMap, tls: bool) -> Option<String> {
     })
 }
 
-/// The session id in the request's cookie, if any (either name: a reload may have turned
-/// TLS on or off since the login).
-pub fn cookie_id(headers: &HeaderMap) -> Option<String> {
+/// The session id in the request's cookie, if any: over TLS only the `__Host-` cookie,
+/// which no plain-HTTP service on this host can have set (cookies do not keep to their
+/// port; a planted session would log the victim in as someone else). A reload that turns
+/// TLS on or off therefore asks browsers to log in again.
+pub fn cookie_id(headers: &HeaderMap, secure: bool) -> Option<String> {
+    let name = if secure { SECURE_COOKIE } else { COOKIE };
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE || *k == SECURE_COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.trim().to_string())
         .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
 }
@@ -245,12 +248,17 @@ mod tests {
             assert!(set.contains("HttpOnly; SameSite=Strict; Max-Age=43200"));
             assert_eq!(set.starts_with("__Host-"), secure);
             assert_eq!(set.ends_with("; Secure"), secure);
-            let got = cookie_id(&cookie(&set)).unwrap();
+            let got = cookie_id(&cookie(&set), secure).unwrap();
             assert_eq!(sessions.find(&got).unwrap(), "alice");
+            assert_eq!(
+                cookie_id(&cookie(&set), !secure),
+                None,
+                "over TLS only the __Host- cookie, without it only the plain one"
+            );
         }
-        assert_eq!(cookie_id(&HeaderMap::new()), None);
+        assert_eq!(cookie_id(&HeaderMap::new(), false), None);
         assert_eq!(
-            cookie_id(&cookie(&format!("{COOKIE}={ALICE}"))),
+            cookie_id(&cookie(&format!("{COOKIE}={ALICE}")), false),
             None,
             "only an id's shape is read"
         );

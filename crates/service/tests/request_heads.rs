@@ -114,9 +114,10 @@ fn no_request_head_panics_or_gets_in_without_a_credential() {
         for hosts in &hosts {
             hosts.admits(h.get("host").map(|v| v.as_bytes()));
         }
-        let _ = session::cross_site(&h, rng.below(2) == 0);
-        let _ = session::cookie_id(&h);
-        match auth::authenticate(&tokens, &sessions, &h) {
+        let secure = rng.below(2) == 0;
+        let _ = session::cross_site(&h, secure);
+        let _ = session::cookie_id(&h, secure);
+        match auth::authenticate(&tokens, &sessions, &h, secure) {
             Verdict::Token(identity) => {
                 assert_eq!(auth::bearer(&h), Some(TOKEN), "only the token opens");
                 assert_eq!(identity.name, "alice");

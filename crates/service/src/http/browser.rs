@@ -106,7 +106,7 @@ pub(super) async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap
             web::login_page(Some("A logout from another site is refused.")),
         );
     }
-    if let Some(id) = session::cookie_id(&headers) {
+    if let Some(id) = session::cookie_id(&headers, secure) {
         shared.service.sessions.close(&id);
     }
     (

@@ -65,10 +65,11 @@ pub(super) async fn require_token(
         Some(_) if !tokens.is_empty() => Some(service.backoff.turn(key).await),
         _ => None,
     };
-    let identity = match auth::authenticate(&tokens, &service.sessions, request.headers()) {
+    let secure = service.tls().is_some();
+    let identity = match auth::authenticate(&tokens, &service.sessions, request.headers(), secure) {
         Verdict::Open(identity) | Verdict::Token(identity) => identity,
         Verdict::Session(identity) => {
-            if let Some(why) = session::cross_site(request.headers(), service.tls().is_some()) {
+            if let Some(why) = session::cross_site(request.headers(), secure) {
                 tracing::info!("refused {}'s session from {peer}: {why}", identity.name);
                 return forbidden(request.uri().path(), "a request from another site");
             }
