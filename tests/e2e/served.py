@@ -41,15 +41,18 @@ def write_config(path: Path, keys: dict) -> Path:
 
 
 def http_request(ns, port, path, *, method="GET", headers=None, host="127.0.0.1",
-                 timeout=5.0, context=None):
+                 timeout=5.0, context=None, source=None):
     """(status, headers with lowercase names, body) of one request made from inside
-    namespace `ns` (None: here); HTTPS with `context`."""
+    namespace `ns` (None: here), from address `source` (None: the kernel's choice); HTTPS
+    with `context`."""
+    bind = (source, 0) if source else None
 
     def go():
         if context is None:
-            c = http.client.HTTPConnection(host, port, timeout=timeout)
+            c = http.client.HTTPConnection(host, port, timeout=timeout, source_address=bind)
         else:
-            c = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+            c = http.client.HTTPSConnection(host, port, timeout=timeout, context=context,
+                                            source_address=bind)
         try:
             c.request(method, path, headers=headers or {})
             r = c.getresponse()
@@ -181,8 +184,9 @@ class Served:
         return wait_for(seen, timeout, f"{needle!r} in the log of serve")
 
     def get(self, path, *, token=..., accept=None, headers=None, context=..., timeout=10.0,
-            method="GET"):
-        """(status, headers with lowercase names, body) of one request."""
+            method="GET", source=None):
+        """(status, headers with lowercase names, body) of one request (from address
+        `source`: wrong tokens from one address are answered slower and slower)."""
         headers = dict(headers or {})
         token = self.token if token is ... else token
         if token:
@@ -191,7 +195,7 @@ class Served:
             headers["Accept"] = accept
         context = self.context if context is ... else context
         return http_request(self.ns, self.port, path, method=method, headers=headers,
-                            timeout=timeout, context=context)
+                            timeout=timeout, context=context, source=source)
 
     def get_json(self, path, **kw):
         status, _, body = self.get(path, **kw)

@@ -23,6 +23,11 @@ from conftest import gen_packets, kill_all, need, tcpdump_lines, wait_for, write
 from netlab import free_port, run_in
 from served import Served
 
+# A token-file token: the metrics token opens only /metrics and /healthz, and every token has
+# 16 characters at least (issue 31).
+TOKEN = "q-secret-0123456789"
+
+
 @pytest.fixture
 def ns(procs):
     """A namespace of its own (loopback only, IPv6 on: the traffic pings ::1), removed after
@@ -42,15 +47,15 @@ def limits():
 @pytest.fixture
 def service(tapdeck_bin, ns, tmp_path, limits, procs):
     store = tmp_path / "S"
-    token = tmp_path / "token"
-    token.write_text("q-secret\n")
+    token = tmp_path / "tokens"
+    token.write_text(f"query {TOKEN}\n")
     cfg = tmp_path / "t.toml"
     cfg.write_text(
         f'interface = ["lo"]\nstore = "{store}"\nstaging = "32MiB"\nchunk-size = "1MiB"\n'
         f'min-free = "0"\nrotate-size = "256KiB"\nflush-interval = 0.2\n'
-        f'listen = "127.0.0.1:9799"\nmetrics-token-file = "{token}"\n{limits}'
+        f'listen = "127.0.0.1:9799"\ntoken-file = "{token}"\n{limits}'
     )
-    s = Served(tapdeck_bin, procs, tmp_path, config=cfg, ns=ns, token="q-secret")
+    s = Served(tapdeck_bin, procs, tmp_path, config=cfg, ns=ns, token=TOKEN)
     s.wait_answering(timeout=20)  # healthz 200: recording
     return {"proc": s.proc, "store": store, "token": token, "log": s.log, "bin": tapdeck_bin,
             "ns": ns}
@@ -73,7 +78,7 @@ def settled(ns) -> bool:
         "curl",
         "-s",
         "-H",
-        "Authorization: Bearer q-secret",
+        f"Authorization: Bearer {TOKEN}",
         "http://127.0.0.1:9799/api/v1/status",
         text=True,
     )
@@ -82,7 +87,7 @@ def settled(ns) -> bool:
 
 
 def query(s, out, *args, token=True):
-    extra = ["--metrics-token-file", s["token"]] if token else []
+    extra = ["--token-file", s["token"]] if token else []
     return run_in(
         s["ns"], s["bin"], "query", "127.0.0.1:9799", "-w", out, *extra, *args, text=True
     )
@@ -145,7 +150,7 @@ def test_files_lists_the_store_and_errors_are_one_line(service, tmp_path):
             "curl",
             "-s",
             "-H",
-            "Authorization: Bearer q-secret",
+            f"Authorization: Bearer {TOKEN}",
             "http://127.0.0.1:9799/api/v1/files",
             text=True,
         )

@@ -424,7 +424,7 @@ def test_check_and_refusals_at_start(tapdeck, serve_check, tmp_path):
         assert "metrics-token-file" in msg, msg
     assert not store.exists()
     token = tmp_path / "token"
-    token.write_text("s3cret\n")
+    token.write_text("s3cret-0123456789abcdef\n")  # 16 characters at least (issue 31)
     _, r = serve_check(open_listen + f'metrics-token-file = "{token}"\n', "--check")
     assert r.returncode == 0 and r.out.endswith(
         "HTTP on 0.0.0.0:9781 (token required)\n"
@@ -565,11 +565,17 @@ def scrape_with_prometheus(tapdeck, start, link, procs, tmp_path) -> SimpleNames
     token = "t0k-" + os.urandom(8).hex()
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
+    # The metrics token opens /metrics and /healthz only (issue 31): the status API takes a
+    # token-file token.
+    ops = "ops-" + os.urandom(8).hex()
+    ops_file = tmp_path / "tokens"
+    ops_file.write_text(f"ops {ops}\n")
     store = facts.store = tmp_path / "S"
     port = free_port(link.cap)
     # No minute cuts: the files are cut by the test's SIGUSR1 and SIGTERM only.
     keys = {
         "metrics-token-file": str(token_file),
+        "token-file": str(ops_file),
         "listen": f"0.0.0.0:{port}",
         "rotate-interval": 0,
     }
@@ -632,7 +638,7 @@ def scrape_with_prometheus(tapdeck, start, link, procs, tmp_path) -> SimpleNames
         0.25,
     )
     facts.info_rotated = tapdeck.info(store)
-    status, _, body = s.get("/api/v1/status")
+    status, _, body = s.get("/api/v1/status", token=ops)
     facts.status = (status, json.loads(body))
 
     # The alert rules: loaded, evaluated, healthy.
@@ -808,9 +814,15 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
     the exact token, 200 with it, also from the other namespace (listen 0.0.0.0);
     `tapdeck status` exits 1 in one line without the token file, 0 with it. Rewriting the
     file and SIGHUP rotates the token (before the fix in this branch the reload said
-    "nothing changed" and the old token stayed valid)."""
+    "nothing changed" and the old token stayed valid). Since issue 31 the metrics token opens
+    /metrics and /healthz only (403 elsewhere), and tokens have 16 characters at least: the
+    status API and `tapdeck status` take a token-file token, rotated the same way."""
+    first, second = "first-token-0123456789", "second-token-0123456789"
+    first_ops, second_ops = "first-ops-0123456789", "second-ops-0123456789"
     token_file = tmp_path / "token"
-    token_file.write_text("first-token\n")
+    token_file.write_text(first + "\n")
+    ops_file = tmp_path / "tokens"
+    ops_file.write_text(f"ops {first_ops}\n")
     port = free_port(link.cap)
     cfg = write_config(
         tmp_path / "tapdeck.toml",
@@ -819,10 +831,10 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
             tmp_path / "S",
             port,
             listen=f"0.0.0.0:{port}",
-            **{"metrics-token-file": str(token_file)},
+            **{"metrics-token-file": str(token_file), "token-file": str(ops_file)},
         ),
     )
-    s = start(cfg, token="first-token")
+    s = start(cfg, token=first)
     s.wait_recording()
     for path in ("/metrics", "/healthz", "/api/v1/status"):
         status, headers, body = s.get(path, token=None)
@@ -832,9 +844,13 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
             body,
         )
         assert b"tapdeck_" not in body and b"healthy" not in body
-        assert s.get(path, token="first-tokenX")[0] == 401
-        assert s.get(path, token="first-toke")[0] == 401
-        assert s.get(path)[0] == 200
+        assert s.get(path, token=first + "X")[0] == 401
+        assert s.get(path, token=first[:-1])[0] == 401
+        if path == "/api/v1/status":
+            assert s.get(path)[0] == 403, "the metrics token got the status"
+            assert s.get(path, token=first_ops)[0] == 200
+        else:
+            assert s.get(path)[0] == 200
     # From the other namespace, over the veth: `listen = 0.0.0.0` is reachable, and only
     # with the token.
     st, _, _ = http_request(link.gen, port, "/metrics", host=CAP_ADDR)
@@ -844,7 +860,7 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
         port,
         "/metrics",
         host=CAP_ADDR,
-        headers={"Authorization": "Bearer first-token"},
+        headers={"Authorization": f"Bearer {first}"},
     )
     assert st == 200 and b"tapdeck_build_info" in body
 
@@ -858,29 +874,34 @@ def test_token_is_required_and_rotated_by_sighup(tapdeck, link, start, tmp_path)
     r = run(status_cmd)
     assert r.returncode == 1, r.describe()
     assert "wants a token: pass --token-file" in one_error_line(r.stderr)
-    r = run([*status_cmd, "--metrics-token-file", token_file])
+    r = run([*status_cmd, "--token-file", ops_file])
     assert r.returncode == 0, r.describe()
     assert re.match(
         r"tapdeck \S+ at recording: healthy\n  packets: seen \d+  stored \d+", r.out
     ), r.out
-    r = run([*status_cmd, "--metrics-token-file", token_file, "--json"])
+    r = run([*status_cmd, "--token-file", ops_file, "--json"])
     assert r.returncode == 0 and json.loads(r.out)["health"]["healthy"] is True, (
         r.describe()
     )
 
     # A rotated token: the file is rewritten (same path) and SIGHUP makes it the token.
     mark = len(s.log_text())
-    token_file.write_text("second-token\n")
+    token_file.write_text(second + "\n")
     s.proc.send_signal(signal.SIGHUP)
     s.wait_log("re-read; now in effect: metrics-token-file", after=mark)
-    assert s.get("/metrics", token="first-token")[0] == 401
-    assert s.get("/metrics", token="second-token")[0] == 200
-    r = run([*status_cmd, "--metrics-token-file", token_file])
+    assert s.get("/metrics", token=first)[0] == 401
+    assert s.get("/metrics", token=second)[0] == 200
+    # The token file's token, likewise.
+    mark = len(s.log_text())
+    ops_file.write_text(f"ops {second_ops}\n")
+    s.proc.send_signal(signal.SIGHUP)
+    s.wait_log("re-read; now in effect: token-file", after=mark)
+    r = run([*status_cmd, "--token-file", ops_file])
     assert r.returncode == 0, r.describe()
     # An old token file: the answer says the token was refused, not that none was sent.
     old = tmp_path / "old-token"
-    old.write_text("first-token\n")
-    r = run([*status_cmd, "--metrics-token-file", old])
+    old.write_text(f"ops {first_ops}\n")
+    r = run([*status_cmd, "--token-file", old])
     assert r.returncode == 1, r.describe()
     assert f"refused the token in {old}" in one_error_line(r.stderr)
     s.stop()
@@ -1526,12 +1547,13 @@ def attack(start, link, procs, tmp_path) -> SimpleNamespace:
     facts.huge_headers = raw_exchange(
         ns, port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + huge + b"\r\n"
     )
-    # Other methods and escaping paths.
+    # Other methods and escaping paths, with this host's name as `Host` (without tokens a
+    # foreign one gets 421 whatever the method or path, since issue 31).
     facts.methods = {
         method: raw_exchange(
             ns,
             port,
-            f"{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode(),
+            f"{method} /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode(),
         )
         for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE")
     }
@@ -1539,7 +1561,7 @@ def attack(start, link, procs, tmp_path) -> SimpleNamespace:
         path: raw_exchange(
             ns,
             port,
-            f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode(),
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode(),
         )
         for path in ESCAPING_PATHS
     }

@@ -38,7 +38,8 @@ from served import Served
 
 ALICE = "alice-" + "a1" * 12
 BOB = "bob-" + "b2" * 12
-METRICS = "m-secret-token"
+# Every token has at least 16 characters, the metrics token too (issue 31).
+METRICS = "m-secret-token-0123"
 FILTER = "udp and port 53"
 
 
@@ -177,15 +178,19 @@ def test_named_tokens_are_required_on_loopback_and_name_who_asked(
 ):
     """With token-file and metrics-token-file, every route wants one of their tokens, also
     on loopback: without one, or with a near miss, 401 with `WWW-Authenticate: Bearer` and
-    an empty body; each token is let in, and the query log names its owner."""
+    an empty body; each token is let in where it opens (the metrics token: /metrics and
+    /healthz only, 403 elsewhere), and the query log names its owner."""
     tokens = write_tokens(tmp_path / "tokens", {"alice": ALICE, "bob": BOB})
     metrics = tmp_path / "metrics-token"
     metrics.write_text(METRICS + "\n")
     s = serve("--token-file", tokens, "--metrics-token-file", metrics)
     paths = ["/api/v1/packets?filter=udp", "/api/v1/files", "/healthz", "/metrics"]
-    for path in paths:
+    for i, path in enumerate(paths):
+        # Each path's five wrong tokens from an address of their own: from one address,
+        # more than five are answered slower and slower (issue 31), which is not this test's.
+        source = f"127.0.0.{10 + i}"
         for wrong in (None, ALICE[:-1], ALICE + "x", "alice", ALICE.upper(), METRICS[1:]):
-            status, headers, body = s.get(path, token=wrong)
+            status, headers, body = s.get(path, token=wrong, source=source)
             assert status == 401, (
                 f"{path} with token {wrong!r} answered {status}: a wrong or missing "
                 "token got in"
@@ -199,7 +204,8 @@ def test_named_tokens_are_required_on_loopback_and_name_who_asked(
             )
         for token in (ALICE, BOB, METRICS):
             status, _, body = s.get(path, token=token)
-            assert status == 200, f"{path} refused a valid token: {status} {body[:200]!r}"
+            want = 403 if token == METRICS and path.startswith("/api/") else 200
+            assert status == want, f"{path} with a valid token: {status} {body[:200]!r}"
 
     mark = len(s.log_text())
     out = tmp_path / "alice.pcapng"
@@ -208,8 +214,10 @@ def test_named_tokens_are_required_on_loopback_and_name_who_asked(
     out_bob = tmp_path / "bob.pcapng"
     r = query(tapdeck, s.addr, out_bob, "--token-file", tokens, "--token-name", "bob")
     assert r.returncode == 0, r.describe()
+    # The metrics token downloads no packets (issue 31).
     r = query(tapdeck, s.addr, tmp_path / "m.pcapng", "--metrics-token-file", metrics)
-    assert r.returncode == 0, r.describe()
+    assert r.returncode != 0, r.describe()
+    one_error_line(r.stderr)
     def named(who):
         return [
             line
@@ -218,12 +226,12 @@ def test_named_tokens_are_required_on_loopback_and_name_who_asked(
         ]
 
     wait_for(
-        lambda: all(named(w) for w in ("alice", "bob", "metrics")),
+        lambda: all(named(w) for w in ("alice", "bob")),
         10,
-        "a query log line for each of alice, bob and metrics",
+        "a query log line for each of alice and bob",
     )
     log = s.log_text()
-    for who in ("alice", "bob", "metrics"):
+    for who in ("alice", "bob"):
         # (A line of an earlier request may land after the mark: the log is written as
         # the answer ends.)
         lines = [

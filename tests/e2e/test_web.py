@@ -55,17 +55,18 @@ def get(url, token=None, cookie=None):
 
 @pytest.fixture
 def served(tapdeck, tmp_path, procs):
-    """A store recorded from a generated trace, served read-only with a token file."""
+    """A store recorded from a generated trace, served read-only with a token file (a
+    `NAME TOKEN` line: the metrics token opens no page since issue 31)."""
     original = write_pcap(tmp_path / "original.pcap", gen_packets(4000, seed=17))
     store = tmp_path / "S"
     r = tapdeck(
         "record", "-r", original, "--store", store, "-q", "--stats-interval", "0.05"
     )
     assert r.returncode == 0, r.describe()
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
+    token = tmp_path / "tokens"
+    token.write_text(f"web {TOKEN}\n")
     s = Served(tapdeck.bin, procs, tmp_path, "--listen", f"127.0.0.1:{free_port()}",
-               "--metrics-token-file", token, "--no-capture", store, token=TOKEN)
+               "--token-file", token, "--no-capture", store, token=TOKEN)
     base = f"http://{s.addr}"
     wait_for(
         lambda: get(base + "/healthz", TOKEN)[0] == 200,
@@ -87,7 +88,9 @@ def test_the_page_and_its_assets_need_the_token(served):
     for path in ["/assets/tapdeck.js", "/api/v1/stats", "/api/v1/count", "/api/v1/files"]:
         assert get(base + path)[0] == 401, f"{path} answered without a token"
         assert get(base + path, "wrong-token-0123456789")[0] == 401, path
-        assert get(base + path, cookie="tapdeck_token=wrong")[0] == 401, path
+        assert get(base + path, cookie="tapdeck_session=wrong")[0] == 401, path
+        # The cookie holds a session id, not a token (issue 31): the token there is no way in.
+        assert get(base + path, cookie=f"tapdeck_session={TOKEN}")[0] == 401, path
     code, _, body = get(base + "/", TOKEN)
     assert code == 200 and str(served["store"]) in body.decode()
     code, headers, body = get(base + "/assets/uPlot.iife.min.js", TOKEN)
@@ -334,9 +337,10 @@ def test_a_window_before_the_retention_horizon_is_refused(served):
 def test_a_named_token_logs_in_through_the_form_and_the_cookie_is_its(
     tapdeck, tmp_path, procs
 ):
-    """`token-file` (NAME TOKEN lines): the form's token becomes the cookie, the cookie
-    opens the page and the API, the log names who logged in; a wrong token gets the form
-    again (401) and no cookie; logging out forgets it."""
+    """`token-file` (NAME TOKEN lines): the form's token becomes the cookie (a session of
+    that name's, not the token: issue 31), the cookie opens the page and the API, the log
+    names who logged in; a wrong token gets the form again (401) and no cookie; logging out
+    forgets it."""
     import http.client
 
     original = write_pcap(tmp_path / "o.pcap", gen_packets(500, seed=3))
@@ -363,6 +367,7 @@ def test_a_named_token_logs_in_through_the_form_and_the_cookie_is_its(
     status, cookie = login("alice-token-0123456789")
     assert status in (302, 303) and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert "Secure" not in cookie, "Secure on plain HTTP would make browsers drop it"
+    assert "alice-token" not in cookie, "the cookie holds the token"
     pair = cookie.split(";")[0]
     code, _, body = get(base + "/", cookie=pair)
     assert code == 200 and str(store) in body.decode()
@@ -371,7 +376,9 @@ def test_a_named_token_logs_in_through_the_form_and_the_cookie_is_its(
     wait_for(lambda: "web login by alice" in s.log_text(), 5, "the login in the log")
     wait_for(lambda: "count by alice" in s.log_text(), 5, "the count, by name, in the log")
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("POST", "/logout")
+    c.request("POST", "/logout", headers={"Cookie": pair})
     r = c.getresponse()
     r.read()
     assert "Max-Age=0" in (r.getheader("Set-Cookie") or "")
+    # The session itself is gone, not only the browser's copy of it.
+    assert get(base + "/api/v1/files", cookie=pair)[0] == 401
