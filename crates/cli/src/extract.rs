@@ -126,6 +126,10 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         0 => String::new(),
         n => format!("; {n} chunks in the window skipped by the flow index"),
     };
+    let pruned = match plan.files_skipped_by_time {
+        0 => pruned,
+        n => format!("{pruned}; {n} files outside the window skipped by their names' times"),
+    };
     let result = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
@@ -186,8 +190,8 @@ pub struct Selection {
 }
 
 /// Plans reading `stores` (with their clock offsets) in `window` through `expr`: the
-/// filter's index-answerable form skips chunks (unless `use_index` is false); libpcap
-/// still decides every packet.
+/// files' names skip files outside the window and the filter's index-answerable form
+/// skips chunks (unless `use_index` is false); libpcap still decides every packet.
 pub fn select(
     stores: &[Store],
     offsets: &[i64],
@@ -210,6 +214,7 @@ pub fn select(
         .window(window)
         .on_damage(on_damage)
         .prune(predicate.as_ref())
+        .by_name_time(use_index)
         .build()?;
     // Compiled once per link type, before any output is written.
     let programs = LinkPrograms::compile(expr, &plan.linktypes()).map_err(|e| {
@@ -240,6 +245,7 @@ fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &Pla
         ),
     };
     eprintln!("tapdeck: explain: {how}");
+    explain_time(no_index, plan);
     for c in &plan.choices {
         eprintln!(
             "tapdeck: explain: {}: {} of {} chunks in the window read{}",
@@ -254,6 +260,25 @@ fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &Pla
         plan.chunks_selected,
         plan.chunks_selected + plan.chunks_pruned,
         plan.chunks_pruned
+    );
+}
+
+/// `--explain`, files: how many the names' times left unopened, and the files whose
+/// packets leave their names' span (their streams are read whole).
+fn explain_time(no_index: bool, plan: &Plan) {
+    if no_index {
+        eprintln!("tapdeck: explain: --no-index: every file is opened");
+        return;
+    }
+    for path in &plan.out_of_name_span {
+        eprintln!(
+            "tapdeck: explain: {}: holds packets outside the times its name and the next file's give: every file of its stream opened",
+            path.display()
+        );
+    }
+    eprintln!(
+        "tapdeck: explain: skipped by time: {} of {} files (their names place them outside the window)",
+        plan.files_skipped_by_time, plan.files_total
     );
 }
 
