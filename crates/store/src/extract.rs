@@ -39,25 +39,8 @@ use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 use crate::meta::{self, days_from_civil};
 use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
 use crate::time_prune::{NamedFile, TimePlan};
+pub use crate::window::{corrected, TimeWindow};
 use crate::{lock, salvage};
-
-/// Packets with `start <= ts < end`; an open side is unbounded.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimeWindow {
-    pub start_ns: Option<u64>,
-    pub end_ns: Option<u64>,
-}
-
-impl TimeWindow {
-    pub fn contains(&self, ts: u64) -> bool {
-        self.start_ns.is_none_or(|s| ts >= s) && self.end_ns.is_none_or(|e| ts < e)
-    }
-
-    /// Does anything in `[first, last]` fall in the window?
-    pub fn meets(&self, first: u64, last: u64) -> bool {
-        self.start_ns.is_none_or(|s| last >= s) && self.end_ns.is_none_or(|e| first < e)
-    }
-}
 
 /// Decides which packets are written; `linktype` is the packet's interface's LINKTYPE_*.
 pub trait PacketFilter {
@@ -100,11 +83,6 @@ pub struct StoreInput<'a> {
     /// Added to every timestamp of the store (a monitor whose clock ran behind gets a
     /// positive offset). The window and the merge see corrected times.
     pub offset_ns: i64,
-}
-
-/// `ts` corrected by a clock offset, kept within what u64 nanoseconds hold.
-pub fn corrected(ts: u64, offset_ns: i64) -> u64 {
-    (i128::from(ts) + i128::from(offset_ns)).clamp(0, i128::from(u64::MAX)) as u64
 }
 
 /// An interface of the output file: one per distinct (input store, stream, interface).

@@ -28,8 +28,8 @@
 //! replayed trace with a stray timestamp, far from the window). `--no-index` reads every
 //! file; the store catalog, which keeps each file's true time range, will not need names.
 
-use crate::extract::{corrected, TimeWindow};
 use crate::meta;
+use crate::window::{corrected, TimeWindow};
 
 /// A readable file of a store as its name places it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
