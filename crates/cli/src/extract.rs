@@ -8,7 +8,9 @@ use tapdeck_filter::bpf::LinkPrograms;
 use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_recorder::merge::{parse_offset, InputSpec};
-use tapdeck_store::extract::{self, ExtractError, OnDamage, Plan, StoreInput, TimeWindow};
+use tapdeck_store::extract::{
+    self, ExtractError, ExtractReport, OnDamage, Plan, StoreInput, TimeWindow,
+};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
@@ -122,14 +124,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     let mut filter = |lt: u16, p: &Packet<'_>| programs.matches(lt, p.data);
 
     let (files_selected, chunks_selected) = (plan.files_selected, plan.chunks_selected);
-    let pruned = match plan.chunks_pruned {
-        0 => String::new(),
-        n => format!("; {n} chunks in the window skipped by the flow index"),
-    };
-    let pruned = match plan.files_skipped_by_time {
-        0 => pruned,
-        n => format!("{pruned}; {n} files outside the window skipped by their names' times"),
-    };
+    let pruned = skipped_note(&plan);
     let result = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
@@ -150,22 +145,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     for d in &report.damage {
         eprintln!("tapdeck: damaged: {d}");
     }
-    let cut = report
-        .damage
-        .iter()
-        .filter(|d| d.packets_lost.is_none())
-        .count();
-    let lost = match (report.damage.len(), cut) {
-        (0, _) => String::new(),
-        (places, 0) => format!(
-            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count)",
-            report.packets_lost()
-        ),
-        (places, cut) => format!(
-            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count) plus the cut-off tails of {cut} file(s), whose packets no index counts",
-            report.packets_lost()
-        ),
-    };
+    let lost = damage_note(&report);
     eprintln!(
         "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index){pruned}{lost}",
         report.packets_written,
@@ -179,6 +159,39 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     );
     // 3: the output holds everything but the damage reported (see `extract --help`).
     Ok(if report.damage.is_empty() { 0 } else { 3 })
+}
+
+/// The summary's note of what the plan left unread: files by their names' times, chunks
+/// by the flow index.
+fn skipped_note(plan: &Plan) -> String {
+    let chunks = match plan.chunks_pruned {
+        0 => String::new(),
+        n => format!("; {n} chunks in the window skipped by the flow index"),
+    };
+    match plan.files_skipped_by_time {
+        0 => chunks,
+        n => format!("{chunks}; {n} files outside the window skipped by their names' times"),
+    }
+}
+
+/// The summary's note of the damage read around (empty when none).
+fn damage_note(report: &ExtractReport) -> String {
+    let cut = report
+        .damage
+        .iter()
+        .filter(|d| d.packets_lost.is_none())
+        .count();
+    match (report.damage.len(), cut) {
+        (0, _) => String::new(),
+        (places, 0) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count)",
+            report.packets_lost()
+        ),
+        (places, cut) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count) plus the cut-off tails of {cut} file(s), whose packets no index counts",
+            report.packets_lost()
+        ),
+    }
 }
 
 /// What an extract reads: the plan (chunks in the window that the flow index does not
