@@ -404,7 +404,8 @@ impl<'a> InputFiles<'a> {
     fn out_of_name_span(&self, time: &TimePlan) -> Vec<(u32, PathBuf)> {
         let mut out = Vec::new();
         for (i, opened) in self.opened.iter().enumerate() {
-            let (Some(span), Some(Ok(file))) = (time.spans[i], opened) else {
+            let (Some(span), Some(name), Some(Ok(file))) = (time.spans[i], self.names[i], opened)
+            else {
                 continue;
             };
             if file.packet_chunks().all(|e| e.packets == 0) {
@@ -412,7 +413,7 @@ impl<'a> InputFiles<'a> {
             }
             let (first, last) = index_span(file);
             if !span.holds(first, last) {
-                out.push((file.meta.stream, file.path.clone()));
+                out.push((name.stream, file.path.clone()));
             }
         }
         out
