@@ -1669,6 +1669,42 @@ mod tests {
     }
 
     #[test]
+    fn a_file_being_written_is_open_ended_and_opened_only_when_the_window_reaches_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = |seq: u64| {
+            let mut s = FileSpec::new(0, seq, Format::Pcapng, Container::Zstd);
+            let t = 100 * seq;
+            s.chunks = vec![(Codec::Zstd(1), vec![pkt(t, 1), pkt(t + 50, 2)])];
+            s
+        };
+        for seq in 1..=4 {
+            write_file(dir.path(), &spec(seq));
+        }
+        // Sequence 5 is being written: its frames so far, under its hidden name, in a
+        // store whose lock a recorder (here this test) holds.
+        let (bytes, _) = build(&spec(5));
+        let name = meta::file_name(500, 0, 5, Format::Pcapng, Container::Zstd);
+        std::fs::write(dir.path().join(meta::partial_name(&name)), bytes).unwrap();
+        let _lock = lock::StoreLock::acquire(&[dir.path().to_path_buf()], "test").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!((store.files.len(), store.partials.len()), (4, 1));
+        // Long after it began: the live file, and the one before it.
+        let (got, total, skipped) = extract_bytes(&store, window(Some(900), None), true);
+        assert_eq!((total, skipped), (5, 3));
+        assert_eq!(got, extract_bytes(&store, window(Some(900), None), false).0);
+        let (got, _, _) = extract_bytes(&store, window(Some(520), None), true);
+        let mut reader = TraceReader::new(&got[..]).unwrap();
+        assert_eq!(reader.next_packet().unwrap().map(|p| p.ts_ns), Some(550));
+        // Inside the first file: the live one is not opened.
+        let (got, total, skipped) = extract_bytes(&store, window(Some(110), Some(120)), true);
+        assert_eq!((total, skipped), (5, 3));
+        assert_eq!(
+            got,
+            extract_bytes(&store, window(Some(110), Some(120)), false).0
+        );
+    }
+
+    #[test]
     fn stores_whose_names_disagree_with_their_sequence_are_not_pruned() {
         let (_dir, store) = two_runs();
         for w in [window(Some(45), Some(66)), window(Some(80), None)] {
