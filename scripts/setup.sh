@@ -26,6 +26,7 @@ packages=(
                    # where systemd runs, Debian's package also starts a Prometheus on :9090
   systemd          # systemd-analyze verifies deploy/tapdeck.service
   openssl curl     # certificates and TLS clients of tests/e2e/test_serve_auth.py
+  strace           # counts the files a windowed query opens (tests/e2e/test_time_pruning.py)
 )
 missing=()
 for p in "${packages[@]}"; do

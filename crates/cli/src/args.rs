@@ -365,13 +365,14 @@ pub struct ExtractArgs {
     #[arg(long = "data-dir", value_name = "DIR")]
     pub data_dirs: Vec<PathBuf>,
 
-    /// Read every chunk in the window, ignoring the flow index (for benchmarks, and for
-    /// doubt): the output is the same, only slower.
+    /// Read every chunk in the window, ignoring the flow index and the files' names (every
+    /// file is opened; for benchmarks, and for doubt): the output is the same, only slower.
     #[arg(long)]
     pub no_index: bool,
 
-    /// Say which files and chunks are read and why (the filter's index-answerable form,
-    /// and per file the chunks in the window and those the flow index kept), on stderr.
+    /// Say which files and chunks are read and why (the files the window's times leave
+    /// unopened, the filter's index-answerable form, and per file the chunks in the window
+    /// and those the flow index kept), on stderr.
     #[arg(long)]
     pub explain: bool,
 }

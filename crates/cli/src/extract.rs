@@ -8,7 +8,9 @@ use tapdeck_filter::bpf::LinkPrograms;
 use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_recorder::merge::{parse_offset, InputSpec};
-use tapdeck_store::extract::{self, ExtractError, OnDamage, Plan, StoreInput, TimeWindow};
+use tapdeck_store::extract::{
+    self, ExtractError, ExtractReport, OnDamage, Plan, StoreInput, TimeWindow,
+};
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
 
@@ -122,10 +124,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     let mut filter = |lt: u16, p: &Packet<'_>| programs.matches(lt, p.data);
 
     let (files_selected, chunks_selected) = (plan.files_selected, plan.chunks_selected);
-    let pruned = match plan.chunks_pruned {
-        0 => String::new(),
-        n => format!("; {n} chunks in the window skipped by the flow index"),
-    };
+    let pruned = skipped_note(&plan);
     let result = if args.window.write == "-" {
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
@@ -146,22 +145,7 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     for d in &report.damage {
         eprintln!("tapdeck: damaged: {d}");
     }
-    let cut = report
-        .damage
-        .iter()
-        .filter(|d| d.packets_lost.is_none())
-        .count();
-    let lost = match (report.damage.len(), cut) {
-        (0, _) => String::new(),
-        (places, 0) => format!(
-            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count)",
-            report.packets_lost()
-        ),
-        (places, cut) => format!(
-            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count) plus the cut-off tails of {cut} file(s), whose packets no index counts",
-            report.packets_lost()
-        ),
-    };
+    let lost = damage_note(&report);
     eprintln!(
         "tapdeck: wrote {} packets ({} left out by the filter); decoded {} of {} files, {} of {} chunks (selected {} files, {} chunks by the index){pruned}{lost}",
         report.packets_written,
@@ -177,6 +161,39 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     Ok(if report.damage.is_empty() { 0 } else { 3 })
 }
 
+/// The summary's note of what the plan left unread: files by their names' times, chunks
+/// by the flow index.
+fn skipped_note(plan: &Plan) -> String {
+    let chunks = match plan.chunks_pruned {
+        0 => String::new(),
+        n => format!("; {n} chunks in the window skipped by the flow index"),
+    };
+    match plan.files_skipped_by_time {
+        0 => chunks,
+        n => format!("{chunks}; {n} files outside the window skipped by their names' times"),
+    }
+}
+
+/// The summary's note of the damage read around (empty when none).
+fn damage_note(report: &ExtractReport) -> String {
+    let cut = report
+        .damage
+        .iter()
+        .filter(|d| d.packets_lost.is_none())
+        .count();
+    match (report.damage.len(), cut) {
+        (0, _) => String::new(),
+        (places, 0) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count)",
+            report.packets_lost()
+        ),
+        (places, cut) => format!(
+            "; DAMAGE: {places} place(s) could not be read, {} packets lost (by the index's count) plus the cut-off tails of {cut} file(s), whose packets no index counts",
+            report.packets_lost()
+        ),
+    }
+}
+
 /// What an extract reads: the plan (chunks in the window that the flow index does not
 /// rule out) and libpcap's program per link type, which decides every packet.
 pub struct Selection {
@@ -186,8 +203,8 @@ pub struct Selection {
 }
 
 /// Plans reading `stores` (with their clock offsets) in `window` through `expr`: the
-/// filter's index-answerable form skips chunks (unless `use_index` is false); libpcap
-/// still decides every packet.
+/// files' names skip files outside the window and the filter's index-answerable form
+/// skips chunks (unless `use_index` is false); libpcap still decides every packet.
 pub fn select(
     stores: &[Store],
     offsets: &[i64],
@@ -210,6 +227,7 @@ pub fn select(
         .window(window)
         .on_damage(on_damage)
         .prune(predicate.as_ref())
+        .by_name_time(use_index)
         .build()?;
     // Compiled once per link type, before any output is written.
     let programs = LinkPrograms::compile(expr, &plan.linktypes()).map_err(|e| {
@@ -240,6 +258,7 @@ fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &Pla
         ),
     };
     eprintln!("tapdeck: explain: {how}");
+    explain_time(no_index, plan);
     for c in &plan.choices {
         eprintln!(
             "tapdeck: explain: {}: {} of {} chunks in the window read{}",
@@ -254,6 +273,25 @@ fn explain(expr: &str, no_index: bool, predicate: Option<&Predicate>, plan: &Pla
         plan.chunks_selected,
         plan.chunks_selected + plan.chunks_pruned,
         plan.chunks_pruned
+    );
+}
+
+/// `--explain`, files: how many the names' times left unopened, and the files whose
+/// packets leave their names' span (their streams are read whole).
+fn explain_time(no_index: bool, plan: &Plan) {
+    if no_index {
+        eprintln!("tapdeck: explain: --no-index: every file is opened");
+        return;
+    }
+    for path in &plan.out_of_name_span {
+        eprintln!(
+            "tapdeck: explain: {}: holds packets outside the times its name and the next file's give: every file of its stream opened",
+            path.display()
+        );
+    }
+    eprintln!(
+        "tapdeck: explain: skipped by time: {} of {} files (their names place them outside the window)",
+        plan.files_skipped_by_time, plan.files_total
     );
 }
 

@@ -14,7 +14,9 @@
 //! chunk per lane in memory at a time; one run after another is one lane.
 //!
 //! Plans are made by one builder ([`Plan::builder`]): the time window, what to do on
-//! damage ([`OnDamage`]), and the predicate the chunk filters prune with.
+//! damage ([`OnDamage`]), and the predicate the chunk filters prune with. With a window,
+//! a file is opened only when its name places it near the window ([`crate::time_prune`]):
+//! the rest are counted, never read.
 //!
 //! Damage: with [`OnDamage::Skip`], a chunk that does not decode is reported
 //! (file, offset, packets the index gives it) and reading goes on with the next chunk; a
@@ -36,25 +38,9 @@ use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
 use crate::meta::{self, days_from_civil};
 use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
+use crate::time_prune::{NamedFile, TimePlan};
+pub use crate::window::{corrected, TimeWindow};
 use crate::{lock, salvage};
-
-/// Packets with `start <= ts < end`; an open side is unbounded.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimeWindow {
-    pub start_ns: Option<u64>,
-    pub end_ns: Option<u64>,
-}
-
-impl TimeWindow {
-    pub fn contains(&self, ts: u64) -> bool {
-        self.start_ns.is_none_or(|s| ts >= s) && self.end_ns.is_none_or(|e| ts < e)
-    }
-
-    /// Does anything in `[first, last]` fall in the window?
-    pub fn meets(&self, first: u64, last: u64) -> bool {
-        self.start_ns.is_none_or(|s| last >= s) && self.end_ns.is_none_or(|e| first < e)
-    }
-}
 
 /// Decides which packets are written; `linktype` is the packet's interface's LINKTYPE_*.
 pub trait PacketFilter {
@@ -97,11 +83,6 @@ pub struct StoreInput<'a> {
     /// Added to every timestamp of the store (a monitor whose clock ran behind gets a
     /// positive offset). The window and the merge see corrected times.
     pub offset_ns: i64,
-}
-
-/// `ts` corrected by a clock offset, kept within what u64 nanoseconds hold.
-pub fn corrected(ts: u64, offset_ns: i64) -> u64 {
-    (i128::from(ts) + i128::from(offset_ns)).clamp(0, i128::from(u64::MAX)) as u64
 }
 
 /// An interface of the output file: one per distinct (input store, stream, interface).
@@ -173,6 +154,12 @@ pub struct Plan {
     pub chunks_selected: u64,
     /// Chunks in the window that the flow index ruled out for the filter.
     pub chunks_pruned: u64,
+    /// Files never opened: their names place them outside the window (`chunks_total`
+    /// counts the chunks of the files opened).
+    pub files_skipped_by_time: u64,
+    /// Files that hold packets outside the span their names give: their streams were read
+    /// whole (see [`crate::time_prune`]).
+    pub out_of_name_span: Vec<PathBuf>,
     /// Per file met by the window, what was chosen and why (`extract --explain`).
     pub choices: Vec<FileChoice>,
     /// Stop at damage, or go on past it (see the module comment).
@@ -279,6 +266,7 @@ pub struct PlanBuilder<'a> {
     window: TimeWindow,
     on_damage: OnDamage,
     prune: Option<&'a Predicate>,
+    by_name_time: bool,
 }
 
 impl<'a> PlanBuilder<'a> {
@@ -302,7 +290,15 @@ impl<'a> PlanBuilder<'a> {
         self
     }
 
-    /// Reads every file's index and picks the files and chunks to read.
+    /// Opens only the files whose names place them near the window (the default), or
+    /// every file (`false`: to compare, or for doubt).
+    pub fn by_name_time(mut self, on: bool) -> Self {
+        self.by_name_time = on;
+        self
+    }
+
+    /// Reads the indexes of the files the window may need and picks the files and chunks
+    /// to read.
     pub fn build(self) -> Result<Plan, ExtractError> {
         let mut planning = Planning::new(&self.inputs);
         for (n, input) in self.inputs.iter().enumerate() {
@@ -321,6 +317,7 @@ impl Plan {
             window: TimeWindow::default(),
             on_damage: OnDamage::Stop,
             prune: None,
+            by_name_time: true,
         }
     }
 
@@ -342,15 +339,85 @@ struct Planning {
     chunks_total: u64,
     chunks_selected: u64,
     chunks_pruned: u64,
+    files_skipped_by_time: u64,
+    out_of_name_span: Vec<PathBuf>,
     choices: Vec<FileChoice>,
     damage: Vec<Damage>,
     candidates: Vec<Candidate>,
 }
 
-/// What a plan reads: a complete file by its path, or a live one already opened.
+/// What a plan reads: a complete file, or one a recorder is writing (`.NAME.partial`).
+#[derive(Debug, Clone, Copy)]
 enum Source<'a> {
     Stored(&'a PathBuf),
-    Live(Box<StoredFile>),
+    Live(&'a PathBuf),
+}
+
+impl Source<'_> {
+    fn path(&self) -> &PathBuf {
+        match self {
+            Source::Stored(p) | Source::Live(p) => p,
+        }
+    }
+
+    /// Opens the file: a complete one by its index, a live one up to its last flush (see
+    /// [`salvage::open_live`]).
+    fn open(&self) -> Result<StoredFile, FileError> {
+        match self {
+            Source::Stored(p) => StoredFile::open(p),
+            Source::Live(p) => salvage::open_live(p),
+        }
+    }
+}
+
+/// One input's files and what became of each: opened (or failed to), or not yet.
+struct InputFiles<'a> {
+    sources: Vec<Source<'a>>,
+    names: Vec<Option<NamedFile>>,
+    opened: Vec<Option<Result<StoredFile, FileError>>>,
+}
+
+impl<'a> InputFiles<'a> {
+    fn new(store: &'a Store) -> InputFiles<'a> {
+        let sources = sources(store);
+        InputFiles {
+            names: sources
+                .iter()
+                .map(|s| NamedFile::of_path(s.path()))
+                .collect(),
+            opened: sources.iter().map(|_| None).collect(),
+            sources,
+        }
+    }
+
+    /// Opens the files `time` wants that are not open yet.
+    fn open_wanted(&mut self, time: &TimePlan) {
+        for (i, source) in self.sources.iter().enumerate() {
+            if time.wanted[i] && self.opened[i].is_none() {
+                self.opened[i] = Some(source.open());
+            }
+        }
+    }
+
+    /// The opened files holding packets outside their name span (guard 3 of
+    /// [`crate::time_prune`]), with their streams.
+    fn out_of_name_span(&self, time: &TimePlan) -> Vec<(u32, PathBuf)> {
+        let mut out = Vec::new();
+        for (i, opened) in self.opened.iter().enumerate() {
+            let (Some(span), Some(name), Some(Ok(file))) = (time.spans[i], self.names[i], opened)
+            else {
+                continue;
+            };
+            if file.packet_chunks().all(|e| e.packets == 0) {
+                continue;
+            }
+            let (first, last) = index_span(file);
+            if !span.holds(first, last) {
+                out.push((name.stream, file.path.clone()));
+            }
+        }
+        out
+    }
 }
 
 impl Planning {
@@ -366,45 +433,63 @@ impl Planning {
             chunks_total: 0,
             chunks_selected: 0,
             chunks_pruned: 0,
+            files_skipped_by_time: 0,
+            out_of_name_span: Vec::new(),
             choices: Vec::new(),
             damage: Vec::new(),
             candidates: Vec::new(),
         }
     }
 
-    /// Opens every file of input `n`, finished or being written, and keeps those with
-    /// chunks to read.
+    /// Opens the files of input `n` (finished or being written) the window may need, and
+    /// keeps those with chunks to read.
     fn add_input(
         &mut self,
         how: &PlanBuilder<'_>,
         n: u32,
         input: &StoreInput<'_>,
     ) -> Result<(), ExtractError> {
+        let mut files = InputFiles::new(input.store);
+        let mut time = match how.by_name_time {
+            true => TimePlan::new(&files.names, &how.window, input.offset_ns),
+            false => TimePlan::read_all(&files.names),
+        };
+        files.open_wanted(&time);
+        let broken = files.out_of_name_span(&time);
+        for (stream, path) in broken {
+            time.widen(stream);
+            self.out_of_name_span.push(path);
+        }
+        files.open_wanted(&time);
+        self.files_skipped_by_time += time.skipped();
         let named: Vec<(u32, u64)> = input
             .store
             .files
             .iter()
             .filter_map(|p| name_time(p))
             .collect();
-        for source in sources(input.store) {
+        for (source, opened) in files.sources.iter().zip(files.opened) {
+            // As before pruning: a live file that does not open holds nothing yet.
+            if let (Source::Live(_), Some(Err(_))) = (source, &opened) {
+                continue;
+            }
             self.files_total += 1;
-            let file = match source {
-                Source::Live(file) => *file,
-                Source::Stored(path) => match StoredFile::open(path) {
-                    Ok(file) => file,
-                    Err(e) if how.on_damage == OnDamage::Skip => {
-                        let lost = LostIndex {
-                            path,
-                            named: &named,
-                            offset_ns: input.offset_ns,
-                        };
-                        match self.salvage(&lost, &how.window, e) {
-                            Some(file) => file,
-                            None => continue,
-                        }
+            let file = match opened {
+                // Left unopened by its name's time: counted, never read.
+                None => continue,
+                Some(Ok(file)) => file,
+                Some(Err(e)) if how.on_damage == OnDamage::Skip => {
+                    let lost = LostIndex {
+                        path: source.path(),
+                        named: &named,
+                        offset_ns: input.offset_ns,
+                    };
+                    match self.salvage(&lost, &how.window, e) {
+                        Some(file) => file,
+                        None => continue,
                     }
-                    Err(e) => return Err(e.into()),
-                },
+                }
+                Some(Err(e)) => return Err(e.into()),
             };
             self.add_file(how, n, input.offset_ns, file);
         }
@@ -511,6 +596,8 @@ impl Planning {
             files_selected,
             chunks_selected: self.chunks_selected,
             chunks_pruned: self.chunks_pruned,
+            files_skipped_by_time: self.files_skipped_by_time,
+            out_of_name_span: self.out_of_name_span,
             choices: self.choices,
             on_damage: how.on_damage,
             damage: self.damage,
@@ -518,16 +605,13 @@ impl Planning {
     }
 }
 
-/// A store's files: the complete ones by path, then those a recorder is writing, read up
-/// to their last flush (see [`salvage::open_live`]); one with no complete frame yet holds
-/// nothing to read.
-fn sources(store: &Store) -> impl Iterator<Item = Source<'_>> {
-    let live: Vec<StoredFile> = (store.partials.iter())
-        .filter(|p| lock::writer_of(p).is_some())
-        .filter_map(|p| salvage::open_live(p).ok())
-        .collect();
+/// A store's files: the complete ones, then those a recorder is writing (a partial whose
+/// writer is gone is not read).
+fn sources(store: &Store) -> Vec<Source<'_>> {
+    let live = (store.partials.iter()).filter(|p| lock::writer_of(p).is_some());
     (store.files.iter().map(Source::Stored))
-        .chain(live.into_iter().map(|f| Source::Live(Box::new(f))))
+        .chain(live.map(Source::Live))
+        .collect()
 }
 
 /// A stored file whose index is lost, and the names of its store's files.
@@ -1460,6 +1544,195 @@ mod tests {
             let (_, report) = tolerant(&store, w);
             assert!(report.damage.is_empty(), "{w:?}: {:?}", report.damage);
         }
+    }
+
+    /// Three streams of eight files, two chunks each. Stream 0's file k holds 100k,
+    /// 100k+30 | 100k+60, 100(k+1): its last packet has the next file's first time (a size
+    /// rotation between two packets of the same time). Streams 1 and 2 are shifted by 7 and
+    /// 13 and end before the next file begins.
+    fn many_files() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        for stream in 0..3u32 {
+            for k in 0..8u64 {
+                let shift = [0, 7, 13][stream as usize];
+                let base = 100 * k + shift;
+                let last = if stream == 0 { base + 100 } else { base + 90 };
+                let mut s = FileSpec::new(stream, k + 1, Format::Pcapng, Container::Zstd);
+                s.chunks = vec![
+                    (Codec::Zstd(1), vec![pkt(base, 1), pkt(base + 30, 2)]),
+                    (Codec::Raw, vec![pkt(base + 60, 3), pkt(last, 4)]),
+                ];
+                write_file(dir.path(), &s);
+            }
+        }
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    /// The output's bytes and the plan's files (total, skipped by time), with or without
+    /// pruning by names.
+    fn extract_bytes(store: &Store, w: TimeWindow, by_name: bool) -> (Vec<u8>, u64, u64) {
+        let plan = Plan::of_store(store)
+            .window(w)
+            .by_name_time(by_name)
+            .build()
+            .unwrap();
+        let (total, skipped) = (plan.files_total, plan.files_skipped_by_time);
+        let mut out = Vec::new();
+        plan.write(Format::Pcapng, &mut no_filter, &mut out)
+            .unwrap();
+        (out, total, skipped)
+    }
+
+    /// The files whose packets (by their index) meet `w`, and those whose name span
+    /// (their name's time to the next file's of their stream) does.
+    fn overlapping(store: &Store, w: &TimeWindow) -> (u64, u64) {
+        let mut by_index = 0;
+        let mut by_name = 0;
+        for p in &store.files {
+            let (first, last) = index_span(&StoredFile::open(p).unwrap());
+            by_index += u64::from(w.meets(first, last));
+            let (stream, t) = name_time(p).unwrap();
+            let next = (store.files.iter())
+                .filter_map(|q| name_time(q))
+                .filter(|&(s, u)| s == stream && u > t)
+                .map(|(_, u)| u)
+                .min();
+            by_name += u64::from(w.meets(t, next.unwrap_or(u64::MAX)));
+        }
+        (by_index, by_name)
+    }
+
+    #[test]
+    fn a_window_opens_only_the_files_near_it_and_reads_what_every_file_gives() {
+        let (_dir, store) = many_files();
+        let mut windows = vec![
+            window(None, None),
+            window(None, Some(5)),
+            window(Some(900), None),
+            window(Some(2_000), Some(3_000)),
+            window(Some(250), Some(420)),
+            window(None, Some(333)),
+            window(Some(555), None),
+        ];
+        // Exactly at each name time, just before and after it, and between files.
+        for t in (0..8).flat_map(|k| [100 * k, 100 * k + 7, 100 * k + 13]) {
+            windows.push(window(Some(t), Some(t + 1)));
+            windows.push(window(Some(t.saturating_sub(1)), Some(t)));
+            windows.push(window(Some(t + 95), Some(t + 99)));
+        }
+        for w in windows {
+            let (pruned, total, skipped) = extract_bytes(&store, w, true);
+            let (all, _, none_skipped) = extract_bytes(&store, w, false);
+            assert_eq!(pruned, all, "{w:?}");
+            assert_eq!((total, none_skipped), (24, 0), "{w:?}");
+            // Those whose name span meets it, and at most one more at each edge of each
+            // stream; a file whose name span meets the window but whose packets end
+            // before it is one of the first (streams 1 and 2 have such gaps).
+            let opened = total - skipped;
+            let (by_index, by_name) = overlapping(&store, &w);
+            assert!(by_index <= by_name, "{w:?}");
+            assert!(opened <= by_name + 6, "{w:?}: {opened} opened");
+        }
+        // A short window inside one file of each stream: 3 overlap, 9 at most are opened.
+        let (_, total, skipped) = extract_bytes(&store, window(Some(440), Some(450)), true);
+        assert_eq!(total - skipped, 9);
+    }
+
+    #[test]
+    fn a_file_holding_packets_outside_its_name_span_gets_its_stream_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        // Stream 0: files at 100, 200, ..., 800; the one named 500 also holds a packet at
+        // 150 (a replayed trace out of order), in its second chunk.
+        for k in 1..=8u64 {
+            let mut s = FileSpec::new(0, k, Format::Pcapng, Container::Zstd);
+            let late = if k == 5 { 150 } else { 100 * k + 50 };
+            s.chunks = vec![
+                (Codec::Zstd(1), vec![pkt(100 * k, 1)]),
+                (Codec::Raw, vec![pkt(late, 2)]),
+            ];
+            write_file(dir.path(), &s);
+        }
+        let store = Store::open(dir.path()).unwrap();
+        // The window reaches the file named 500 only as the one more at its edge: its
+        // index shows the packet at 150, so every file is read, and 150 is not lost.
+        let w = window(Some(140), Some(410));
+        let (pruned, _, skipped) = extract_bytes(&store, w, true);
+        let (all, _, _) = extract_bytes(&store, w, false);
+        assert_eq!(pruned, all);
+        assert_eq!(skipped, 0);
+        let plan = Plan::of_store(&store).window(w).build().unwrap();
+        assert_eq!(plan.out_of_name_span, [store.files[4].clone()]);
+        // Far from it, the names are trusted: the guards see only the files they open.
+        let (_, _, skipped) = extract_bytes(&store, window(Some(760), Some(770)), true);
+        assert_eq!(skipped, 5);
+    }
+
+    #[test]
+    fn a_file_being_written_is_open_ended_and_opened_only_when_the_window_reaches_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = |seq: u64| {
+            let mut s = FileSpec::new(0, seq, Format::Pcapng, Container::Zstd);
+            let t = 100 * seq;
+            s.chunks = vec![(Codec::Zstd(1), vec![pkt(t, 1), pkt(t + 50, 2)])];
+            s
+        };
+        for seq in 1..=4 {
+            write_file(dir.path(), &spec(seq));
+        }
+        // Sequence 5 is being written: its frames so far, under its hidden name, in a
+        // store whose lock a recorder (here this test) holds.
+        let (bytes, _) = build(&spec(5));
+        let name = meta::file_name(500, 0, 5, Format::Pcapng, Container::Zstd);
+        std::fs::write(dir.path().join(meta::partial_name(&name)), bytes).unwrap();
+        let _lock = lock::StoreLock::acquire(&[dir.path().to_path_buf()], "test").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!((store.files.len(), store.partials.len()), (4, 1));
+        // Long after it began: the live file, and the one before it.
+        let (got, total, skipped) = extract_bytes(&store, window(Some(900), None), true);
+        assert_eq!((total, skipped), (5, 3));
+        assert_eq!(got, extract_bytes(&store, window(Some(900), None), false).0);
+        let (got, _, _) = extract_bytes(&store, window(Some(520), None), true);
+        let mut reader = TraceReader::new(&got[..]).unwrap();
+        assert_eq!(reader.next_packet().unwrap().map(|p| p.ts_ns), Some(550));
+        // Inside the first file: the live one is not opened.
+        let (got, total, skipped) = extract_bytes(&store, window(Some(110), Some(120)), true);
+        assert_eq!((total, skipped), (5, 3));
+        assert_eq!(
+            got,
+            extract_bytes(&store, window(Some(110), Some(120)), false).0
+        );
+    }
+
+    #[test]
+    fn stores_whose_names_disagree_with_their_sequence_are_not_pruned() {
+        let (_dir, store) = two_runs();
+        for w in [window(Some(45), Some(66)), window(Some(80), None)] {
+            let (pruned, _, skipped) = extract_bytes(&store, w, true);
+            assert_eq!(skipped, 0);
+            assert_eq!(pruned, extract_bytes(&store, w, false).0);
+        }
+    }
+
+    #[test]
+    fn a_damaged_file_far_from_the_window_is_not_opened_even_when_strict() {
+        let (_dir, store) = many_files();
+        // Stream 0's first file loses its index.
+        let path = &store.files[0];
+        let len = std::fs::metadata(path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len - 4)
+            .unwrap();
+        let w = window(Some(600), Some(610));
+        assert!(Plan::of_store(&store).window(w).build().is_ok());
+        assert!(Plan::of_store(&store)
+            .window(w)
+            .by_name_time(false)
+            .build()
+            .is_err());
     }
 
     #[test]

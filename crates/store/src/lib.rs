@@ -4,7 +4,9 @@
 //! - `salvage`: reading files whose index is missing (a file being written, a file cut
 //!   short) by rebuilding it from their bytes;
 //! - `extract`: merging files and stores into one time-ordered packet stream, through one
-//!   plan builder (time window, damage, chunk filters);
+//!   plan builder (time window, damage, chunk filters); `time_prune`: which files a
+//!   window needs, from their names, before any is opened; `window`: the time window
+//!   and clock offsets both use;
 //! - `verify`: strict checks; `repair` and `finalize`: making damaged or unfinished files
 //!   whole on disk;
 //! - the store's index, by level: `chunk_filter` (which flows a chunk holds, built the same
@@ -24,4 +26,6 @@ pub mod read;
 pub mod repair;
 pub mod salvage;
 pub mod sidecar;
+pub mod time_prune;
 pub mod verify;
+pub mod window;

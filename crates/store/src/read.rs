@@ -626,26 +626,20 @@ fn data_dirs_by_id(
     store_id: &str,
     moved: &[PathBuf],
 ) -> Result<Vec<PathBuf>, FileError> {
-    let mut near: Vec<PathBuf> = moved.to_vec();
-    near.push(root.to_path_buf());
-    if let Ok(entries) = std::fs::read_dir(root) {
-        let mut subdirs: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect();
-        subdirs.sort();
-        near.extend(subdirs);
-    }
+    // Listed only when a directory is not at its recorded place: a store's root may hold
+    // thousands of data files, and telling subdirectories apart costs a stat each.
+    let mut near: Option<Vec<PathBuf>> = None;
     let mut out = Vec::new();
     for (d, id) in m.dirs.iter().zip(&m.dir_ids) {
         let recorded = under(root, Path::new(d));
         let is_it = |p: &Path| {
             meta::DirMark::read(p).is_some_and(|k| k.store_id == store_id && &k.dir_id == id)
         };
-        let found = std::iter::once(&recorded)
-            .chain(near.iter())
-            .find(|p| is_it(p));
+        let found = if is_it(&recorded) {
+            Some(&recorded)
+        } else {
+            (near.get_or_insert_with(|| near_places(root, moved)).iter()).find(|p| is_it(p))
+        };
         let Some(p) = found else {
             let there = match meta::DirMark::read(&recorded) {
                 Some(_) => "holds another data directory (its .tapdeck-dir names another id)",
@@ -664,6 +658,22 @@ fn data_dirs_by_id(
         out.push(p.clone());
     }
     Ok(out)
+}
+
+/// Where a moved data directory may be: `moved`, the store, the store's subdirectories.
+fn near_places(root: &Path, moved: &[PathBuf]) -> Vec<PathBuf> {
+    let mut near: Vec<PathBuf> = moved.to_vec();
+    near.push(root.to_path_buf());
+    if let Ok(entries) = std::fs::read_dir(root) {
+        let mut subdirs: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        subdirs.sort();
+        near.extend(subdirs);
+    }
+    near
 }
 
 /// An older manifest (absolute paths, no ids): each directory as written, or rebased when
