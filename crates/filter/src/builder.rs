@@ -22,11 +22,14 @@
 //! VLAN header cut short, an IP header shorter than its fixed part or of the wrong version):
 //! the index of a chunk holding one answers "maybe" to every filter.
 //!
-//! Memory is fixed when the builder is made (about 200 KiB) and `add` never allocates: address
-//! sets are open-addressing tables of twice [`MAX_VALUES`] slots, ports and VLANs bitmaps.
-//! A set that would hold more than [`MAX_VALUES`] distinct values is marked overflowed and
-//! answers "maybe"; so is an address set whose probe run grows past [`MAX_PROBE`] slots
-//! (crafted addresses), so the cost of `add` is bounded on any input.
+//! Memory is allocated when the builder is made and `add` never allocates: address sets
+//! are open-addressing tables (a few tens of KiB in use for a calm chunk, growing in place
+//! up to [`MAX_ADDRESSES`] addresses for a busy one), ports and VLANs bitmaps. A port,
+//! protocol or VLAN set that would hold more than [`MAX_VALUES`] values, and an address
+//! set over [`MAX_ADDRESSES`] or whose probe run grows past [`MAX_PROBE`] slots (crafted
+//! addresses), is marked overflowed and answers "maybe", so the cost of `add` is bounded
+//! on any input. At [`finish`](ChunkFilterBuilder::finish) an address set is listed, or
+//! held as a Bloom filter when that is smaller (more than about a hundred addresses).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -40,10 +43,17 @@ use tapdeck_decode::wire::{
     Ipv6Packet, NullHeader, Sll2Header, SllHeader, VlanTag,
 };
 
-use crate::chunk_filter::{flag, ChunkFilter, ValueSet};
+use crate::address::BloomKey;
+use crate::bloom::AddressBloom;
+use crate::chunk_filter::{flag, listed_len, AddressSet, ChunkFilter, ValueSet};
 
-/// Distinct values a set of one chunk's index holds before it is marked overflowed.
+/// Distinct values a port, protocol or VLAN set of one chunk holds before it is marked
+/// overflowed; also the addresses a chunk's address table starts with room for.
 pub const MAX_VALUES: usize = 4096;
+
+/// Distinct addresses of one family a chunk may hold before its set is marked overflowed
+/// ("any address"): more than a 4 MiB chunk of the smallest packets can carry.
+pub const MAX_ADDRESSES: usize = 1 << 17;
 
 /// Longest probe run in an address table before the set is marked overflowed.
 pub const MAX_PROBE: usize = 64;
@@ -385,12 +395,19 @@ impl Address for u128 {
     }
 }
 
-const TABLE_BITS: u32 = (2 * MAX_VALUES).trailing_zeros();
+/// Slots of a table when a chunk starts: room for [`MAX_VALUES`] at half load, in a few
+/// tens of KiB that stay in cache; busier chunks double it (see [`AddressTable`]).
+const FIRST_TABLE_BITS: u32 = (2 * MAX_VALUES).trailing_zeros();
+const MAX_TABLE_BITS: u32 = (2 * MAX_ADDRESSES).trailing_zeros();
 
-/// A set of at most [`MAX_VALUES`] addresses: open addressing with linear probing over
-/// twice as many slots, so the load stays at or under one half. It never grows.
+/// A set of at most [`MAX_ADDRESSES`] addresses: open addressing with linear probing, the
+/// load at or under one half. Its slots are allocated once, for the largest size (pages
+/// the kernel maps only when a busy chunk first reaches them); a chunk starts on the first
+/// 2^13 of them and doubles the part in use, rehashing, each time it fills to half.
 struct AddressTable<T: Address> {
     slots: Box<[T]>,
+    /// log2 of the slots in use (`slots[..1 << bits]`).
+    bits: u32,
     /// Slots in use, in insertion order: what `take` lists and clears.
     used: Vec<u32>,
     has_zero: bool,
@@ -400,10 +417,11 @@ struct AddressTable<T: Address> {
 
 impl<T: Address> AddressTable<T> {
     fn new(seed: u64) -> Self {
-        const { assert!((2 * MAX_VALUES).is_power_of_two()) };
+        const { assert!((2 * MAX_ADDRESSES).is_power_of_two()) };
         AddressTable {
-            slots: vec![T::default(); 1 << TABLE_BITS].into_boxed_slice(),
-            used: Vec::with_capacity(MAX_VALUES),
+            slots: vec![T::default(); 1 << MAX_TABLE_BITS].into_boxed_slice(),
+            bits: FIRST_TABLE_BITS,
+            used: Vec::with_capacity(MAX_ADDRESSES),
             has_zero: false,
             overflowed: false,
             seed,
@@ -420,58 +438,112 @@ impl<T: Address> AddressTable<T> {
             return;
         }
         if a == T::default() {
-            if !self.has_zero && self.len() >= MAX_VALUES {
+            if !self.has_zero && self.len() >= MAX_ADDRESSES {
                 self.overflowed = true;
             }
             self.has_zero = true;
             return;
         }
-        let mask = self.slots.len() - 1;
-        let mut i = (a.mix(self.seed) >> (64 - TABLE_BITS)) as usize;
-        let full = self.len() >= MAX_VALUES;
+        if self.used.len() >= 1 << (self.bits - 1) && !self.grow() {
+            // Full at the largest size: a new address overflows, a known one does not.
+            if !self.probe(a, false) {
+                self.overflowed = true;
+            }
+            return;
+        }
+        if !self.probe(a, true) {
+            self.overflowed = true;
+        }
+    }
+
+    /// Looks `a` up, adding it when `add` and it is absent. False when it is absent and
+    /// not added, or the probe run grew past [`MAX_PROBE`] (crafted addresses).
+    #[inline]
+    fn probe(&mut self, a: T, add: bool) -> bool {
+        let mask = (1usize << self.bits) - 1;
+        let mut i = (a.mix(self.seed) >> (64 - self.bits)) as usize;
         for _ in 0..MAX_PROBE {
             let slot = &mut self.slots[i];
             if *slot == a {
-                return;
+                return true;
             }
             if *slot == T::default() {
-                if full {
-                    self.overflowed = true;
-                } else {
+                if add {
                     *slot = a;
                     self.used.push(i as u32);
                 }
-                return;
+                return add;
             }
             i = (i + 1) & mask;
         }
-        self.overflowed = true;
+        false
     }
 
-    /// The addresses in order (or overflowed); the table is then empty.
-    fn take(&mut self) -> ValueSet<T> {
-        let mut values = Vec::new();
-        if !self.overflowed {
-            values.reserve_exact(self.len());
-            if self.has_zero {
-                values.push(T::default());
+    /// Doubles the slots in use and places every address again; false at the largest size.
+    #[cold]
+    fn grow(&mut self) -> bool {
+        if self.bits == MAX_TABLE_BITS {
+            return false;
+        }
+        let old: Vec<T> = (self.used.drain(..))
+            .map(|i| std::mem::take(&mut self.slots[i as usize]))
+            .collect();
+        self.bits += 1;
+        for a in old {
+            if !self.probe(a, true) {
+                self.overflowed = true;
             }
         }
-        for &i in &self.used {
-            let a = std::mem::take(&mut self.slots[i as usize]);
-            if !self.overflowed {
-                values.push(a);
+        true
+    }
+
+    /// The addresses, listed in order or as a Bloom filter, whichever is smaller (or
+    /// overflowed); the table is then empty and back at its first size.
+    fn take(&mut self) -> AddressSet<T>
+    where
+        T: BloomKey + Into<u128>,
+    {
+        let n = self.len();
+        let set = if self.overflowed {
+            AddressSet::Listed(ValueSet::Overflowed)
+        } else if n > 0 && AddressBloom::<T>::bytes_for(n) < n {
+            // Every listed value takes a byte at least: the filter is smaller.
+            AddressSet::Bloom(self.bloom())
+        } else {
+            let values = self.sorted();
+            if n > 0 && AddressBloom::<T>::bytes_for(n) < listed_len(&values) {
+                AddressSet::Bloom(self.bloom())
+            } else {
+                AddressSet::Listed(ValueSet::Exact(values))
             }
+        };
+        for &i in &self.used {
+            self.slots[i as usize] = T::default();
         }
         self.used.clear();
         self.has_zero = false;
-        let overflowed = std::mem::take(&mut self.overflowed);
-        if overflowed {
-            ValueSet::Overflowed
-        } else {
-            values.sort_unstable();
-            ValueSet::Exact(values)
-        }
+        self.overflowed = false;
+        self.bits = FIRST_TABLE_BITS;
+        set
+    }
+
+    fn values(&self) -> impl Iterator<Item = T> + Clone + '_ {
+        let zero = self.has_zero.then(T::default);
+        zero.into_iter()
+            .chain(self.used.iter().map(|&i| self.slots[i as usize]))
+    }
+
+    fn sorted(&self) -> Vec<T> {
+        let mut values: Vec<T> = self.values().collect();
+        values.sort_unstable();
+        values
+    }
+
+    fn bloom(&self) -> AddressBloom<T>
+    where
+        T: BloomKey,
+    {
+        AddressBloom::of(self.values(), self.len())
     }
 }
 
@@ -550,6 +622,14 @@ mod tests {
         }
     }
 
+    /// A listed address set's addresses.
+    fn addrs<T: Clone>(s: &AddressSet<T>) -> Vec<T> {
+        match s {
+            AddressSet::Listed(s) => exact(s),
+            AddressSet::Bloom(_) => panic!("a Bloom filter"),
+        }
+    }
+
     fn v4(a: [u8; 4]) -> u32 {
         u32::from_be_bytes(a)
     }
@@ -568,14 +648,14 @@ mod tests {
         let i = b.finish();
         assert_eq!(i.packets, 1);
         assert_eq!(i.flags, flag::IPV4);
-        assert_eq!(exact(&i.ipv4), vec![v4([10, 0, 0, 1]), v4([10, 0, 0, 2])]);
+        assert_eq!(addrs(&i.ipv4), vec![v4([10, 0, 0, 1]), v4([10, 0, 0, 2])]);
         assert_eq!(exact(&i.ip_protocols), vec![6]);
         assert_eq!(exact(&i.tcp_ports), vec![80, 40000]);
         assert!(exact(&i.udp_ports).is_empty() && exact(&i.vlans).is_empty());
         // The builder starts over.
         let empty = b.finish();
         assert!(empty.is_empty());
-        assert!(exact(&empty.ipv4).is_empty() && exact(&empty.tcp_ports).is_empty());
+        assert!(addrs(&empty.ipv4).is_empty() && exact(&empty.tcp_ports).is_empty());
     }
 
     #[test]
@@ -616,7 +696,7 @@ mod tests {
         );
         let i = b.finish();
         assert_eq!(i.flags, flag::NON_IP);
-        assert_eq!(exact(&i.ipv4), vec![v4([10, 0, 0, 1]), v4([10, 0, 0, 2])]);
+        assert_eq!(addrs(&i.ipv4), vec![v4([10, 0, 0, 1]), v4([10, 0, 0, 2])]);
         assert!(exact(&i.ip_protocols).is_empty());
     }
 
@@ -631,7 +711,7 @@ mod tests {
         let i = b.finish();
         assert_eq!(i.flags, flag::NON_IP);
         assert_eq!(exact(&i.vlans), vec![5]);
-        assert!(exact(&i.ipv4).is_empty());
+        assert!(addrs(&i.ipv4).is_empty());
     }
 
     #[test]
@@ -660,7 +740,7 @@ mod tests {
             vec![1000, 2049],
             "the later fragment's bytes are data"
         );
-        assert_eq!(exact(&i.ipv4).len(), 4, "every fragment has addresses");
+        assert_eq!(addrs(&i.ipv4).len(), 4, "every fragment has addresses");
     }
 
     #[test]
@@ -731,7 +811,7 @@ mod tests {
         let i = b.finish();
         assert_eq!(i.flags, flag::IPV6 | flag::FRAGMENT);
         assert_eq!(
-            exact(&i.ipv6),
+            addrs(&i.ipv6),
             vec![
                 u128::from_be_bytes(a),
                 u128::from_be_bytes(c),
@@ -756,7 +836,7 @@ mod tests {
         b.add(LINKTYPE_RAW, &h);
         let i = b.finish();
         assert_eq!(exact(&i.udp_ports), vec![123, 124]);
-        assert_eq!(exact(&i.ipv6).len(), 4);
+        assert_eq!(addrs(&i.ipv6).len(), 4);
         assert_eq!(i.flags, flag::IPV6);
     }
 
@@ -825,8 +905,8 @@ mod tests {
             b.add(LINKTYPE_RAW, &ip);
         }
         let i = b.finish();
-        assert_eq!(exact(&i.ipv4).len(), MAX_VALUES, "0.0.0.0 included");
-        assert_eq!(exact(&i.ipv4)[0], 0);
+        assert_eq!(addrs(&i.ipv4).len(), MAX_VALUES, "0.0.0.0 included");
+        assert_eq!(addrs(&i.ipv4)[0], 0);
         assert_eq!(
             exact(&i.tcp_ports).len(),
             MAX_VALUES / 2,
@@ -843,31 +923,95 @@ mod tests {
             b.add(LINKTYPE_RAW, &ip);
         }
         let i = b.finish();
-        assert_eq!(i.ipv4, ValueSet::Overflowed);
+        // Ports overflow at MAX_VALUES; addresses grow on (and 4,098 addresses in a row
+        // list in fewer bytes than a filter of them takes).
+        assert_eq!(addrs(&i.ipv4).len(), MAX_VALUES + 2);
         assert_eq!(i.tcp_ports, ValueSet::Overflowed);
         assert_eq!(exact(&i.ip_protocols), vec![6]);
         // Overflow is per chunk.
         b.add(LINKTYPE_RAW, &ipv4([9; 4], [8; 4], 6, 0, &ports(1, 2, 20)));
         let i = b.finish();
-        assert_eq!(exact(&i.ipv4), vec![v4([8; 4]), v4([9; 4])]);
+        assert_eq!(addrs(&i.ipv4), vec![v4([8; 4]), v4([9; 4])]);
         assert_eq!(exact(&i.tcp_ports), vec![1, 2]);
+    }
+
+    /// The busy chunk: 50,000 distinct addresses (a scan, a busy uplink) are held
+    /// as a Bloom filter that still rules out an absent host, at most 1 % of the time.
+    #[test]
+    fn a_busy_chunk_of_50_000_addresses_rules_out_an_absent_host() {
+        let mut b = ChunkFilterBuilder::new();
+        // 25,000 packets between distinct pseudo-random addresses.
+        let addr = |i: u32| i.wrapping_mul(2_654_435_761).wrapping_add(0x0a00_0000);
+        for i in 0..25_000u32 {
+            let ip = ipv4(
+                addr(2 * i).to_be_bytes(),
+                addr(2 * i + 1).to_be_bytes(),
+                17,
+                0,
+                &ports(53, 4000, 8),
+            );
+            b.add(LINKTYPE_RAW, &ip);
+        }
+        let index = ChunkFilter::decode(&b.finish().encode()).unwrap();
+        let AddressSet::Bloom(bloom) = &index.ipv4 else {
+            panic!("50,000 addresses listed: {index}");
+        };
+        assert_eq!(bloom.bytes().len(), AddressBloom::<u32>::bytes_for(50_000));
+        let may = |a: u32| {
+            let host = std::net::Ipv4Addr::from(a);
+            crate::Predicate::parse(&format!("host {host}"))
+                .unwrap()
+                .may_match(&index)
+        };
+        assert!(
+            (0..50_000).all(|i| may(addr(i))),
+            "a present host ruled out"
+        );
+        let absent = (50_000..150_000u32).map(addr);
+        let passed = absent.filter(|&a| may(a)).count();
+        assert!(
+            passed < 1_000,
+            "{passed} of 100,000 absent hosts not ruled out"
+        );
+        // The port and protocol sets are as before.
+        assert_eq!(index.udp_ports, ValueSet::Exact(vec![53, 4000]));
+    }
+
+    #[test]
+    fn addresses_overflow_past_max_addresses_and_the_table_shrinks_back() {
+        let mut b = ChunkFilterBuilder::new();
+        for i in 0..=(MAX_ADDRESSES as u32 / 2) {
+            let ip = ipv4(
+                (2 * i + 1).to_be_bytes(),
+                (2 * i + 2).to_be_bytes(),
+                6,
+                0,
+                &[],
+            );
+            b.add(LINKTYPE_RAW, &ip);
+        }
+        assert_eq!(b.finish().ipv4, AddressSet::Listed(ValueSet::Overflowed));
+        assert_eq!(b.ipv4.bits, FIRST_TABLE_BITS);
+        assert!(b.ipv4.slots.iter().all(|&s| s == 0), "cleared");
+        b.add(LINKTYPE_RAW, &ipv4([1; 4], [2; 4], 6, 0, &[]));
+        assert_eq!(addrs(&b.finish().ipv4), vec![v4([1; 4]), v4([2; 4])]);
     }
 
     #[test]
     fn colliding_addresses_overflow_instead_of_probing_on() {
         let mut t = AddressTable::<u32>::new(1);
         // Fill a run of slots directly, as colliding keys would.
-        let start = (7u32.mix(1) >> (64 - TABLE_BITS)) as usize;
+        let start = (7u32.mix(1) >> (64 - FIRST_TABLE_BITS)) as usize;
         for k in 0..MAX_PROBE {
-            let i = (start + k) & (t.slots.len() - 1);
+            let i = (start + k) & ((1 << FIRST_TABLE_BITS) - 1);
             t.slots[i] = 1_000_000 + k as u32;
             t.used.push(i as u32);
         }
         t.insert(7);
         assert!(t.overflowed);
-        assert_eq!(t.take(), ValueSet::Overflowed);
+        assert_eq!(t.take(), AddressSet::Listed(ValueSet::Overflowed));
         assert!(t.slots.iter().all(|&s| s == 0), "cleared");
         t.insert(7);
-        assert_eq!(t.take(), ValueSet::Exact(vec![7]));
+        assert_eq!(t.take(), AddressSet::Listed(ValueSet::Exact(vec![7])));
     }
 }

@@ -3,10 +3,13 @@
 
 use std::fmt;
 
+use crate::address::{BloomKey, Masked};
+use crate::bloom::{AddressBloom, BLOCK_BYTES, MAX_BLOCKS};
+
 /// Bytes that open an encoded index.
 pub const MAGIC: [u8; 4] = *b"TDFI";
-/// The encoding version written and read.
-pub const VERSION: u8 = 1;
+/// The encoding version written; 1 (without Bloom filters) is read too.
+pub const VERSION: u8 = 2;
 /// Values a set of a merged index holds before it is marked overflowed; also the most a
 /// set may hold when decoded.
 pub const MAX_MERGED_VALUES: usize = 1 << 16;
@@ -34,7 +37,7 @@ pub enum DecodeError {
     TooShort { len: usize, min: usize },
     #[error("flow index: magic is {found:02x?}, not \"TDFI\"")]
     BadMagic { found: [u8; 4] },
-    #[error("flow index: version {0} (this build reads version {VERSION})")]
+    #[error("flow index: version {0} (this build reads versions 1 and {VERSION})")]
     UnsupportedVersion(u8),
     #[error("flow index: checksum {stored:08x} stored, {computed:08x} computed")]
     Checksum { stored: u32, computed: u32 },
@@ -92,10 +95,10 @@ impl<T: Copy + Ord> ValueSet<T> {
         }
     }
 
-    fn len(&self) -> Option<usize> {
+    fn describe(&self) -> String {
         match self {
-            ValueSet::Exact(v) => Some(v.len()),
-            ValueSet::Overflowed => None,
+            ValueSet::Exact(v) => v.len().to_string(),
+            ValueSet::Overflowed => "*".to_string(),
         }
     }
 
@@ -137,46 +140,66 @@ impl<T: Copy + Ord> ValueSet<T> {
     }
 }
 
-/// Addresses compared under a mask (libpcap's `(field & mask) == addr`).
-pub(crate) trait Masked: Copy + Ord {
-    const ZERO: Self;
-    fn and(self, o: Self) -> Self;
-    fn or(self, o: Self) -> Self;
-    fn not(self) -> Self;
-    /// Ones then zeros (a CIDR prefix).
-    fn is_prefix(self) -> bool;
+/// A chunk's addresses of one family: listed (sorted) while the list is smaller than a
+/// Bloom filter of them, else a Bloom filter with their range. Either answers "no" only
+/// for an address (or prefix) no packet carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AddressSet<T> {
+    Listed(ValueSet<T>),
+    Bloom(AddressBloom<T>),
 }
 
-macro_rules! masked {
-    ($t:ty) => {
-        impl Masked for $t {
-            const ZERO: Self = 0;
-            fn and(self, o: Self) -> Self {
-                self & o
-            }
-            fn or(self, o: Self) -> Self {
-                self | o
-            }
-            fn not(self) -> Self {
-                !self
-            }
-            fn is_prefix(self) -> bool {
-                self.leading_ones() + self.trailing_zeros() == <$t>::BITS
+impl<T: BloomKey> AddressSet<T> {
+    /// False only when no address `x` has `x & mask == addr`.
+    pub(crate) fn may_contain_masked(&self, addr: T, mask: T) -> bool {
+        match self {
+            AddressSet::Listed(s) => s.may_contain_masked(addr, mask),
+            AddressSet::Bloom(b) => {
+                if addr.and(mask.not()) != T::ZERO {
+                    return false;
+                }
+                // A prefix is a range, which the bounds answer; any other mask: maybe.
+                !mask.is_prefix() || b.may_contain_range(addr, addr.or(mask.not()))
             }
         }
-    };
+    }
+
+    /// The union of two sets: a Bloom filter takes a list's addresses; two filters of one
+    /// size are laid over each other; filters of different sizes give "any address".
+    fn union(&self, other: &AddressSet<T>, limit: usize) -> AddressSet<T> {
+        use AddressSet::{Bloom, Listed};
+        match (self, other) {
+            (Listed(a), Listed(b)) => Listed(a.union(b, limit)),
+            (Bloom(b), Listed(ValueSet::Exact(v))) | (Listed(ValueSet::Exact(v)), Bloom(b)) => {
+                let mut b = b.clone();
+                b.insert_all(v);
+                Bloom(b)
+            }
+            (Bloom(a), Bloom(b)) => a
+                .union(b)
+                .map_or(Listed(ValueSet::Overflowed), AddressSet::Bloom),
+            _ => Listed(ValueSet::Overflowed),
+        }
+    }
+
+    /// How the set is held, for `Display`: its count, `*` when overflowed, or its filter's
+    /// size.
+    fn describe(&self) -> String {
+        match self {
+            AddressSet::Listed(s) => s.describe(),
+            AddressSet::Bloom(b) => format!("a {}-byte filter of", b.bytes().len()),
+        }
+    }
 }
-masked!(u32);
-masked!(u128);
 
 /// What one chunk of packets holds, as far as a libpcap filter can tell: the finished,
 /// immutable form of a [`ChunkFilterBuilder`](crate::ChunkFilterBuilder).
 ///
-/// # Encoding (version 1)
+/// # Encoding (version 2)
 ///
 /// ```text
 /// magic      4 bytes  "TDFI"
-/// version    1 byte   1
+/// version    1 byte   2 (1: the same without Bloom filters; still read)
 /// packets    varint   packets indexed
 /// flags      varint   1 IPv4 frame seen, 2 IPv6 frame seen, 4 a frame that is neither,
 ///                     8 a non-first IP fragment, 16 a frame that could not be read
@@ -188,13 +211,20 @@ masked!(u128);
 ///                     "any value")
 ///            count varints: the smallest value, then each next value's gap to the
 ///                     previous one minus 1 (values are strictly increasing)
+///   or, for the two address sets only, a Bloom filter:
+///            varint   3 (odd, as overflowed, with count 1)
+///            varint   the smallest address;  varint  the largest minus the smallest
+///            varint   blocks (1 to 131072)
+///            blocks × 32 bytes: the Parquet format's split-block Bloom filter (eight
+///                     little-endian u32 words per block), of each address's
+///                     network-order bytes hashed with XXH64, seed 0
 /// checksum   4 bytes  XXH32 (seed 0) of every byte before it, little-endian
 /// ```
 ///
 /// Example: 3 packets, IPv4 seen, addresses 10.0.0.1 and 10.0.0.2, TCP port 80, VLAN 100:
 ///
 /// ```text
-/// 54 44 46 49 01  03  01  04 81 80 80 50 00  00  00  00  02 50  00  00  02 64  (checksum)
+/// 54 44 46 49 02  03  01  04 81 80 80 50 00  00  00  00  02 50  00  00  02 64  (checksum)
 /// magic     ver   pk  fl  IPv4: 2 values,    v6  p4  p6  TCP:   UDP SCTP VLAN:
 ///                         10.0.0.1, +0+1                 80             100
 /// ```
@@ -216,8 +246,8 @@ masked!(u128);
 pub struct ChunkFilter {
     pub(crate) packets: u64,
     pub(crate) flags: u32,
-    pub(crate) ipv4: ValueSet<u32>,
-    pub(crate) ipv6: ValueSet<u128>,
+    pub(crate) ipv4: AddressSet<u32>,
+    pub(crate) ipv6: AddressSet<u128>,
     pub(crate) ip_protocols: ValueSet<u8>,
     pub(crate) ip6_protocols: ValueSet<u8>,
     pub(crate) tcp_ports: ValueSet<u16>,
@@ -232,8 +262,8 @@ impl Default for ChunkFilter {
         ChunkFilter {
             packets: 0,
             flags: 0,
-            ipv4: ValueSet::Exact(Vec::new()),
-            ipv6: ValueSet::Exact(Vec::new()),
+            ipv4: AddressSet::Listed(ValueSet::Exact(Vec::new())),
+            ipv6: AddressSet::Listed(ValueSet::Exact(Vec::new())),
             ip_protocols: ValueSet::Exact(Vec::new()),
             ip6_protocols: ValueSet::Exact(Vec::new()),
             tcp_ports: ValueSet::Exact(Vec::new()),
@@ -281,15 +311,15 @@ impl ChunkFilter {
         self.vlans = self.vlans.union(&other.vlans, l);
     }
 
-    /// The binary form described [above](ChunkFilter#encoding-version-1).
+    /// The binary form described [above](ChunkFilter#encoding-version-2).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend(MAGIC);
         out.push(VERSION);
         put_varint(&mut out, self.packets.into());
         put_varint(&mut out, self.flags.into());
-        put_set(&mut out, &self.ipv4);
-        put_set(&mut out, &self.ipv6);
+        put_address_set(&mut out, &self.ipv4);
+        put_address_set(&mut out, &self.ipv6);
         put_set(&mut out, &self.ip_protocols);
         put_set(&mut out, &self.ip6_protocols);
         put_set(&mut out, &self.tcp_ports);
@@ -316,8 +346,9 @@ impl ChunkFilter {
         if magic != MAGIC {
             return Err(DecodeError::BadMagic { found: magic });
         }
-        if body[4] != VERSION {
-            return Err(DecodeError::UnsupportedVersion(body[4]));
+        let version = body[4];
+        if version != 1 && version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(version));
         }
         let stored = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
         let computed = xxhash_rust::xxh32::xxh32(body, 0);
@@ -327,6 +358,7 @@ impl ChunkFilter {
         let mut r = Reader {
             buf: body,
             pos: HEADER_LEN,
+            blooms: version >= 2,
         };
         let packets = r.varint("packet count")?;
         let packets =
@@ -343,8 +375,8 @@ impl ChunkFilter {
         let index = ChunkFilter {
             packets,
             flags: flags as u32,
-            ipv4: r.set("IPv4 addresses", u32::MAX.into())?,
-            ipv6: r.set("IPv6 addresses", u128::MAX)?,
+            ipv4: r.address_set("IPv4 addresses", u32::MAX.into())?,
+            ipv6: r.address_set("IPv6 addresses", u128::MAX)?,
             ip_protocols: r.set("IPv4 protocols", u8::MAX.into())?,
             ip6_protocols: r.set("IPv6 protocols", u8::MAX.into())?,
             tcp_ports: r.set("TCP ports", u16::MAX.into())?,
@@ -363,14 +395,14 @@ impl fmt::Display for ChunkFilter {
     /// One line: packets, how many values each set holds (`*` when overflowed), flags.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn n<T: Copy + Ord>(s: &ValueSet<T>) -> String {
-            s.len().map_or_else(|| "*".to_string(), |n| n.to_string())
+            s.describe()
         }
         write!(
             f,
             "{} packets; addresses {} IPv4, {} IPv6; protocols {} IPv4, {} IPv6; ports {} TCP, {} UDP, {} SCTP; {} VLANs",
             self.packets,
-            n(&self.ipv4),
-            n(&self.ipv6),
+            self.ipv4.describe(),
+            self.ipv6.describe(),
             n(&self.ip_protocols),
             n(&self.ip6_protocols),
             n(&self.tcp_ports),
@@ -401,7 +433,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u128) {
 
 fn put_set<T: Copy + Into<u128>>(out: &mut Vec<u8>, set: &ValueSet<T>) {
     let values = match set {
-        ValueSet::Overflowed => return put_varint(out, 1),
+        ValueSet::Overflowed => return put_varint(out, HEAD_OVERFLOWED),
         ValueSet::Exact(v) => v,
     };
     put_varint(out, (values.len() as u128) << 1);
@@ -413,10 +445,44 @@ fn put_set<T: Copy + Into<u128>>(out: &mut Vec<u8>, set: &ValueSet<T>) {
     }
 }
 
+/// The head of a set held as a Bloom filter (version 2): odd, as an overflowed set's, with
+/// count 1.
+const HEAD_BLOOM: u128 = 3;
+const HEAD_OVERFLOWED: u128 = 1;
+
+fn put_address_set<T: Copy + Into<u128>>(out: &mut Vec<u8>, set: &AddressSet<T>) {
+    match set {
+        AddressSet::Listed(s) => put_set(out, s),
+        AddressSet::Bloom(b) => {
+            let (lo, hi): (u128, u128) = (b.lo.into(), b.hi.into());
+            put_varint(out, HEAD_BLOOM);
+            put_varint(out, lo);
+            put_varint(out, hi - lo);
+            put_varint(out, (b.bytes().len() / BLOCK_BYTES) as u128);
+            out.extend(b.bytes());
+        }
+    }
+}
+
+/// The encoded size of a listed set (what [`put_set`] writes).
+pub(crate) fn listed_len<T: Copy + Into<u128>>(values: &[T]) -> usize {
+    let varint_len = |v: u128| (128 - v.leading_zeros()).max(1).div_ceil(7) as usize;
+    let mut prev: Option<u128> = None;
+    let mut len = varint_len((values.len() as u128) << 1);
+    for &v in values {
+        let v: u128 = v.into();
+        len += varint_len(prev.map_or(v, |p| v - p - 1));
+        prev = Some(v);
+    }
+    len
+}
+
 /// A cursor over the body of an encoding: every read checks its bounds here.
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Version 2: address sets may be Bloom filters.
+    blooms: bool,
 }
 
 impl Reader<'_> {
@@ -462,6 +528,43 @@ impl Reader<'_> {
         max: u128,
     ) -> Result<ValueSet<T>, DecodeError> {
         let head = self.varint(what)?;
+        self.set_after(head, what, max)
+    }
+
+    fn address_set<T: TryFrom<u128> + BloomKey>(
+        &mut self,
+        what: &'static str,
+        max: u128,
+    ) -> Result<AddressSet<T>, DecodeError> {
+        let head = self.varint(what)?;
+        if head != HEAD_BLOOM || !self.blooms {
+            return Ok(AddressSet::Listed(self.set_after(head, what, max)?));
+        }
+        let lo = self.varint(what)?;
+        let span = self.varint(what)?;
+        let hi = lo.checked_add(span).filter(|&hi| hi <= max);
+        let (Ok(lo), Some(Ok(hi))) = (T::try_from(lo), hi.map(T::try_from)) else {
+            return Err(self.error(what, "filter bounds out of range"));
+        };
+        let blocks = self.varint(what)?;
+        if blocks == 0 || blocks > MAX_BLOCKS as u128 {
+            return Err(self.error(what, "filter of no blocks, or of too many"));
+        }
+        let len = blocks as usize * BLOCK_BYTES;
+        let Some(bytes) = self.buf.get(self.pos..self.pos + len) else {
+            return Err(self.error(what, "filter cut short"));
+        };
+        self.pos += len;
+        Ok(AddressSet::Bloom(AddressBloom::from_parts(lo, hi, bytes)))
+    }
+
+    /// A listed or overflowed set whose head was read.
+    fn set_after<T: TryFrom<u128>>(
+        &mut self,
+        head: u128,
+        what: &'static str,
+        max: u128,
+    ) -> Result<ValueSet<T>, DecodeError> {
         let count = head >> 1;
         if head & 1 == 1 {
             if count != 0 {
@@ -502,12 +605,16 @@ impl Reader<'_> {
 mod tests {
     use super::*;
 
+    fn listed<T>(v: Vec<T>) -> AddressSet<T> {
+        AddressSet::Listed(ValueSet::Exact(v))
+    }
+
     fn sample() -> ChunkFilter {
         ChunkFilter {
             packets: 1234,
             flags: flag::IPV4 | flag::IPV6 | flag::FRAGMENT,
-            ipv4: ValueSet::Exact(vec![0, 0x0a00_0001, 0x0a00_0002, u32::MAX]),
-            ipv6: ValueSet::Exact(vec![1, 0x2001_0db8 << 96, u128::MAX]),
+            ipv4: listed(vec![0, 0x0a00_0001, 0x0a00_0002, u32::MAX]),
+            ipv6: listed(vec![1, 0x2001_0db8 << 96, u128::MAX]),
             ip_protocols: ValueSet::Exact(vec![1, 6, 17]),
             ip6_protocols: ValueSet::Exact(vec![0, 58, 255]),
             tcp_ports: ValueSet::Exact(vec![22, 80, 443, 65535]),
@@ -534,28 +641,72 @@ mod tests {
     }
 
     #[test]
+    fn bloom_sets_round_trip_and_answer() {
+        let v4: Vec<u32> = (0..20_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        let v6: Vec<u128> = v4
+            .iter()
+            .map(|&a| (0xfd00u128 << 112) | u128::from(a))
+            .collect();
+        let index = ChunkFilter {
+            packets: 20_000,
+            flags: flag::IPV4 | flag::IPV6,
+            ipv4: AddressSet::Bloom(AddressBloom::of(v4.iter().copied(), v4.len())),
+            ipv6: AddressSet::Bloom(AddressBloom::of(v6.iter().copied(), v6.len())),
+            ..ChunkFilter::default()
+        };
+        let bytes = index.encode();
+        let back = ChunkFilter::decode(&bytes).unwrap();
+        assert_eq!(back, index);
+        assert_eq!(back.encode(), bytes);
+        assert!(v4
+            .iter()
+            .all(|&a| back.ipv4.may_contain_masked(a, u32::MAX)));
+        assert!(v6
+            .iter()
+            .all(|&a| back.ipv6.may_contain_masked(a, u128::MAX)));
+        // A prefix answers from the bounds: fd00::/16 may, fe80::/10 may not.
+        assert!(back
+            .ipv6
+            .may_contain_masked(0xfd00u128 << 112, !0u128 << 112));
+        assert!(!back
+            .ipv6
+            .may_contain_masked(0xfe80u128 << 112, !0u128 << 118));
+        assert!(
+            back.to_string().contains("a 30016-byte filter of IPv4"),
+            "{back}"
+        );
+    }
+
+    #[test]
     fn documented_example() {
         let mut bytes = vec![
-            0x54, 0x44, 0x46, 0x49, 0x01, 0x03, 0x01, 0x04, 0x81, 0x80, 0x80, 0x50, 0x00, 0x00,
+            0x54, 0x44, 0x46, 0x49, 0x02, 0x03, 0x01, 0x04, 0x81, 0x80, 0x80, 0x50, 0x00, 0x00,
             0x00, 0x00, 0x02, 0x50, 0x00, 0x00, 0x02, 0x64,
         ];
         bytes.extend(xxhash_rust::xxh32::xxh32(&bytes, 0).to_le_bytes());
         let index = ChunkFilter {
             packets: 3,
             flags: flag::IPV4,
-            ipv4: ValueSet::Exact(vec![0x0a00_0001, 0x0a00_0002]),
+            ipv4: listed(vec![0x0a00_0001, 0x0a00_0002]),
             tcp_ports: ValueSet::Exact(vec![80]),
             vlans: ValueSet::Exact(vec![100]),
             ..ChunkFilter::default()
         };
         assert_eq!(ChunkFilter::decode(&bytes), Ok(index.clone()));
         assert_eq!(index.encode(), bytes);
+        // Version 1, as files written before the Bloom filters hold it, reads the same.
+        let mut v1 = bytes[..bytes.len() - CHECKSUM_LEN].to_vec();
+        v1[4] = 1;
+        v1.extend(xxhash_rust::xxh32::xxh32(&v1, 0).to_le_bytes());
+        assert_eq!(ChunkFilter::decode(&v1), Ok(index));
     }
 
     #[test]
     fn empty_index_layout() {
         let bytes = ChunkFilter::default().encode();
-        assert_eq!(&bytes[..5], b"TDFI\x01");
+        assert_eq!(&bytes[..5], b"TDFI\x02");
         // packets 0, flags 0, eight empty sets, checksum.
         assert_eq!(&bytes[5..15], &[0; 10]);
         assert_eq!(bytes.len(), 19);
@@ -566,7 +717,11 @@ mod tests {
         for v in [0, 1, 127, 128, 16383, 16384, u64::MAX as u128, u128::MAX] {
             let mut out = vec![];
             put_varint(&mut out, v);
-            let mut r = Reader { buf: &out, pos: 0 };
+            let mut r = Reader {
+                buf: &out,
+                pos: 0,
+                blooms: true,
+            };
             assert_eq!(r.varint("v"), Ok(v));
             assert_eq!(r.pos, out.len());
         }
@@ -584,7 +739,16 @@ mod tests {
             ], // 130 bits
         ];
         for b in bad {
-            assert!(Reader { buf: b, pos: 0 }.varint("v").is_err(), "{b:02x?}");
+            assert!(
+                Reader {
+                    buf: b,
+                    pos: 0,
+                    blooms: true
+                }
+                .varint("v")
+                .is_err(),
+                "{b:02x?}"
+            );
         }
     }
 
@@ -602,10 +766,10 @@ mod tests {
             Err(DecodeError::BadMagic { .. })
         ));
         let mut b = good.clone();
-        b[4] = 2;
+        b[4] = 3;
         assert_eq!(
             ChunkFilter::decode(&b),
-            Err(DecodeError::UnsupportedVersion(2))
+            Err(DecodeError::UnsupportedVersion(3))
         );
         // Any single flipped bit is caught by the checksum.
         for i in HEADER_LEN..good.len() {
@@ -629,7 +793,7 @@ mod tests {
     }
 
     fn body(parts: &[&[u8]]) -> Vec<u8> {
-        let mut b = b"TDFI\x01".to_vec();
+        let mut b = b"TDFI\x02".to_vec();
         for p in parts {
             b.extend(*p);
         }
@@ -665,11 +829,32 @@ mod tests {
             problem(&body(&[&[1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0x80, 0x20]])),
             "value out of range"
         );
-        // Overflowed with a count.
+        // Overflowed with a count (a port set; an address set's head 3 is a Bloom filter).
         assert_eq!(
-            problem(&body(&[&[1, 0, 3], &[0; 7]])),
+            problem(&body(&[&[1, 0, 0, 0, 0, 0, 3], &[0; 3]])),
             "overflowed set with values"
         );
+        // Bloom filters: no blocks; bounds past u32; cut short.
+        assert_eq!(
+            problem(&body(&[&[1, 0, 3, 0, 0, 0], &[0; 7]])),
+            "filter of no blocks, or of too many"
+        );
+        assert_eq!(
+            problem(&body(&[
+                &[1, 0, 3, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 1],
+                &[0; 32],
+                &[0; 7]
+            ])),
+            "filter bounds out of range"
+        );
+        assert_eq!(
+            problem(&body(&[&[1, 0, 3, 0, 0, 1], &[0; 31]])),
+            "filter cut short"
+        );
+        // Version 1 has no filters: head 3 there is an overflowed set with a count.
+        let mut v1 = body(&[&[1, 0, 3, 0, 0, 1], &[0; 32], &[0; 7]]);
+        v1[4] = 1;
+        assert_eq!(problem(&reseal(v1)), "overflowed set with values");
         // A count larger than the bytes left.
         assert_eq!(
             problem(&body(&[&[1, 0, 0xc8, 0x01]])),
@@ -690,7 +875,7 @@ mod tests {
         // Well formed: a duplicate is impossible to write (gaps are at least 1).
         let ok = body(&[&[1, 1, 4, 10, 0], &[0; 7]]);
         let i = ChunkFilter::decode(&ok).unwrap();
-        assert_eq!(i.ipv4, ValueSet::Exact(vec![10, 11]));
+        assert_eq!(i.ipv4, listed(vec![10, 11]));
         assert_eq!(i.encode(), ok);
     }
 
@@ -700,7 +885,7 @@ mod tests {
         let mut b = ChunkFilter {
             packets: 10,
             flags: flag::UNPARSED,
-            ipv4: ValueSet::Exact(vec![5, 0x0a00_0002]),
+            ipv4: listed(vec![5, 0x0a00_0002]),
             tcp_ports: ValueSet::Overflowed,
             udp_ports: ValueSet::Exact(vec![53]),
             sctp_ports: ValueSet::Exact(vec![9]),
@@ -711,7 +896,7 @@ mod tests {
         assert!(a.has_unreadable() && a.has(flag::FRAGMENT));
         assert_eq!(
             a.ipv4,
-            ValueSet::Exact(vec![0, 5, 0x0a00_0001, 0x0a00_0002, u32::MAX])
+            listed(vec![0, 5, 0x0a00_0001, 0x0a00_0002, u32::MAX])
         );
         assert_eq!(a.tcp_ports, ValueSet::Overflowed);
         assert_eq!(a.udp_ports, ValueSet::Overflowed);
@@ -720,7 +905,7 @@ mod tests {
         b.merge(&ChunkFilter::default());
         assert_eq!(b.packets, 10);
         // The merged limit.
-        let big = |from: u32| ValueSet::Exact((from..from + 40_000).collect::<Vec<u32>>());
+        let big = |from: u32| listed((from..from + 40_000).collect::<Vec<u32>>());
         let mut x = ChunkFilter {
             ipv4: big(0),
             ..ChunkFilter::default()
@@ -729,12 +914,12 @@ mod tests {
             ipv4: big(20_000),
             ..ChunkFilter::default()
         });
-        assert_eq!(x.ipv4.len(), Some(60_000));
+        assert_eq!(x.ipv4.describe(), "60000");
         x.merge(&ChunkFilter {
             ipv4: big(100_000),
             ..ChunkFilter::default()
         });
-        assert_eq!(x.ipv4, ValueSet::Overflowed);
+        assert_eq!(x.ipv4, AddressSet::Listed(ValueSet::Overflowed));
         let round = ChunkFilter::decode(&x.encode()).unwrap();
         assert_eq!(round, x);
     }

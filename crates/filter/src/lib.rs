@@ -57,6 +57,8 @@
 
 #![forbid(unsafe_code)]
 
+mod address;
+mod bloom;
 #[cfg(feature = "bpf")]
 pub mod bpf;
 mod builder;
@@ -66,6 +68,7 @@ mod parse;
 mod predicate;
 pub mod sidecar;
 
-pub use builder::{ChunkFilterBuilder, MAX_PROBE, MAX_VALUES};
+pub use bloom::BITS_PER_VALUE;
+pub use builder::{ChunkFilterBuilder, MAX_ADDRESSES, MAX_PROBE, MAX_VALUES};
 pub use chunk_filter::{ChunkFilter, DecodeError, MAGIC, MAX_MERGED_VALUES, VERSION};
 pub use predicate::Predicate;
