@@ -137,11 +137,17 @@ pub fn cross_site(headers: &HeaderMap, tls: bool) -> Option<String> {
                 logsafe::text(&String::from_utf8_lossy(site))
             ));
         }
-        // A browser's own word, which no page's script can set; its `Origin` may be
-        // `null` (a page under a strict referrer policy) and says nothing more.
-        return None;
     }
     let origin = headers.get(header::ORIGIN)?.as_bytes();
+    // A browser that says `same-origin` (which no page's script can forge) may still send
+    // `Origin: null` (a page under a strict referrer policy): its word stands for it.
+    if origin == b"null"
+        && headers
+            .get("sec-fetch-site")
+            .is_some_and(|s| s.as_bytes().eq_ignore_ascii_case(b"same-origin"))
+    {
+        return None;
+    }
     let host = headers.get(header::HOST).map(|h| h.as_bytes());
     let scheme: &[u8] = if tls { b"https://" } else { b"http://" };
     let same = host.is_some_and(|host| {
@@ -327,6 +333,12 @@ mod tests {
             vec![host, ("origin", "http://127.0.0.1:9781")],
             vec![host, ("origin", "http://127.0.0.1:978")],
             vec![("origin", "http://127.0.0.1:9780")],
+            // `same-origin` excuses only a null Origin, not another one.
+            vec![
+                host,
+                ("origin", "http://127.0.0.1:9781"),
+                ("sec-fetch-site", "same-origin"),
+            ],
         ] {
             assert!(cross_site(&headers(&bad), false).is_some(), "{bad:?}");
         }
