@@ -29,8 +29,8 @@ fi
 echo "== python: ruff and the analysis tests" >&2
 python3 -m ruff check python
 python3 -m ruff format --check python
-python3 -m pytest python/tests -q -p no:cacheprovider
+python3 -m pytest python/tests -q -p no:cacheprovider --durations=10
 
 echo "== end-to-end tests" >&2
 export TAPDECK_BIN="$PWD/target/release/tapdeck"
-python3 -m pytest tests -q -p no:cacheprovider
+python3 -m pytest tests -q -p no:cacheprovider --durations=30
