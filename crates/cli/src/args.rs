@@ -57,8 +57,9 @@ pub enum Command {
     /// Add the flow index to files written without one: stores recorded with
     /// `--no-flow-index` or before it existed, and plain pcap/pcapng files (a sidecar).
     ///
-    /// A stored file gets a version 2 chunk index with one flow index per chunk, built
-    /// from its chunks exactly as the recorder builds it; the new trailer is appended after
+    /// A stored file gets a version 3 chunk index (one flow index per chunk, and the file's
+    /// summary), built from its chunks exactly as the recorder builds it; files indexed
+    /// before summaries existed are indexed again. The new trailer is appended after
     /// the old one, which stays valid until the new one is complete and synced, so a file
     /// stopped at any moment still reads whole (run `index` again to finish it); no packet
     /// byte moves, and zstd, lz4, tcpdump and tshark read the file as before. A plain

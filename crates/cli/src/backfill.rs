@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tapdeck_store::backfill::{self, Outcome};
-use tapdeck_store::meta;
 use tapdeck_store::read::Store;
+use tapdeck_store::{catalog, meta};
 
 use crate::args::IndexArgs;
 
@@ -25,6 +25,9 @@ pub fn run(args: &IndexArgs) -> anyhow::Result<i32> {
     for path in &args.paths {
         for file in files_of(path, &args.data_dirs)? {
             one(&file, &mut totals);
+        }
+        if path.is_dir() {
+            rebuild_catalog(path, &args.data_dirs)?;
         }
     }
     println!(
@@ -53,6 +56,28 @@ fn files_of(path: &Path, moved: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         );
     }
     Ok(store.files.into_iter().chain(store.partials).collect())
+}
+
+/// Rewrites a store's catalog from its files' trailers (compacting it too: entries of
+/// files retention deleted go).
+fn rebuild_catalog(path: &Path, moved: &[PathBuf]) -> anyhow::Result<()> {
+    let store = Store::open_with(path, moved)?;
+    match catalog::rebuild(&store) {
+        Ok((entries, 0)) => println!(
+            "{}: rebuilt with {entries} entries",
+            catalog::path(&store.root).display()
+        ),
+        Ok((entries, failed)) => println!(
+            "{}: rebuilt with {entries} entries; {failed} file(s) that do not open left out (readers open them)",
+            catalog::path(&store.root).display()
+        ),
+        // The catalog only saves readers work: a store without one reads the same.
+        Err(e) => eprintln!(
+            "tapdeck: {}: cannot rebuild the store catalog ({e}); readers open every file",
+            catalog::path(&store.root).display()
+        ),
+    }
+    Ok(())
 }
 
 /// Indexes one file, printing one line either way.

@@ -161,16 +161,20 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
     Ok(if report.damage.is_empty() { 0 } else { 3 })
 }
 
-/// The summary's note of what the plan left unread: files by their names' times, chunks
-/// by the flow index.
+/// The summary's note of what the plan left unread: files by their names' times or the
+/// store catalog, chunks by the flow index.
 fn skipped_note(plan: &Plan) -> String {
     let chunks = match plan.chunks_pruned {
         0 => String::new(),
         n => format!("; {n} chunks in the window skipped by the flow index"),
     };
-    match plan.files_skipped_by_time {
+    let catalog = match plan.files_skipped_by_catalog {
         0 => chunks,
-        n => format!("{chunks}; {n} files outside the window skipped by their names' times"),
+        n => format!("{chunks}; {n} files skipped by the store catalog"),
+    };
+    match plan.files_skipped_by_time {
+        0 => catalog,
+        n => format!("{catalog}; {n} files outside the window skipped by their names' times"),
     }
 }
 
@@ -292,6 +296,10 @@ fn explain_time(no_index: bool, plan: &Plan) {
     eprintln!(
         "tapdeck: explain: skipped by time: {} of {} files (their names place them outside the window)",
         plan.files_skipped_by_time, plan.files_total
+    );
+    eprintln!(
+        "tapdeck: explain: store catalog: {} entries consulted; {} more files skipped (their time range or summary rules them out)",
+        plan.catalog_entries, plan.files_skipped_by_catalog
     );
 }
 

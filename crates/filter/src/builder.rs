@@ -83,6 +83,14 @@ mod arp_field {
     pub const TPA: Range<usize> = 24..28;
 }
 
+/// The addresses of a chunk's sets that [`ChunkFilterBuilder::finish_with_values`] gave as
+/// Bloom filters (empty for a listed or overflowed set), in no particular order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BloomValues {
+    pub ipv4: Vec<u32>,
+    pub ipv6: Vec<u128>,
+}
+
 /// Collects one chunk's [`ChunkFilter`]: [`add`](Self::add) every packet, then
 /// [`finish`](Self::finish), which hands out the index and starts the next chunk.
 pub struct ChunkFilterBuilder {
@@ -246,11 +254,19 @@ impl ChunkFilterBuilder {
     /// The index of the packets added since the builder was made or last finished; the
     /// builder is then empty, ready for the next chunk.
     pub fn finish(&mut self) -> ChunkFilter {
+        self.finish_with_values().0
+    }
+
+    /// [`finish`](Self::finish), with the addresses of the sets held as Bloom filters,
+    /// which a file's summary needs (a filter cannot be merged into one of another size).
+    pub fn finish_with_values(&mut self) -> (ChunkFilter, BloomValues) {
+        let (ipv4, v4) = self.ipv4.take();
+        let (ipv6, v6) = self.ipv6.take();
         let index = ChunkFilter {
             packets: self.packets,
             flags: self.flags,
-            ipv4: self.ipv4.take(),
-            ipv6: self.ipv6.take(),
+            ipv4,
+            ipv6,
             ip_protocols: self.ip_protocols.take(),
             ip6_protocols: self.ip6_protocols.take(),
             tcp_ports: self.tcp_ports.take(),
@@ -260,7 +276,7 @@ impl ChunkFilterBuilder {
         };
         self.packets = 0;
         self.flags = 0;
-        index
+        (index, BloomValues { ipv4: v4, ipv6: v6 })
     }
 }
 
@@ -498,23 +514,24 @@ impl<T: Address> AddressTable<T> {
     }
 
     /// The addresses, listed in order or as a Bloom filter, whichever is smaller (or
-    /// overflowed); the table is then empty and back at its first size.
-    fn take(&mut self) -> AddressSet<T>
+    /// overflowed), and for a filter the addresses in it; the table is then empty and back
+    /// at its first size.
+    fn take(&mut self) -> (AddressSet<T>, Vec<T>)
     where
         T: BloomKey + Into<u128>,
     {
         let n = self.len();
         let set = if self.overflowed {
-            AddressSet::Listed(ValueSet::Overflowed)
+            (AddressSet::Listed(ValueSet::Overflowed), Vec::new())
         } else if n > 0 && AddressBloom::<T>::bytes_for(n) < n {
             // Every listed value takes a byte at least: the filter is smaller.
-            AddressSet::Bloom(self.bloom())
+            (AddressSet::Bloom(self.bloom()), self.values().collect())
         } else {
             let values = self.sorted();
             if n > 0 && AddressBloom::<T>::bytes_for(n) < listed_len(&values) {
-                AddressSet::Bloom(self.bloom())
+                (AddressSet::Bloom(self.bloom()), values)
             } else {
-                AddressSet::Listed(ValueSet::Exact(values))
+                (AddressSet::Listed(ValueSet::Exact(values)), Vec::new())
             }
         };
         for &i in &self.used {
@@ -548,7 +565,7 @@ impl<T: Address> AddressTable<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Frames built field by field (the layouts are those of the `wire` views' tests).
@@ -1009,9 +1026,9 @@ mod tests {
         }
         t.insert(7);
         assert!(t.overflowed);
-        assert_eq!(t.take(), AddressSet::Listed(ValueSet::Overflowed));
+        assert_eq!(t.take().0, AddressSet::Listed(ValueSet::Overflowed));
         assert!(t.slots.iter().all(|&s| s == 0), "cleared");
         t.insert(7);
-        assert_eq!(t.take(), AddressSet::Listed(ValueSet::Exact(vec![7])));
+        assert_eq!(t.take().0, AddressSet::Listed(ValueSet::Exact(vec![7])));
     }
 }

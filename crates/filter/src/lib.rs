@@ -67,8 +67,10 @@ mod expr;
 mod parse;
 mod predicate;
 pub mod sidecar;
+mod summary;
 
 pub use bloom::BITS_PER_VALUE;
-pub use builder::{ChunkFilterBuilder, MAX_ADDRESSES, MAX_PROBE, MAX_VALUES};
+pub use builder::{BloomValues, ChunkFilterBuilder, MAX_ADDRESSES, MAX_PROBE, MAX_VALUES};
 pub use chunk_filter::{ChunkFilter, DecodeError, MAGIC, MAX_MERGED_VALUES, VERSION};
 pub use predicate::Predicate;
+pub use summary::{SummaryBuilder, MAX_SUMMARY_ADDRESSES};

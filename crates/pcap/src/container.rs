@@ -38,10 +38,14 @@ const SEEK_TABLE_MAGIC: u32 = 0x184D_2A5E;
 const SEEKABLE_FOOTER_MAGIC: u32 = 0x8F92_EAB1;
 const INDEX_TAG: &[u8; 4] = b"TDCI";
 /// Version 1: metadata and entries. Version 2 adds extensions after the entries (a tag,
-/// a length and a body each; readers skip tags they do not know).
-const INDEX_VERSION: u16 = 2;
+/// a length and a body each): the flow indexes. Version 3: the flow indexes and the
+/// file's summary.
+const INDEX_VERSION: u16 = 3;
 /// Extension holding the per-entry flow indexes: for each entry, a u32 length and bytes.
 const FLOWS_TAG: &[u8; 4] = b"FLOW";
+/// Extension holding the file's summary (one encoded `tapdeck_filter::ChunkFilter` of all
+/// its packets).
+const SUMMARY_TAG: &[u8; 4] = b"SUMM";
 /// zstd raw blocks hold at most 128 KiB each.
 const ZSTD_MAX_BLOCK: usize = 128 * 1024;
 /// LZ4 frames we write use 4 MiB blocks.
@@ -177,6 +181,9 @@ pub struct ChunkIndex {
     /// (files written before it existed): then the index is written as version 1, byte
     /// for byte as before.
     pub flows: Vec<Vec<u8>>,
+    /// The file's summary: one encoded `tapdeck_filter::ChunkFilter` of all its packets
+    /// (version 3); empty when the file has none (then written as version 2 or 1).
+    pub summary: Vec<u8>,
 }
 
 /// Errors reading a container.
@@ -703,7 +710,13 @@ impl ChunkIndex {
         body.extend_from_slice(INDEX_TAG);
         // Flow indexes only as one per entry (anything else would not read back).
         let with_flows = !self.entries.is_empty() && self.flows.len() == self.entries.len();
-        let version: u16 = if with_flows { INDEX_VERSION } else { 1 };
+        // A summary only beside the flow indexes it sums up.
+        let with_summary = with_flows && !self.summary.is_empty();
+        let version: u16 = match (with_flows, with_summary) {
+            (true, true) => 3,
+            (true, false) => 2,
+            _ => 1,
+        };
         body.extend_from_slice(&version.to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
         body.extend_from_slice(&(self.meta.len() as u32).to_le_bytes());
@@ -726,13 +739,19 @@ impl ChunkIndex {
             body.extend_from_slice(&e.codec.to_bytes());
         }
         if with_flows {
-            body.extend_from_slice(&1u32.to_le_bytes());
+            let extensions: u32 = if with_summary { 2 } else { 1 };
+            body.extend_from_slice(&extensions.to_le_bytes());
             body.extend_from_slice(FLOWS_TAG);
             let len: usize = self.flows.iter().map(|f| 4 + f.len()).sum();
             body.extend_from_slice(&(len as u32).to_le_bytes());
             for f in &self.flows {
                 body.extend_from_slice(&(f.len() as u32).to_le_bytes());
                 body.extend_from_slice(f);
+            }
+            if with_summary {
+                body.extend_from_slice(SUMMARY_TAG);
+                body.extend_from_slice(&(self.summary.len() as u32).to_le_bytes());
+                body.extend_from_slice(&self.summary);
             }
         }
         let mut out = Vec::with_capacity(body.len() + 32 + self.entries.len() * 8);
@@ -928,14 +947,17 @@ impl ChunkIndex {
             entries.push(ChunkEntry::decode(&mut b, i)?);
         }
         let mut flows = Vec::new();
+        let mut summary = Vec::new();
         if version >= 2 {
-            // Version 2 has exactly the flow extension, for a file with entries (a reader
-            // accepts only what the writer writes: see `fuzzing::check_read`).
+            // Version 2 has exactly the flow extension, version 3 the flow extension then
+            // the summary, for a file with entries (a reader accepts only what the writer
+            // writes: see `fuzzing::check_read`).
             let ext_at = b.offset();
-            if b.u32("chunk index extension count")? != 1 || count == 0 {
+            let want: u32 = if version == 3 { 2 } else { 1 };
+            if b.u32("chunk index extension count")? != want || count == 0 {
                 return Err(invalid(
                     ext_at,
-                    "chunk index version 2 without its flow index",
+                    format!("chunk index version {version} without its extensions"),
                 ));
             }
             let tag_at = b.offset();
@@ -945,6 +967,17 @@ impl ChunkIndex {
             let len = b.u32("chunk index extension length")? as usize;
             let body = Cursor::new(b.bytes(len, "chunk index extension")?).based_at(tag_at + 8);
             flows = decode_flows(body, count)?;
+            if version == 3 {
+                let tag_at = b.offset();
+                if b.bytes(4, "chunk index extension tag")? != SUMMARY_TAG {
+                    return Err(invalid(tag_at, "chunk index extension is not a summary"));
+                }
+                let len = b.u32("file summary length")? as usize;
+                summary = b.bytes(len, "file summary")?.to_vec();
+                if summary.is_empty() {
+                    return Err(invalid(tag_at, "chunk index holds an empty file summary"));
+                }
+            }
             if b.remaining() != 0 {
                 return Err(invalid(
                     b.offset(),
@@ -956,6 +989,7 @@ impl ChunkIndex {
             meta,
             entries,
             flows,
+            summary,
         })
     }
 }
@@ -1330,6 +1364,7 @@ mod tests {
             meta: r#"{"stream":0}"#.into(),
             entries: (0..5).map(entry).collect(),
             flows: Vec::new(),
+            summary: Vec::new(),
         };
         // Without flow indexes: version 1, as files before them were written.
         let v1 = index.encode_trailer();
@@ -1367,6 +1402,7 @@ mod tests {
             meta: "{}".into(),
             entries: (0..3).map(entry).collect(),
             flows: vec![vec![9; 20], vec![], vec![1]],
+            summary: Vec::new(),
         };
         let whole = [vec![7u8; 300], index.encode_trailer()].concat();
         for cut in 0..whole.len() {
@@ -1411,6 +1447,7 @@ mod tests {
             meta: r#"{"stream":0}"#.into(),
             entries: (0..5).map(entry).collect(),
             flows: Vec::new(),
+            summary: Vec::new(),
         };
         let new = ChunkIndex {
             flows: vec![vec![], vec![1, 2, 3], vec![7; 5000], vec![4; 300], vec![]],
@@ -1559,6 +1596,7 @@ mod hostile_trailers {
                 codec: Codec::Zstd(3),
             }],
             flows: Vec::new(),
+            summary: Vec::new(),
         });
         out
     }

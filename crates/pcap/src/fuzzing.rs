@@ -164,10 +164,17 @@ pub fn draw_index(d: &mut Draw<'_>) -> ChunkIndex {
             .map(|_| (0..d.below(40)).map(|_| d.u8()).collect())
             .collect()
     };
+    // Half of those a file summary (opaque, never empty: an empty one is none).
+    let summary = if flows.is_empty() || entries.is_empty() || d.below(2) == 0 {
+        Vec::new()
+    } else {
+        (0..1 + d.below(40)).map(|_| d.u8()).collect()
+    };
     ChunkIndex {
         meta,
         entries,
         flows,
+        summary,
     }
 }
 

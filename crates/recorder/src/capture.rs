@@ -407,7 +407,7 @@ impl CaptureLoop {
             source_waits: !self.live,
             decision,
             linktypes: Arc::clone(&self.linktypes),
-            flows: Vec::new(),
+            flows: Default::default(),
         };
         if decision.codec == Codec::Raw {
             self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));

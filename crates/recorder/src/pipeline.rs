@@ -69,8 +69,8 @@ pub struct Chunk {
     pub decision: Decision,
     /// Link type of each interface of the stream, for the flow index.
     pub linktypes: Arc<[u16]>,
-    /// The chunk's encoded flow index (`crate::flows`), once built; empty before.
-    pub flows: Vec<u8>,
+    /// The chunk's flow index (`crate::chunk_filter`), once built; empty before.
+    pub flows: crate::chunk_filter::ChunkFlows,
 }
 
 /// Finish the current file; the counters go into its statistics block.

@@ -297,6 +297,7 @@ impl Recording {
                         .copied()
                         .unwrap_or(1),
                     run_started_ns: self.manifest.started_ns,
+                    catalog_root: (!cfg.discard).then(|| self.store.root.clone()),
                 },
                 Arc::clone(&self.data_dirs),
                 Arc::clone(&self.retention),

@@ -14,12 +14,13 @@ use tapdeck_pcap::container::{
 };
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
-use crate::chunk_filter;
+use crate::chunk_filter::{self, FileSummary};
 use crate::controller::SharedController;
 use crate::direct::DirectFile;
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
 use crate::retention::Retention;
 use crate::stats::{StatsHub, WriterCounts};
+use tapdeck_store::catalog;
 use tapdeck_store::finalize::finalize;
 use tapdeck_store::meta::{self, DataName, FileMeta, InterfaceMeta};
 
@@ -160,6 +161,9 @@ pub struct WriterConfig {
     pub first_seq: u64,
     /// When this run started: written into each file's metadata (see `FileMeta`).
     pub run_started_ns: u64,
+    /// The store's root, whose catalog gets an entry for each file finished
+    /// (`tapdeck_store::catalog`); `None`: no catalog (benchmarks that discard).
+    pub catalog_root: Option<PathBuf>,
 }
 
 /// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
@@ -259,6 +263,8 @@ struct CurrentFile {
     entries: Vec<ChunkEntry>,
     /// The flow index of each entry (empty for header and statistics frames).
     flows: Vec<Vec<u8>>,
+    /// The file's summary, gathered from its chunks' flow indexes as they are written.
+    summary: FileSummary,
     data_len: u64,
     first_ts_ns: u64,
     min_ts_ns: u64,
@@ -289,6 +295,7 @@ pub struct StreamWriter {
     file_seq: u64,
     counts: Vec<WriterCounts>,
     warned_buffered: bool,
+    warned_catalog: bool,
     /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
     controller: Option<Arc<SharedController>>,
     throttle: Option<DiskThrottle>,
@@ -324,6 +331,7 @@ impl StreamWriter {
             current: None,
             counts: Vec::new(),
             warned_buffered: false,
+            warned_catalog: false,
             controller: None,
             abandoned: Vec::new(),
             lost: Vec::new(),
@@ -448,6 +456,7 @@ impl StreamWriter {
                 out,
                 entries: Vec::new(),
                 flows: Vec::new(),
+                summary: FileSummary::default(),
                 data_len: 0,
                 first_ts_ns,
                 min_ts_ns: u64::MAX,
@@ -482,10 +491,11 @@ impl StreamWriter {
     /// Writes one chunk to the current file (opening one if needed); `again` for a chunk
     /// rescued from an abandoned file, whose codec and ladder bytes were counted already.
     fn write_chunk(&mut self, mut chunk: Chunk, encoded: Encoded, again: bool) {
-        if self.cfg.flow_index && chunk.flows.is_empty() && chunk.packets > 0 && !self.cfg.discard {
+        let unindexed = chunk.flows.encoded.is_empty();
+        if self.cfg.flow_index && unindexed && chunk.packets > 0 && !self.cfg.discard {
             // Stored raw without a compressor's visit: indexed here.
             chunk.flows =
-                chunk_filter::of_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
+                chunk_filter::index_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
         }
         let codec = match &encoded {
             Encoded::Frame { codec, .. } => *codec,
@@ -615,7 +625,9 @@ impl StreamWriter {
             .expect("a chunk was just written to it");
         if let Some(last) = cur.flows.last_mut() {
             // Moved, not copied: a chunk written again elsewhere is indexed again.
-            *last = std::mem::take(&mut chunk.flows);
+            let flows = std::mem::take(&mut chunk.flows);
+            cur.summary.add(chunk.packets, &flows);
+            *last = flows.encoded;
         }
         cur.unsynced
             .push_back((cur.out.len(), chunk.per_iface.clone()));
@@ -896,6 +908,7 @@ impl StreamWriter {
             } else {
                 Vec::new()
             },
+            summary: cur.summary.finish(),
         };
         let final_path = self.dirs.paths[cur.dir].join(&cur.name);
         let (counted_bytes, packets) = (cur.counted_bytes, cur.packets);
@@ -924,8 +937,31 @@ impl StreamWriter {
             .last_file_completed_ns
             .store(crate::os::now_ns(), Ordering::Relaxed);
         tracing::debug!("completed {}", final_path.display());
+        self.catalog(&final_path, &meta, &index.summary);
         self.retention.add(cur.dir, &final_path, Some(packets));
         self.retention.enforce(&self.stats);
+    }
+
+    /// Adds a finished file to the store's catalog. The catalog only saves readers work (a
+    /// file it lacks is opened and read), so a failure is logged once and recording goes on.
+    fn catalog(&mut self, path: &std::path::Path, meta: &FileMeta, summary: &[u8]) {
+        let Some(root) = &self.cfg.catalog_root else {
+            return;
+        };
+        let size = std::fs::metadata(path).map(|m| m.len());
+        let result = size.and_then(|size| {
+            let entry = catalog::entry_of(path, size, meta, summary);
+            catalog::append(root, &[entry])
+        });
+        if let Err(e) = result {
+            if !self.warned_catalog {
+                tracing::warn!(
+                    "cannot add {} to the store catalog ({e}); readers open files it lacks",
+                    path.display()
+                );
+                self.warned_catalog = true;
+            }
+        }
     }
 
     /// How long the writer may wait for the next item: until a sync is due, if the open

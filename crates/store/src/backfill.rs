@@ -1,9 +1,10 @@
 //! `tapdeck index`: backfills chunk filters (the flow index) into files written without
 //! them.
 //!
-//! - A stored file (a store written with `--no-flow-index`, or before the flow index
-//!   existed) gets a version 2 chunk index with one chunk filter per chunk, built from its
-//!   decoded chunks by [`chunk_filter::of_chunk`], the function the recorder builds them
+//! - A stored file (a store written with `--no-flow-index`, or before the flow index or
+//!   the file summary existed) gets a version 3 chunk index with one chunk filter per
+//!   chunk and the file's summary, built from its decoded chunks by
+//!   [`chunk_filter::index_chunk`], the function the recorder builds them
 //!   with, so the result is byte for byte what the recorder would have written. A
 //!   compressed file gets the new trailer *appended* after its old one: no packet byte
 //!   moves, the old trailer stays valid until the new one is complete and synced, and a
@@ -35,7 +36,7 @@ pub enum Outcome {
     Indexed {
         chunks: u64,
         index_bytes: u64,
-        /// What was written: "appended a version 2 chunk index", "wrote FILE.tdx", ….
+        /// What was written: "appended a version 3 chunk index", "wrote FILE.tdx", ….
         how: String,
     },
     /// Nothing was changed, for this reason.
@@ -95,19 +96,24 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
         read::explain_missing_trailer(path).map_err(|e| refused(e, "nothing changed"))?;
     }
     let f = StoredFile::open(path).map_err(|e| refused(e, "nothing changed"))?;
-    if !f.index.flows.is_empty() {
+    // A file indexed before summaries existed is indexed again: its chunks get Bloom
+    // filters where their address lists overflowed, and the file its summary.
+    if !f.index.flows.is_empty() && !f.index.summary.is_empty() {
         return Ok(Outcome::Skipped("already has a flow index".into()));
     }
     let header = f.read_header().map_err(|e| refused(e, "nothing changed"))?;
     let linktypes: Vec<u16> = header.interfaces.iter().map(|i| i.linktype).collect();
     let mut chunk_flows = Vec::with_capacity(f.index.entries.len());
+    let mut summary = chunk_filter::FileSummary::default();
     let mut scratch = Vec::new();
     for e in &f.index.entries {
         // As the writer does: a flow index for every chunk with packets, none elsewhere.
         if e.kind == FrameKind::Packets && e.packets > 0 {
             f.read_frame(e, &mut scratch)
                 .map_err(|e| refused(e, "a damaged chunk; nothing changed"))?;
-            chunk_flows.push(chunk_filter::of_chunk(f.format, &scratch, &linktypes));
+            let flows = chunk_filter::index_chunk(f.format, &scratch, &linktypes);
+            summary.add(e.packets, &flows);
+            chunk_flows.push(flows.encoded);
         } else {
             chunk_flows.push(Vec::new());
         }
@@ -121,6 +127,7 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
     let index_bytes = chunk_flows.iter().map(|f| f.len() as u64).sum();
     let index = ChunkIndex {
         flows: chunk_flows,
+        summary: summary.finish(),
         ..f.index.clone()
     };
     let trailer = index.encode_trailer();
@@ -132,7 +139,7 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
         format!("rewrote {}", meta::sidecar_name(&name))
     } else {
         append_trailer(path, &data, f.trailer.end, &trailer)?;
-        "appended a version 2 chunk index".into()
+        "appended a version 3 chunk index".into()
     };
     Ok(Outcome::Indexed {
         chunks,
@@ -241,13 +248,12 @@ mod tests {
         s
     }
 
-    /// What the recorder writes for each frame of `spec`'s file.
-    fn recorder_flows(spec: &FileSpec) -> Vec<Vec<u8>> {
+    /// What the recorder writes for each frame of `spec`'s file, and its summary.
+    fn recorder_flows(spec: &FileSpec) -> (Vec<Vec<u8>>, Vec<u8>) {
         let (_, index) = build(spec);
         let mut chunks = spec.chunks.iter();
-        index
-            .entries
-            .iter()
+        let mut summary = chunk_filter::FileSummary::default();
+        let flows = (index.entries.iter())
             .map(|e| match e.kind {
                 FrameKind::Packets => {
                     let (_, pkts) = chunks.next().unwrap();
@@ -255,11 +261,14 @@ mod tests {
                         .iter()
                         .flat_map(|p| record_bytes(spec.format, p))
                         .collect();
-                    chunk_filter::of_chunk(spec.format, &data, &[1])
+                    let flows = chunk_filter::index_chunk(spec.format, &data, &[1]);
+                    summary.add(e.packets, &flows);
+                    flows.encoded
                 }
                 _ => Vec::new(),
             })
-            .collect()
+            .collect();
+        (flows, summary.finish())
     }
 
     fn kinds() -> Vec<(Format, Container)> {
@@ -285,8 +294,10 @@ mod tests {
             assert_eq!(chunks, 4);
             let f = StoredFile::open(&path).unwrap();
             let (frames, index) = build(&spec);
+            let (flows, summary) = recorder_flows(&spec);
             let want = ChunkIndex {
-                flows: recorder_flows(&spec),
+                flows,
+                summary,
                 ..index
             };
             assert_eq!(f.index, want, "{format:?} {container:?}");

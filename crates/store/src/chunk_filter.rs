@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use tapdeck_filter::ChunkFilterBuilder;
+use tapdeck_filter::{BloomValues, ChunkFilter, ChunkFilterBuilder, SummaryBuilder};
 use tapdeck_pcap::Format;
 
 thread_local! {
@@ -16,10 +16,26 @@ thread_local! {
     static BUILDER: RefCell<ChunkFilterBuilder> = RefCell::new(ChunkFilterBuilder::new());
 }
 
-/// The encoded chunk filter (flow index) of a chunk of `format` records (as the capture loop wrote them:
-/// whole records, pcap or pcapng enhanced packet blocks), whose interfaces have
-/// `linktypes`. Records it cannot walk make the index answer "maybe" for the rest.
+/// A chunk's flow index three ways: encoded for its file's trailer, decoded, and with the
+/// addresses of its Bloom filters, which the file's summary gathers
+/// (`tapdeck_filter::SummaryBuilder`). Empty (`encoded` empty) for a chunk not indexed.
+#[derive(Debug, Default)]
+pub struct ChunkFlows {
+    pub encoded: Vec<u8>,
+    pub filter: ChunkFilter,
+    pub values: BloomValues,
+}
+
+/// The encoded chunk filter (flow index) of a chunk of `format` records (as the capture
+/// loop wrote them: whole records, pcap or pcapng enhanced packet blocks), whose
+/// interfaces have `linktypes`. Records it cannot walk make the index answer "maybe" for
+/// the rest.
 pub fn of_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> Vec<u8> {
+    index_chunk(format, data, linktypes).encoded
+}
+
+/// [`of_chunk`], with what a file's summary needs of the chunk.
+pub fn index_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> ChunkFlows {
     BUILDER.with(|b| {
         let mut b = b.borrow_mut();
         for (iface, frame) in records(format, data) {
@@ -29,8 +45,44 @@ pub fn of_chunk(format: Format, data: &[u8], linktypes: &[u16]) -> Vec<u8> {
                 .map_or(u32::MAX, |&l| u32::from(l));
             b.add(linktype, frame);
         }
-        b.finish().encode()
+        let (filter, values) = b.finish_with_values();
+        ChunkFlows {
+            encoded: filter.encode(),
+            filter,
+            values,
+        }
     })
+}
+
+/// Gathers a file's summary from its chunks' flows; `None` from [`finish`] when a chunk
+/// with packets had none (the summary would leave its packets out).
+///
+/// [`finish`]: FileSummary::finish
+#[derive(Debug, Default)]
+pub struct FileSummary {
+    builder: SummaryBuilder,
+    unindexed: bool,
+}
+
+impl FileSummary {
+    /// Adds a chunk of `packets` packets and its flows (empty: not indexed).
+    pub fn add(&mut self, packets: u32, flows: &ChunkFlows) {
+        if flows.encoded.is_empty() {
+            self.unindexed |= packets > 0;
+        } else {
+            self.builder.add(&flows.filter, &flows.values);
+        }
+    }
+
+    /// The encoded summary, or empty when a chunk was not indexed.
+    pub fn finish(mut self) -> Vec<u8> {
+        let summary = self.builder.finish();
+        if self.unindexed {
+            Vec::new()
+        } else {
+            summary.encode()
+        }
+    }
 }
 
 /// (interface, captured bytes) of each record in a chunk.
@@ -80,7 +132,7 @@ fn records(format: Format, data: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tapdeck_filter::{ChunkFilter, Predicate};
+    use tapdeck_filter::Predicate;
     use tapdeck_pcap::Packet;
 
     fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {

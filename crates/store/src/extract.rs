@@ -36,6 +36,7 @@ use tapdeck_filter::{ChunkFilter, Predicate};
 use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
+use crate::catalog::Catalog;
 use crate::meta::{self, days_from_civil};
 use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
 use crate::time_prune::{NamedFile, TimePlan};
@@ -157,6 +158,11 @@ pub struct Plan {
     /// Files never opened: their names place them outside the window (`chunks_total`
     /// counts the chunks of the files opened).
     pub files_skipped_by_time: u64,
+    /// Files never opened, of those their names did not rule out: the store catalog shows
+    /// their packets all outside the window, or none matching the filter (its summary).
+    pub files_skipped_by_catalog: u64,
+    /// Entries of the store catalogs read (0: none, or `--no-index`).
+    pub catalog_entries: u64,
     /// Files that hold packets outside the span their names give: their streams were read
     /// whole (see [`crate::time_prune`]).
     pub out_of_name_span: Vec<PathBuf>,
@@ -340,6 +346,8 @@ struct Planning {
     chunks_selected: u64,
     chunks_pruned: u64,
     files_skipped_by_time: u64,
+    files_skipped_by_catalog: u64,
+    catalog_entries: u64,
     out_of_name_span: Vec<PathBuf>,
     choices: Vec<FileChoice>,
     damage: Vec<Damage>,
@@ -375,6 +383,9 @@ struct InputFiles<'a> {
     sources: Vec<Source<'a>>,
     names: Vec<Option<NamedFile>>,
     opened: Vec<Option<Result<StoredFile, FileError>>>,
+    /// Ruled out by the store catalog (its time range or summary): never opened. Holds
+    /// the catalog's time range, for the name-span guard.
+    ruled_out: Vec<Option<(u64, u64)>>,
 }
 
 impl<'a> InputFiles<'a> {
@@ -386,14 +397,44 @@ impl<'a> InputFiles<'a> {
                 .map(|s| NamedFile::of_path(s.path()))
                 .collect(),
             opened: sources.iter().map(|_| None).collect(),
+            ruled_out: sources.iter().map(|_| None).collect(),
             sources,
         }
     }
 
-    /// Opens the files `time` wants that are not open yet.
+    /// Rules out, before opening them, the finished files whose catalog entry shows that
+    /// none of their packets is in the window, or can match `prune`.
+    fn rule_out_by_catalog(
+        &mut self,
+        catalog: &Catalog,
+        window: &TimeWindow,
+        offset_ns: i64,
+        prune: Option<&Predicate>,
+    ) {
+        for (i, source) in self.sources.iter().enumerate() {
+            let Source::Stored(path) = source else {
+                continue;
+            };
+            let Some(entry) = catalog.get(path, None) else {
+                continue;
+            };
+            let outside = entry.packets == 0
+                || !window.meets(
+                    corrected(entry.first_ns, offset_ns),
+                    corrected(entry.last_ns, offset_ns),
+                );
+            let unmatched =
+                || prune.is_some_and(|p| entry.summary().is_some_and(|s| !p.may_match(&s)));
+            if outside || unmatched() {
+                self.ruled_out[i] = Some((entry.first_ns, entry.last_ns));
+            }
+        }
+    }
+
+    /// Opens the files `time` wants that are not open yet (nor ruled out by the catalog).
     fn open_wanted(&mut self, time: &TimePlan) {
         for (i, source) in self.sources.iter().enumerate() {
-            if time.wanted[i] && self.opened[i].is_none() {
+            if time.wanted[i] && self.opened[i].is_none() && self.ruled_out[i].is_none() {
                 self.opened[i] = Some(source.open());
             }
         }
@@ -404,16 +445,20 @@ impl<'a> InputFiles<'a> {
     fn out_of_name_span(&self, time: &TimePlan) -> Vec<(u32, PathBuf)> {
         let mut out = Vec::new();
         for (i, opened) in self.opened.iter().enumerate() {
-            let (Some(span), Some(name), Some(Ok(file))) = (time.spans[i], self.names[i], opened)
-            else {
+            let (Some(span), Some(name)) = (time.spans[i], self.names[i]) else {
                 continue;
             };
-            if file.packet_chunks().all(|e| e.packets == 0) {
-                continue;
-            }
-            let (first, last) = index_span(file);
+            // The true time range: from the file's index, or the catalog's for a file it
+            // ruled out.
+            let (first, last) = match (opened, self.ruled_out[i]) {
+                (Some(Ok(file)), _) if file.packet_chunks().any(|e| e.packets > 0) => {
+                    index_span(file)
+                }
+                (None, Some(range)) => range,
+                _ => continue,
+            };
             if !span.holds(first, last) {
-                out.push((name.stream, file.path.clone()));
+                out.push((name.stream, self.sources[i].path().clone()));
             }
         }
         out
@@ -434,6 +479,8 @@ impl Planning {
             chunks_selected: 0,
             chunks_pruned: 0,
             files_skipped_by_time: 0,
+            files_skipped_by_catalog: 0,
+            catalog_entries: 0,
             out_of_name_span: Vec::new(),
             choices: Vec::new(),
             damage: Vec::new(),
@@ -454,6 +501,13 @@ impl Planning {
             true => TimePlan::new(&files.names, &how.window, input.offset_ns),
             false => TimePlan::read_all(&files.names),
         };
+        // The catalog is consulted with the other indexes: not under `--no-index`.
+        let windowed = how.window != TimeWindow::default();
+        if how.by_name_time && (how.prune.is_some() || windowed) {
+            let catalog = Catalog::read(&input.store.root);
+            self.catalog_entries += catalog.entries.len() as u64;
+            files.rule_out_by_catalog(&catalog, &how.window, input.offset_ns, how.prune);
+        }
         files.open_wanted(&time);
         let broken = files.out_of_name_span(&time);
         for (stream, path) in broken {
@@ -462,6 +516,10 @@ impl Planning {
         }
         files.open_wanted(&time);
         self.files_skipped_by_time += time.skipped();
+        // Of the files their names did not rule out.
+        self.files_skipped_by_catalog += (files.ruled_out.iter().zip(&time.wanted))
+            .filter(|(r, w)| r.is_some() && **w)
+            .count() as u64;
         let named: Vec<(u32, u64)> = input
             .store
             .files
@@ -475,7 +533,7 @@ impl Planning {
             }
             self.files_total += 1;
             let file = match opened {
-                // Left unopened by its name's time: counted, never read.
+                // Left unopened by its name's time or the catalog: counted, never read.
                 None => continue,
                 Some(Ok(file)) => file,
                 Some(Err(e)) if how.on_damage == OnDamage::Skip => {
@@ -597,6 +655,8 @@ impl Planning {
             chunks_selected: self.chunks_selected,
             chunks_pruned: self.chunks_pruned,
             files_skipped_by_time: self.files_skipped_by_time,
+            files_skipped_by_catalog: self.files_skipped_by_catalog,
+            catalog_entries: self.catalog_entries,
             out_of_name_span: self.out_of_name_span,
             choices: self.choices,
             on_damage: how.on_damage,

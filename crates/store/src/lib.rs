@@ -10,13 +10,16 @@
 //! - `verify`: strict checks; `repair` and `finalize`: making damaged or unfinished files
 //!   whole on disk;
 //! - the store's index, by level: `chunk_filter` (which flows a chunk holds, built the same
-//!   way by the recorder and by `tapdeck index`); file summaries and the store catalog are
-//!   to come; `sidecar` is the block index beside a plain capture file; `backfill` adds
-//!   chunk filters and sidecars to files written without them (`tapdeck index`).
+//!   way by the recorder and by `tapdeck index`, and a file's summary of them); `catalog`
+//!   (every finished file's time range and summary, in one append-only file at the
+//!   store's root); `sidecar` is the block index beside a plain capture file; `backfill`
+//!   adds chunk filters, summaries and sidecars to files written without them (`tapdeck
+//!   index`).
 //!
 //! Nothing here records; the recorder depends on this crate, never the reverse.
 
 pub mod backfill;
+pub mod catalog;
 pub mod chunk_filter;
 pub mod extract;
 pub mod finalize;

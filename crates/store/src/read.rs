@@ -968,6 +968,7 @@ pub mod testutil {
             meta: serde_json::to_string(&meta).unwrap(),
             entries,
             flows: Vec::new(),
+            summary: Vec::new(),
         };
         (spec.tamper)(&mut index);
         (bytes, index)

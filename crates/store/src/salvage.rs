@@ -48,6 +48,7 @@ pub(crate) fn salvaged_index(
         meta: serde_json::to_string(&meta).expect("metadata serializes"),
         entries,
         flows: Vec::new(),
+        summary: Vec::new(),
     };
     (index, meta)
 }

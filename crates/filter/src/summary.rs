@@ -1,0 +1,198 @@
+//! [`SummaryBuilder`]: a file's summary, the middle level of the index (chunk filter, file
+//! summary, store catalog): one [`ChunkFilter`] for all of a file's chunks, so that a
+//! reader that rules the summary out never opens the file.
+//!
+//! Ports, protocols, VLANs and flags are the union of the chunks' (as
+//! [`ChunkFilter::merge`] makes it). Addresses are gathered as values, never by merging
+//! Bloom filters (filters of different sizes do not merge): a listed chunk set gives its
+//! values, a chunk held as a filter gives the addresses [`ChunkFilterBuilder`] handed out
+//! beside it. At the end the file's distinct addresses are listed, or held as one Bloom
+//! filter sized to them, whichever is smaller, as a chunk's are. Past
+//! [`MAX_SUMMARY_ADDRESSES`] distinct addresses of one family (a scan), or when a chunk's
+//! filter came without its addresses, the summary's set is "any address".
+//!
+//! [`ChunkFilterBuilder`]: crate::ChunkFilterBuilder
+
+use std::collections::HashSet;
+use std::hash::Hash;
+
+use crate::address::BloomKey;
+use crate::bloom::AddressBloom;
+use crate::builder::BloomValues;
+use crate::chunk_filter::{listed_len, AddressSet, ChunkFilter, ValueSet};
+
+/// Distinct addresses of one family a file's summary gathers before it gives up on them.
+pub const MAX_SUMMARY_ADDRESSES: usize = 1 << 20;
+
+/// Gathers a file's summary from its chunks' filters; see the module docs.
+#[derive(Debug, Default)]
+pub struct SummaryBuilder {
+    /// Everything but the addresses, merged.
+    rest: ChunkFilter,
+    ipv4: Gathered<u32>,
+    ipv6: Gathered<u128>,
+}
+
+impl SummaryBuilder {
+    pub fn new() -> SummaryBuilder {
+        SummaryBuilder::default()
+    }
+
+    /// Adds a chunk: its filter, and the addresses of its sets held as Bloom filters
+    /// (`BloomValues::default()` when unknown: those sets then make the summary's "any").
+    pub fn add(&mut self, chunk: &ChunkFilter, values: &BloomValues) {
+        let mut rest = chunk.clone();
+        rest.ipv4 = AddressSet::Listed(ValueSet::Exact(Vec::new()));
+        rest.ipv6 = AddressSet::Listed(ValueSet::Exact(Vec::new()));
+        self.rest.merge(&rest);
+        self.ipv4.add(&chunk.ipv4, &values.ipv4);
+        self.ipv6.add(&chunk.ipv6, &values.ipv6);
+    }
+
+    /// The summary of the chunks added (the index of no packets when none was); the
+    /// builder is then empty.
+    pub fn finish(&mut self) -> ChunkFilter {
+        let mut summary = std::mem::take(&mut self.rest);
+        summary.ipv4 = std::mem::take(&mut self.ipv4).finish();
+        summary.ipv6 = std::mem::take(&mut self.ipv6).finish();
+        summary
+    }
+}
+
+/// One family's distinct addresses, or "too many / unknown".
+#[derive(Debug)]
+struct Gathered<T> {
+    values: HashSet<T>,
+    any: bool,
+}
+
+impl<T> Default for Gathered<T> {
+    fn default() -> Self {
+        Gathered {
+            values: HashSet::new(),
+            any: false,
+        }
+    }
+}
+
+impl<T: BloomKey + Hash + Into<u128>> Gathered<T> {
+    fn add(&mut self, set: &AddressSet<T>, bloom_values: &[T]) {
+        if self.any {
+            return;
+        }
+        let values = match set {
+            AddressSet::Listed(ValueSet::Exact(v)) => v.as_slice(),
+            AddressSet::Bloom(_) if !bloom_values.is_empty() => bloom_values,
+            AddressSet::Listed(ValueSet::Overflowed) | AddressSet::Bloom(_) => {
+                return self.give_up();
+            }
+        };
+        self.values.extend(values.iter().copied());
+        if self.values.len() > MAX_SUMMARY_ADDRESSES {
+            self.give_up();
+        }
+    }
+
+    fn give_up(&mut self) {
+        self.any = true;
+        self.values = HashSet::new();
+    }
+
+    /// Listed or a Bloom filter, whichever is smaller (as a chunk's set).
+    fn finish(self) -> AddressSet<T> {
+        if self.any {
+            return AddressSet::Listed(ValueSet::Overflowed);
+        }
+        let mut values: Vec<T> = self.values.into_iter().collect();
+        values.sort_unstable();
+        let n = values.len();
+        if n > 0 && AddressBloom::<T>::bytes_for(n) < listed_len(&values) {
+            AddressSet::Bloom(AddressBloom::of(values.iter().copied(), n))
+        } else {
+            AddressSet::Listed(ValueSet::Exact(values))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::tests::frames::{ipv4, ports};
+    use crate::{ChunkFilterBuilder, Predicate};
+    use tapdeck_decode::packet::LINKTYPE_RAW;
+
+    fn host(a: u32) -> Predicate {
+        Predicate::parse(&format!("host {}", std::net::Ipv4Addr::from(a))).unwrap()
+    }
+
+    /// Three chunks: two busy ones (Bloom filters of different sizes, which cannot be
+    /// merged) and a calm one. The summary holds every address of the three, rules out one
+    /// of none of them, and knows their ports.
+    #[test]
+    fn a_summary_holds_every_chunks_addresses() {
+        let addr = |i: u32| i.wrapping_mul(2_654_435_761) | 0x0a00_0000;
+        let mut b = ChunkFilterBuilder::new();
+        let mut summary = SummaryBuilder::new();
+        let mut chunks = Vec::new();
+        for (from, n, port) in [(0u32, 3000u32, 80u16), (10_000, 800, 443), (20_000, 2, 53)] {
+            for i in from..from + n {
+                let ip = ipv4(
+                    addr(2 * i).to_be_bytes(),
+                    addr(2 * i + 1).to_be_bytes(),
+                    6,
+                    0,
+                    &ports(port, 9, 20),
+                );
+                b.add(LINKTYPE_RAW, &ip);
+            }
+            let (filter, values) = b.finish_with_values();
+            summary.add(&filter, &values);
+            chunks.push(filter);
+        }
+        assert!(
+            matches!(chunks[0].ipv4, AddressSet::Bloom(_)),
+            "{}",
+            chunks[0]
+        );
+        assert!(
+            matches!(chunks[2].ipv4, AddressSet::Listed(_)),
+            "{}",
+            chunks[2]
+        );
+        let s = summary.finish();
+        let s = ChunkFilter::decode(&s.encode()).unwrap();
+        assert_eq!(s.packets(), 3802);
+        assert_eq!(s.tcp_ports, ValueSet::Exact(vec![9, 53, 80, 443]));
+        let present = (0..6000).chain(20_000..21_600).chain(40_000..40_004);
+        for i in present {
+            assert!(host(addr(i)).may_match(&s), "address {i} ruled out");
+        }
+        let passed = (100_000..110_000)
+            .filter(|&i| host(addr(i)).may_match(&s))
+            .count();
+        assert!(
+            passed < 100,
+            "{passed} of 10,000 absent addresses pass the summary"
+        );
+        // The builder starts again empty.
+        assert_eq!(summary.finish(), ChunkFilter::default());
+    }
+
+    #[test]
+    fn a_filter_without_its_addresses_makes_the_summary_any() {
+        let mut b = ChunkFilterBuilder::new();
+        for i in 0..3000u32 {
+            b.add(
+                LINKTYPE_RAW,
+                &ipv4((i * 7919).to_be_bytes(), [9; 4], 17, 0, &[]),
+            );
+        }
+        let (filter, _) = b.finish_with_values();
+        let mut summary = SummaryBuilder::new();
+        summary.add(&filter, &BloomValues::default());
+        assert_eq!(
+            summary.finish().ipv4,
+            AddressSet::Listed(ValueSet::Overflowed)
+        );
+    }
+}
