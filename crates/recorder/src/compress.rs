@@ -101,8 +101,11 @@ impl Compressor {
             );
         }
         if let Some(format) = self.cfg.index_format {
-            chunk.flows =
-                crate::chunk_filter::index_chunk(format, chunk.segment.data(), &chunk.linktypes);
+            chunk.flows = Box::new(crate::chunk_filter::index_chunk(
+                format,
+                chunk.segment.data(),
+                &chunk.linktypes,
+            ));
         }
         let encoded = match chunk.decision.codec {
             Codec::Raw => Encoded::Raw,

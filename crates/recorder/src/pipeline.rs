@@ -70,7 +70,7 @@ pub struct Chunk {
     /// Link type of each interface of the stream, for the flow index.
     pub linktypes: Arc<[u16]>,
     /// The chunk's flow index (`crate::chunk_filter`), once built; empty before.
-    pub flows: crate::chunk_filter::ChunkFlows,
+    pub flows: Box<crate::chunk_filter::ChunkFlows>,
 }
 
 /// Finish the current file; the counters go into its statistics block.

@@ -494,8 +494,11 @@ impl StreamWriter {
         let unindexed = chunk.flows.encoded.is_empty();
         if self.cfg.flow_index && unindexed && chunk.packets > 0 && !self.cfg.discard {
             // Stored raw without a compressor's visit: indexed here.
-            chunk.flows =
-                chunk_filter::index_chunk(self.cfg.format, chunk.segment.data(), &chunk.linktypes);
+            chunk.flows = Box::new(chunk_filter::index_chunk(
+                self.cfg.format,
+                chunk.segment.data(),
+                &chunk.linktypes,
+            ));
         }
         let codec = match &encoded {
             Encoded::Frame { codec, .. } => *codec,
