@@ -111,7 +111,9 @@ def test_narrow_window_reads_few_chunks(tapdeck, store, tmp_path):
     m = re.search(r"decoded (\d+) of (\d+) files, (\d+) of (\d+) chunks", r.stderr)
     assert m, r.stderr
     files, files_total, chunks, chunks_total = map(int, m.groups())
-    assert files == 1 and chunks == 1 and chunks_total > 3, r.stderr
+    # (Chunks are counted in the files opened: the store catalog leaves out files whose
+    # true time range misses the window.)
+    assert files == 1 and chunks == 1 and files_total > 3, r.stderr
     assert [key(p) for p in read_packets(tmp_path / "o.pcapng")] == [key(packets[3000])]
 
 

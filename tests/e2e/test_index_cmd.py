@@ -72,17 +72,24 @@ def parse_trailer(path: Path) -> dict:
     for _ in range(count):
         entries.append(struct.unpack_from("<QIQIQQIBBBb", body, pos))
         pos += 48
-    flows = []
-    if version == 2:
+    flows, summary = [], b""
+    if version >= 2:
+        # Version 2: the FLOW extension; version 3: FLOW, then SUMM (the file's summary).
         n, tag, _len = struct.unpack_from("<I4sI", body, pos)
-        assert (n, tag) == (1, b"FLOW")
+        assert (n, tag) == (version - 1, b"FLOW")
         pos += 12
         for _ in range(count):
             (ln,) = struct.unpack_from("<I", body, pos)
             flows.append(body[pos + 4 : pos + 4 + ln])
             pos += 4 + ln
+        if version == 3:
+            tag, ln = struct.unpack_from("<4sI", body, pos)
+            assert tag == b"SUMM" and ln > 0
+            summary = body[pos + 8 : pos + 8 + ln]
+            pos += 8 + ln
     assert pos == len(body)
-    return {"version": version, "entries": entries, "flows": flows, "replaced_frames": replaced}
+    return {"version": version, "entries": entries, "flows": flows, "summary": summary,
+            "replaced_frames": replaced}  # fmt: skip
 
 
 def record(tapdeck, original, store, *extra, codec="zstd:3"):
@@ -169,7 +176,7 @@ def test_an_indexed_store_extracts_as_tcpdump_does_and_skips_chunks(tapdeck, mad
     assert f"indexed {len(files)} file(s), skipped 0, failed 0" in r.out, r.out
     for f in files:
         t = parse_trailer(f)
-        assert (t["version"], t["replaced_frames"]) == (2, 2), f  # the old index, seek table
+        assert (t["version"], t["replaced_frames"]) == (3, 2), f  # the old index, seek table
     v = tapdeck.verify(store)
     assert v.returncode == 0, v.describe()
 
@@ -211,9 +218,10 @@ def test_flow_indexes_equal_the_recorders(tapdeck, made, tmp_path):
     # The same chunks (where they are in the data, their packets and times) ...
     key = lambda e: (e[2], e[3], e[4], e[5], e[6], e[7])
     assert [key(e) for e in a["entries"]] == [key(e) for e in b["entries"]]
-    # ... have the same flow indexes, byte for byte.
+    # ... have the same flow indexes, byte for byte, and the files the same summary.
     assert len(a["flows"]) == len(b["flows"]) > 5
     assert a["flows"] == b["flows"]
+    assert a["version"] == b["version"] == 3 and a["summary"] == b["summary"] != b""
 
 
 def test_a_store_of_several_lz4_files_and_its_stock_readers(tapdeck, made, tmp_path):
@@ -266,7 +274,7 @@ def test_kill_9_at_any_moment_leaves_readable_files_and_a_rerun_completes(
 
     r = index(tapdeck, store)
     assert "failed 0" in r.out
-    assert all(parse_trailer(f)["version"] == 2 for f in files)
+    assert all(parse_trailer(f)["version"] == 3 for f in files)
     assert tapdeck.verify(store).returncode == 0
     assert all_packets(tapdeck, store, tmp_path) == want
     out = tmp_path / "f.pcapng"
