@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use tapdeck_filter::{ChunkFilter, ChunkFilterBuilder};
+use tapdeck_filter::{ChunkFilter, ChunkFilterBuilder, SummaryBuilder};
 use tapdeck_pcap::container::{ChunkEntry, Container, FrameKind};
 use tapdeck_pcap::validate::Validator;
 use tapdeck_pcap::{Format, TraceReader};
@@ -137,6 +137,7 @@ pub fn verify_stored(path: &Path) -> Result<VerifiedFile, VerifyError> {
     let mut order = TimeOrder::default();
     let (mut packets, mut chunks) = (0u64, 0u64);
     let mut flows = ChunkFilterBuilder::new();
+    let mut summary = SummaryBuilder::new();
     for (i, entry) in f.index.entries.iter().enumerate().skip(1) {
         let chunk = f.read_chunk(&header, entry, &mut scratch)?;
         for (k, r) in chunk.records.iter().enumerate() {
@@ -170,12 +171,13 @@ pub fn verify_stored(path: &Path) -> Result<VerifiedFile, VerifyError> {
                 .map_err(|e| defect(e.kind.to_string()))?;
         }
         check_chunk_against_index(&f, i, entry, &chunk)?;
-        check_chunk_filter(&f, i, &header, &chunk, &mut flows)?;
+        check_chunk_filter(&f, i, &header, &chunk, (&mut flows, &mut summary))?;
         packets += chunk.len() as u64;
         chunks += u64::from(entry.kind == FrameKind::Packets);
     }
 
     check_metadata(&f, packets, &order)?;
+    check_summary(&f, summary)?;
     let (first_ts, last_ts) = (order.min_ts, order.max_ts);
     Ok(VerifiedFile {
         path: path.to_path_buf(),
@@ -191,6 +193,21 @@ pub fn verify_stored(path: &Path) -> Result<VerifiedFile, VerifyError> {
         sidecar_blocks: None,
         warnings: Vec::new(),
     })
+}
+
+/// The file's summary (version 3 trailers) against the one its chunks give: a stale one
+/// would make the store catalog rule out a file that holds a match.
+fn check_summary(f: &StoredFile, mut summary: SummaryBuilder) -> Result<(), VerifyError> {
+    if f.index.summary.is_empty() {
+        return Ok(());
+    }
+    if summary.finish().encode() != f.index.summary {
+        return Err(VerifyError::StaleChunkFilter(FileError::whole(
+            &f.path,
+            "the file summary differs from the one its chunks give",
+        )));
+    }
+    Ok(())
 }
 
 /// The file's metadata against what its records hold: packets, how many are out of time
@@ -388,7 +405,7 @@ fn check_chunk_filter(
     i: usize,
     header: &Header,
     chunk: &ChunkPackets,
-    builder: &mut ChunkFilterBuilder,
+    (builder, summary): (&mut ChunkFilterBuilder, &mut SummaryBuilder),
 ) -> Result<(), VerifyError> {
     let Some(stored) = f.index.flows.get(i) else {
         return Ok(());
@@ -422,7 +439,9 @@ fn check_chunk_filter(
             .map_or(u32::MAX, |l| u32::from(l.linktype));
         builder.add(linktype, p.data);
     }
-    if builder.finish().encode() != *stored {
+    let (filter, values) = builder.finish_with_values();
+    summary.add(&filter, &values);
+    if filter.encode() != *stored {
         return Err(VerifyError::StaleChunkFilter(FileError::at(
             &f.path,
             e.frame_offset,
