@@ -166,6 +166,9 @@ pub struct WriterConfig {
     pub catalog_root: Option<PathBuf>,
 }
 
+/// Files a writer adds to the store catalog between compactions of it.
+const COMPACT_CATALOG_EVERY: u64 = 4096;
+
 /// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
 /// taken its bytes at the set rate. The time the real write took counts towards it, up to
 /// `THROTTLE_CREDIT`: charging the rate's time after the write's own (as this did before)
@@ -296,6 +299,8 @@ pub struct StreamWriter {
     counts: Vec<WriterCounts>,
     warned_buffered: bool,
     warned_catalog: bool,
+    /// Files this writer added to the store catalog.
+    catalog_appends: u64,
     /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
     controller: Option<Arc<SharedController>>,
     throttle: Option<DiskThrottle>,
@@ -332,6 +337,7 @@ impl StreamWriter {
             counts: Vec::new(),
             warned_buffered: false,
             warned_catalog: false,
+            catalog_appends: 0,
             controller: None,
             abandoned: Vec::new(),
             lost: Vec::new(),
@@ -956,6 +962,14 @@ impl StreamWriter {
             let entry = catalog::entry_of(path, size, meta, summary);
             catalog::append(root, &[entry])
         });
+        // Now and then, the entries of files retention deleted go (see `catalog::compact`).
+        self.catalog_appends += 1;
+        let result = match result {
+            Ok(()) if self.catalog_appends % COMPACT_CATALOG_EVERY == 0 => {
+                catalog::compact(root, &self.dirs.paths).map(|_| ())
+            }
+            r => r,
+        };
         if let Err(e) = result {
             if !self.warned_catalog {
                 tracing::warn!(

@@ -253,6 +253,20 @@ pub fn rebuild(store: &Store) -> io::Result<(usize, usize)> {
     Ok((entries.len(), failed))
 }
 
+/// Drops the entries of files no longer in any of `dirs` (retention deleted them): a
+/// recorder that runs for months appends an entry per file, and readers would read the
+/// dead ones on every query. Returns the entries kept. An entry another writer appends
+/// meanwhile may be lost with the old file: that file is then opened by readers, as
+/// any file the catalog lacks.
+pub fn compact(root: &Path, dirs: &[PathBuf]) -> io::Result<usize> {
+    let catalog = Catalog::read(root);
+    let live: Vec<Entry> = (catalog.entries.into_values())
+        .filter(|e| dirs.iter().any(|d| d.join(&e.name).exists()))
+        .collect();
+    rewrite(root, &live)?;
+    Ok(live.len())
+}
+
 /// The catalog's path under a store's root.
 pub fn path(root: &Path) -> PathBuf {
     root.join(CATALOG)
@@ -336,6 +350,19 @@ mod tests {
         // Not a catalog at all.
         assert!(Catalog::parse(b"garbage").entries.is_empty());
         assert!(Catalog::read(&dir.path().join("none")).entries.is_empty());
+    }
+
+    #[test]
+    fn compaction_keeps_the_entries_of_files_still_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("d");
+        std::fs::create_dir(&data).unwrap();
+        let (a, b) = (entry(1, b"a"), entry(2, b"b"));
+        std::fs::write(data.join(&b.name), b"x").unwrap();
+        append(dir.path(), &[a, b.clone()]).unwrap();
+        assert_eq!(compact(dir.path(), &[data]).unwrap(), 1);
+        let c = Catalog::read(dir.path());
+        assert_eq!(c.entries.values().collect::<Vec<_>>(), vec![&b]);
     }
 
     #[test]
