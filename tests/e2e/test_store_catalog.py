@@ -169,6 +169,9 @@ def test_a_rare_host_opens_only_the_file_that_holds_it(tapdeck, rare_trace, tmp_
     print(f"rare host: {len(opened)} of {len(files)} data files opened; {stderr.splitlines()[-1]}")
     assert len(opened) == 1, sorted(opened)
     assert skipped_by_catalog(stderr) == len(files) - 1, stderr
+    # --explain names each file the catalog skipped, and why.
+    why = "skipped by the store catalog: its summary shows no packet can match the filter"
+    assert stderr.count(why) == len(files) - 1, stderr
     stderr = same_as_reading_everything(tapdeck, store, tmp_path, f"host {RARE}")
     # tcpdump decodes the same packets, byte for byte, from the trace and from the answer.
     want = tcpdump_lines(rare_trace, f"host {RARE}")

@@ -9,7 +9,7 @@ use tapdeck_filter::Predicate;
 use tapdeck_pcap::{Format, Packet};
 use tapdeck_recorder::merge::{parse_offset, InputSpec};
 use tapdeck_store::extract::{
-    self, ExtractError, ExtractReport, OnDamage, Plan, StoreInput, TimeWindow,
+    self, CatalogSkip, ExtractError, ExtractReport, OnDamage, Plan, StoreInput, TimeWindow,
 };
 use tapdeck_store::meta;
 use tapdeck_store::read::Store;
@@ -297,6 +297,16 @@ fn explain_time(no_index: bool, plan: &Plan) {
         "tapdeck: explain: skipped by time: {} of {} files (their names place them outside the window)",
         plan.files_skipped_by_time, plan.files_total
     );
+    for (path, why) in &plan.catalog_skips {
+        let why = match why {
+            CatalogSkip::OutsideWindow => "its packets lie outside the window",
+            CatalogSkip::NoMatch => "its summary shows no packet can match the filter",
+        };
+        eprintln!(
+            "tapdeck: explain: {}: skipped by the store catalog: {why}",
+            path.display()
+        );
+    }
     eprintln!(
         "tapdeck: explain: store catalog: {} entries consulted; {} more files skipped (their time range or summary rules them out)",
         plan.catalog_entries, plan.files_skipped_by_catalog

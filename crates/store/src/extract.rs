@@ -161,6 +161,8 @@ pub struct Plan {
     /// Files never opened, of those their names did not rule out: the store catalog shows
     /// their packets all outside the window, or none matching the filter (its summary).
     pub files_skipped_by_catalog: u64,
+    /// Each file the catalog ruled out, and why (`extract --explain`).
+    pub catalog_skips: Vec<(PathBuf, CatalogSkip)>,
     /// Entries of the store catalogs read (0: none, or `--no-index`).
     pub catalog_entries: u64,
     /// Files that hold packets outside the span their names give: their streams were read
@@ -172,6 +174,15 @@ pub struct Plan {
     on_damage: OnDamage,
     /// Damage found while planning (files whose index is lost).
     damage: Vec<Damage>,
+}
+
+/// Why the store catalog ruled a file out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogSkip {
+    /// Its packets all lie outside the window.
+    OutsideWindow,
+    /// Its summary shows that none of its packets can match the filter.
+    NoMatch,
 }
 
 /// How the chunks of one file were chosen.
@@ -347,6 +358,7 @@ struct Planning {
     chunks_pruned: u64,
     files_skipped_by_time: u64,
     files_skipped_by_catalog: u64,
+    catalog_skips: Vec<(PathBuf, CatalogSkip)>,
     catalog_entries: u64,
     out_of_name_span: Vec<PathBuf>,
     choices: Vec<FileChoice>,
@@ -383,9 +395,9 @@ struct InputFiles<'a> {
     sources: Vec<Source<'a>>,
     names: Vec<Option<NamedFile>>,
     opened: Vec<Option<Result<StoredFile, FileError>>>,
-    /// Ruled out by the store catalog (its time range or summary): never opened. Holds
-    /// the catalog's time range, for the name-span guard.
-    ruled_out: Vec<Option<(u64, u64)>>,
+    /// Ruled out by the store catalog: never opened. Holds the catalog's time range (for
+    /// the name-span guard) and why.
+    ruled_out: Vec<Option<(u64, u64, CatalogSkip)>>,
 }
 
 impl<'a> InputFiles<'a> {
@@ -425,9 +437,14 @@ impl<'a> InputFiles<'a> {
                 );
             let unmatched =
                 || prune.is_some_and(|p| entry.summary().is_some_and(|s| !p.may_match(&s)));
-            if outside || unmatched() {
-                self.ruled_out[i] = Some((entry.first_ns, entry.last_ns));
-            }
+            let why = if outside {
+                Some(CatalogSkip::OutsideWindow)
+            } else if unmatched() {
+                Some(CatalogSkip::NoMatch)
+            } else {
+                None
+            };
+            self.ruled_out[i] = why.map(|why| (entry.first_ns, entry.last_ns, why));
         }
     }
 
@@ -454,7 +471,7 @@ impl<'a> InputFiles<'a> {
                 (Some(Ok(file)), _) if file.packet_chunks().any(|e| e.packets > 0) => {
                     index_span(file)
                 }
-                (None, Some(range)) => range,
+                (None, Some((first, last, _))) => (first, last),
                 _ => continue,
             };
             if !span.holds(first, last) {
@@ -480,6 +497,7 @@ impl Planning {
             chunks_pruned: 0,
             files_skipped_by_time: 0,
             files_skipped_by_catalog: 0,
+            catalog_skips: Vec::new(),
             catalog_entries: 0,
             out_of_name_span: Vec::new(),
             choices: Vec::new(),
@@ -517,9 +535,14 @@ impl Planning {
         files.open_wanted(&time);
         self.files_skipped_by_time += time.skipped();
         // Of the files their names did not rule out.
-        self.files_skipped_by_catalog += (files.ruled_out.iter().zip(&time.wanted))
-            .filter(|(r, w)| r.is_some() && **w)
-            .count() as u64;
+        for ((source, ruled_out), wanted) in
+            (files.sources.iter().zip(&files.ruled_out)).zip(&time.wanted)
+        {
+            if let (Some((_, _, why)), true) = (ruled_out, wanted) {
+                self.files_skipped_by_catalog += 1;
+                self.catalog_skips.push((source.path().clone(), *why));
+            }
+        }
         let named: Vec<(u32, u64)> = input
             .store
             .files
@@ -656,6 +679,7 @@ impl Planning {
             chunks_pruned: self.chunks_pruned,
             files_skipped_by_time: self.files_skipped_by_time,
             files_skipped_by_catalog: self.files_skipped_by_catalog,
+            catalog_skips: self.catalog_skips,
             catalog_entries: self.catalog_entries,
             out_of_name_span: self.out_of_name_span,
             choices: self.choices,
