@@ -66,6 +66,8 @@ pub struct Retention {
     files: Mutex<(BTreeMap<String, StoredFile>, u64)>,
     /// Bytes written to files still open, counted against `max_bytes` too.
     open_bytes: AtomicU64,
+    /// The store catalog's size (`tapdeck_store::catalog`), counted against `max_bytes` too.
+    catalog_bytes: AtomicU64,
     /// Set while writes are refused because only protected files are left to delete.
     holding: Mutex<Option<&'static str>>,
 }
@@ -78,6 +80,7 @@ impl Retention {
             dirs: dirs.to_vec(),
             files: Mutex::new((BTreeMap::new(), 0)),
             open_bytes: AtomicU64::new(0),
+            catalog_bytes: AtomicU64::new(0),
             holding: Mutex::new(None),
         };
         for (i, dir) in dirs.iter().enumerate() {
@@ -182,7 +185,11 @@ impl Retention {
         };
         let over_max = |r: &Retention| {
             policy.max_bytes.is_some_and(|max| {
-                r.files.lock().unwrap().1 + r.open_bytes.load(Ordering::Relaxed) + bytes > max
+                r.files.lock().unwrap().1
+                    + r.open_bytes.load(Ordering::Relaxed)
+                    + r.catalog_bytes.load(Ordering::Relaxed)
+                    + bytes
+                    > max
             })
         };
         let under_free = |r: &Retention| {
@@ -204,6 +211,11 @@ impl Retention {
         }
         self.set_holding(blocked, stats);
         blocked.is_none()
+    }
+
+    /// The store catalog's size now (the writers say it after each change of it).
+    pub fn set_catalog_bytes(&self, bytes: u64) {
+        self.catalog_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Deletes oldest unprotected files until the limits hold (after a file completes,

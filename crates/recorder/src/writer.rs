@@ -166,8 +166,8 @@ pub struct WriterConfig {
     pub catalog_root: Option<PathBuf>,
 }
 
-/// Files a writer adds to the store catalog between compactions of it.
-const COMPACT_CATALOG_EVERY: u64 = 4096;
+/// Bytes a store catalog may grow by past twice its compacted size before it is compacted.
+const COMPACT_CATALOG_SLACK: u64 = 64 << 10;
 
 /// A benchmark's slow disk: after each chunk the writer sleeps until the disk would have
 /// taken its bytes at the set rate. The time the real write took counts towards it, up to
@@ -299,8 +299,8 @@ pub struct StreamWriter {
     counts: Vec<WriterCounts>,
     warned_buffered: bool,
     warned_catalog: bool,
-    /// Files this writer added to the store catalog.
-    catalog_appends: u64,
+    /// The store catalog's size when this writer last compacted it.
+    catalog_compacted: u64,
     /// Told how long each chunk took to write: the disk's speed as the ladder sees it.
     controller: Option<Arc<SharedController>>,
     throttle: Option<DiskThrottle>,
@@ -337,7 +337,7 @@ impl StreamWriter {
             counts: Vec::new(),
             warned_buffered: false,
             warned_catalog: false,
-            catalog_appends: 0,
+            catalog_compacted: 0,
             controller: None,
             abandoned: Vec::new(),
             lost: Vec::new(),
@@ -962,14 +962,20 @@ impl StreamWriter {
             let entry = catalog::entry_of(path, size, meta, summary);
             catalog::append(root, &[entry])
         });
-        // Now and then, the entries of files retention deleted go (see `catalog::compact`).
-        self.catalog_appends += 1;
-        let result = match result {
-            Ok(()) if self.catalog_appends % COMPACT_CATALOG_EVERY == 0 => {
-                catalog::compact(root, &self.dirs.paths).map(|_| ())
+        // The entries of files retention deleted go (see `catalog::compact`) once the
+        // catalog has doubled since it was last compacted: its size stays within twice
+        // that of the live files' entries, at a constant cost per entry.
+        let result = result.and_then(|()| {
+            let mut size = std::fs::metadata(catalog::path(root))?.len();
+            if size > 2 * self.catalog_compacted + COMPACT_CATALOG_SLACK {
+                catalog::compact(root, &self.dirs.paths)?;
+                size = std::fs::metadata(catalog::path(root))?.len();
+                self.catalog_compacted = size;
             }
-            r => r,
-        };
+            // Counted against --max-bytes with the data files.
+            self.retention.set_catalog_bytes(size);
+            Ok(())
+        });
         if let Err(e) = result {
             if !self.warned_catalog {
                 tracing::warn!(
