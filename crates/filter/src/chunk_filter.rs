@@ -299,10 +299,17 @@ impl ChunkFilter {
     /// that would exceed [`MAX_MERGED_VALUES`] is marked overflowed.
     pub fn merge(&mut self, other: &ChunkFilter) {
         let l = MAX_MERGED_VALUES;
-        self.packets = self.packets.saturating_add(other.packets);
-        self.flags |= other.flags;
         self.ipv4 = self.ipv4.union(&other.ipv4, l);
         self.ipv6 = self.ipv6.union(&other.ipv6, l);
+        self.merge_all_but_addresses(other);
+    }
+
+    /// [`merge`](Self::merge) of everything but the address sets (a file's summary
+    /// gathers those as values).
+    pub(crate) fn merge_all_but_addresses(&mut self, other: &ChunkFilter) {
+        let l = MAX_MERGED_VALUES;
+        self.packets = self.packets.saturating_add(other.packets);
+        self.flags |= other.flags;
         self.ip_protocols = self.ip_protocols.union(&other.ip_protocols, l);
         self.ip6_protocols = self.ip6_protocols.union(&other.ip6_protocols, l);
         self.tcp_ports = self.tcp_ports.union(&other.tcp_ports, l);

@@ -41,10 +41,7 @@ impl SummaryBuilder {
     /// Adds a chunk: its filter, and the addresses of its sets held as Bloom filters
     /// (`BloomValues::default()` when unknown: those sets then make the summary's "any").
     pub fn add(&mut self, chunk: &ChunkFilter, values: &BloomValues) {
-        let mut rest = chunk.clone();
-        rest.ipv4 = AddressSet::Listed(ValueSet::Exact(Vec::new()));
-        rest.ipv6 = AddressSet::Listed(ValueSet::Exact(Vec::new()));
-        self.rest.merge(&rest);
+        self.rest.merge_all_but_addresses(chunk);
         self.ipv4.add(&chunk.ipv4, &values.ipv4);
         self.ipv6.add(&chunk.ipv6, &values.ipv6);
     }
