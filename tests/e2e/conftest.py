@@ -545,6 +545,21 @@ def gen_packets(n: int, *, start_ns: int = 1_795_413_430_000_000_000, duration_n
     return out
 
 
+# A data file's name: FIRST-TIME-sSS-SEQUENCE.pcapng[.zst|.lz4] (not its .idx sidecar).
+DATA_NAME = re.compile(r"\d{8}T\d{6}\.\d{9}Z-s\d{2}-\d{6}\.pcapng(?:\.zst|\.lz4)?")
+OPENED = re.compile(r'open(?:at)?\(.*?"([^"]+)".*\) = \d+')
+
+
+def opened_data_files(log: str) -> set[str]:
+    """Names of the data files strace saw opened (successfully)."""
+    names = set()
+    for line in log.splitlines():
+        m = OPENED.search(line)
+        if m and DATA_NAME.fullmatch(m.group(1).rsplit("/", 1)[-1]):
+            names.add(m.group(1).rsplit("/", 1)[-1])
+    return names
+
+
 def write_pcap(path, packets, *, linktype: int = 1, nano: bool = True, snaplen: int = 262144) -> Path:
     with open(path, "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B23C4D if nano else 0xA1B2C3D4, 2, 4, 0, 0,

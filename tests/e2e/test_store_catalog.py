@@ -28,6 +28,7 @@ from conftest import (
     decompress,
     gen_packets,
     need,
+    opened_data_files,
     read_packets,
     run,
     tcpdump_lines,
@@ -38,8 +39,6 @@ from conftest import (
 T0 = 1_795_413_454_000_000_000
 SEC = 10**9
 RARE = "198.18.77.7"
-OPENED = re.compile(r'open(?:at)?\(.*?"([^"]+)".*\) = \d+')
-DATA_NAME = re.compile(r"\d{8}T\d{6}\.\d{9}Z-s\d{2}-\d{6}\.pcapng(?:\.zst|\.lz4)?$")
 
 
 def trace_with_rare_host(path: Path, n: int = 20_000, span_s: int = 100) -> Path:
@@ -67,12 +66,7 @@ def extract(tapdeck, store: Path, out: Path, filt: str, *extra, strace: Path | N
         args = ["strace", "-f", "-e", "trace=openat,open", "-o", strace, *args]
     r = run(args, timeout=120)
     assert r.returncode == 0, r.describe()
-    opened = set()
-    if strace is not None:
-        for line in strace.read_text().splitlines():
-            m = OPENED.search(line)
-            if m and DATA_NAME.search(Path(m.group(1)).name):
-                opened.add(Path(m.group(1)).name)
+    opened = opened_data_files(strace.read_text()) if strace is not None else set()
     return r.stderr, opened
 
 

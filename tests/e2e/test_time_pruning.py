@@ -24,6 +24,7 @@ from conftest import (
     decompress,
     gen_packets,
     need,
+    opened_data_files,
     read_packets,
     run,
     tcpdump_lines,
@@ -38,9 +39,6 @@ N = 20_000
 SPAN = 100 * 10**9
 SEC = 10**9
 
-# A data file's name: FIRST-TIME-sSS-SEQUENCE.pcapng[.zst|.lz4] (not its .idx sidecar).
-DATA_NAME = re.compile(r"\d{8}T\d{6}\.\d{9}Z-s\d{2}-\d{6}\.pcapng(?:\.zst|\.lz4)?")
-OPENED = re.compile(r'open(?:at)?\(.*?"([^"]+)".*\) = \d+')
 
 
 def name_time(name: str) -> int:
@@ -52,16 +50,6 @@ def name_time(name: str) -> int:
 def epoch(ts_ns: int) -> str:
     s, ns = divmod(ts_ns, SEC)
     return f"{s}.{ns:09d}"
-
-
-def opened_data_files(log: str) -> set[str]:
-    """Names of the data files strace saw opened (successfully)."""
-    names = set()
-    for line in log.splitlines():
-        m = OPENED.search(line)
-        if m and DATA_NAME.fullmatch(m.group(1).rsplit("/", 1)[-1]):
-            names.add(m.group(1).rsplit("/", 1)[-1])
-    return names
 
 
 @pytest.fixture(scope="module")
