@@ -12,9 +12,9 @@
 //! is skipped by readers, which look for the next magic.
 //!
 //! The catalog is a cache, never the truth: a file it does not name (written by an older
-//! recorder, a record lost) is opened and read as if there were no catalog; an entry whose
-//! size disagrees with its file is ignored; entries of files retention deleted are never
-//! matched (readers look entries up by the names they list). A file's packets never change
+//! recorder, a record lost) is opened and read as if there were no catalog; entries of
+//! files retention deleted are never matched (readers look entries up by the names they
+//! list, without a stat per file; [`Catalog::get`] can also check a known size). A file's packets never change
 //! after it is finished, so an entry can only be older than a file's summary, never wrong
 //! about its packets. [`rewrite`] compacts it (`tapdeck index` does, from the trailers).
 //!
