@@ -672,7 +672,10 @@ mod tests {
 
     /// With a sync interval the writer counts packets durable while their file is still
     /// open (no rotation here), never more than it stored; at the end every stored packet
-    /// is durable (the finished file was synced).
+    /// is durable (the finished file was synced). The run stops as soon as a report shows
+    /// durable packets in the open file, or after 60 s: a failure means no sync of the open
+    /// file was counted in all that time (a loaded CI machine once gave a fixed 2.5 s run
+    /// only three reports).
     #[test]
     fn stored_packets_become_durable_at_each_sync() {
         let dir = tempfile::tempdir().unwrap();
@@ -685,23 +688,25 @@ mod tests {
             .flush_interval(Duration::from_millis(100))
             .stats_interval(Duration::from_millis(150))
             .sync_interval(Some(Duration::from_millis(300)))
-            .duration(Some(Duration::from_millis(2500)))
+            .duration(Some(Duration::from_secs(60)))
             .build();
         let source = SyntheticSource::new(SyntheticProfile::Small, None, 7).with_rate(Some(2000.0));
+        let control = Arc::new(Control::default());
+        let stopper = Arc::clone(&control);
         let mut seen = Vec::new();
-        let summary = record(
-            cfg,
-            vec![source],
-            Arc::new(Control::default()),
-            |r, done| {
-                seen.push((r.totals.stored, r.totals.durable, done));
-            },
-        )
+        let summary = record(cfg, vec![source], control, |r, done| {
+            seen.push((r.totals.stored, r.totals.durable, done));
+            if r.totals.durable > 0 && !done {
+                stopper
+                    .stop
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
         .unwrap();
         assert!(seen.iter().all(|&(s, d, _)| d <= s), "{seen:?}");
         assert!(
             seen.iter().any(|&(_, d, done)| d > 0 && !done),
-            "packets became durable while the file was open: {seen:?}"
+            "no packets became durable while the file was open: {seen:?}"
         );
         let t = summary.stats.totals;
         assert!(t.stored > 0 && t.durable == t.stored, "{t:?}");

@@ -70,7 +70,7 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
         .staging_bytes(8 << 20)
         .chunk_size(1 << 20)
         .direct(false)
-        .duration(Some(Duration::from_secs(3)))
+        .duration(Some(Duration::from_secs(60)))
         .build();
     let source = SyntheticSource::new(SyntheticProfile::Mix, None, 7).with_rate(Some(200_000.0));
     let running = Recording::start(cfg, vec![source], Arc::clone(&control)).unwrap();
@@ -83,7 +83,9 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
     let (code, _) = get(&addr, "/healthz", Some("wrong"));
     assert_eq!(code, 401, "a wrong token is refused");
 
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Scrapes until ten have seen stored packets (then stops the recorder), or 60 s pass:
+    // a failure below means the metrics never showed a recording that stores packets.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut scrapes = 0;
     let mut last_stored = 0.0;
     while !recording.is_finished() && Instant::now() < deadline {
@@ -110,6 +112,11 @@ fn every_scrape_balances_while_recording_and_the_token_is_required() {
         assert!(total >= last_stored, "stored never goes back");
         last_stored = total;
         scrapes += 1;
+        if scrapes >= 10 && last_stored > 0.0 {
+            control
+                .stop
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let summary = recording.join().unwrap().unwrap();
