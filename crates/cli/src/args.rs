@@ -339,8 +339,9 @@ pub struct IndexArgs {
 #[derive(Args, Debug)]
 #[command(after_help = EXTRACT_EXIT_CODES)]
 pub struct ExtractArgs {
-    /// The store to read (its directory), then the filter's words; with -f, every
-    /// argument is a store, and the stores' packets are merged by time.
+    /// The store to read (its directory, or a plain pcap/pcapng file, read by the blocks
+    /// of its `tapdeck index` sidecar), then the filter's words; with -f, every argument
+    /// is a store or file, and their packets are merged by time.
     #[arg(value_name = "STORE", required = true)]
     pub args: Vec<String>,
 
@@ -510,8 +511,9 @@ pub struct ConvertArgs {
     #[arg(long = "offset", value_name = "STORE=NS", requires = "merge")]
     pub offsets: Vec<String>,
 
-    /// Convert only the stores' packets this libpcap filter selects, read as `tapdeck
-    /// extract` reads them (chunks the flow index rules out are skipped) into
+    /// Convert only the packets of the stores (or plain capture files, by their sidecars)
+    /// this libpcap filter selects, read as `tapdeck extract` reads them (chunks and
+    /// blocks the flow index rules out are skipped) into
     /// DATASET/_selected/selection.pcapng, which is then converted (and kept, so that the
     /// same selection is not read again).
     #[arg(long, value_name = "EXPR")]

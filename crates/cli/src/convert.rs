@@ -214,9 +214,9 @@ fn merged_inputs(args: &ConvertArgs) -> anyhow::Result<PathBuf> {
 /// the flow index exactly as `tapdeck extract` reads them, kept in DATASET/_selected with
 /// a note of what it holds, and made again only when the stores or the selection change.
 fn selected_input(args: &ConvertArgs, stores: &[PathBuf]) -> anyhow::Result<PathBuf> {
-    if let Some(s) = stores.iter().find(|s| !s.join(meta::MANIFEST).is_file()) {
+    if let Some(s) = (stores.iter()).find(|s| !s.is_file() && !s.join(meta::MANIFEST).is_file()) {
         bail!(
-            "{}: --filter, --start and --end select from tapdeck stores, and this is not one (for a trace file, `tcpdump -r FILE -w OUT FILTER` first)",
+            "{}: --filter, --start and --end select from tapdeck stores and capture files, and this is neither",
             s.display()
         );
     }
@@ -229,11 +229,11 @@ fn selected_input(args: &ConvertArgs, stores: &[PathBuf]) -> anyhow::Result<Path
     // grew or lost files to retention is read again), the filter and the window.
     let opened = stores
         .iter()
-        .map(|s| crate::extract::open_store(s, &[]))
+        .map(|s| crate::extract::open_input(s, &[]))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut files = Vec::new();
     for store in &opened {
-        for f in store.files.iter().chain(&store.partials) {
+        for f in (store.files.iter().chain(&store.partials)).chain(&store.captures) {
             let size = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
             files.push(serde_json::json!([f, size]));
         }

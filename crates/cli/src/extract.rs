@@ -91,15 +91,9 @@ pub fn run(args: &ExtractArgs) -> anyhow::Result<i32> {
         }
     };
     let offsets = offsets(&stores, &args.offsets)?;
-    if let Some(s) = stores.iter().find(|s| !s.is_dir()) {
-        anyhow::bail!(
-            "{}: not a store directory; extract reads the directories `tapdeck record --store` wrote",
-            s.display()
-        );
-    }
     let opened = stores
         .iter()
-        .map(|s| open_store(s, &args.data_dirs))
+        .map(|s| open_input(s, &args.data_dirs))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let on_damage = if args.strict {
         OnDamage::Stop
@@ -311,6 +305,21 @@ fn explain_time(no_index: bool, plan: &Plan) {
         "tapdeck: explain: store catalog: {} entries consulted; {} more files skipped (their time range or summary rules them out)",
         plan.catalog_entries, plan.files_skipped_by_catalog
     );
+}
+
+/// Opens an input: a store directory, or a plain capture file (read by its sidecar's
+/// blocks, see `tapdeck index`).
+pub fn open_input(path: &Path, moved: &[PathBuf]) -> anyhow::Result<Store> {
+    if path.is_file() {
+        return Ok(Store::of_capture(path));
+    }
+    if !path.is_dir() {
+        anyhow::bail!(
+            "{}: no such store directory or capture file",
+            path.display()
+        );
+    }
+    open_store(path, moved)
 }
 
 /// Opens a store for extraction: a directory with neither a manifest nor stored files is

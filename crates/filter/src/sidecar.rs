@@ -15,7 +15,8 @@
 //!
 //! ```text
 //! "TDXS", u8 version (1, or 2 for a compressed file), u8 format (0 pcap, 1 pcapng),
-//! u8 compression (0 none; version 2: 1 gzip, 2 bzip2, 3 xz, 4 zstd, 5 lz4), u8 reserved (0)
+//! u8 compression (0 none; version 2: 1 gzip, 2 bzip2, 3 xz, 4 zstd, 5 lz4),
+//! u8 flags (bit 0: the blocks cannot be read alone, see `Sidecar::whole_only`; others 0)
 //! u64 file size, u64 xxh3 of its first IDENTITY_SPAN bytes, u64 xxh3 of its last ones
 //! version 2 only: u64 length of the decompressed stream
 //! u32 block count, then per block:
@@ -90,6 +91,9 @@ pub struct Sidecar {
     /// The length of the capture bytes the blocks lie in: the file's size, or for a
     /// compressed file the decompressed stream's.
     pub stream_size: u64,
+    /// The file declares interfaces (or a new section) after its first packet, so a block
+    /// cannot be parsed after the file's header alone: it is read whole.
+    pub whole_only: bool,
     pub blocks: Vec<Block>,
 }
 
@@ -173,7 +177,7 @@ impl Sidecar {
         });
         out.push(self.format);
         out.push(self.compression);
-        out.push(0);
+        out.push(u8::from(self.whole_only));
         out.extend(self.identity.size.to_le_bytes());
         out.extend(self.identity.head_hash.to_le_bytes());
         out.extend(self.identity.tail_hash.to_le_bytes());
@@ -221,9 +225,11 @@ impl Sidecar {
                 format!("compression {compression} in a version {version} sidecar"),
             ));
         }
-        if c.u8("reserved field")? != 0 {
-            return Err(invalid(7, "reserved field is not 0"));
-        }
+        let whole_only = match c.u8("flags")? {
+            0 => false,
+            1 => true,
+            f => return Err(invalid(7, format!("unknown flags {f:#04x}"))),
+        };
         let identity = FileIdentity {
             size: c.u64("file size")?,
             head_hash: c.u64("head hash")?,
@@ -298,6 +304,7 @@ impl Sidecar {
         }
         Ok(Sidecar {
             format,
+            whole_only,
             compression,
             identity,
             stream_size,
@@ -320,6 +327,7 @@ mod tests {
             compression: 0,
             identity: FileIdentity::of(10_000, b"head", b"tail"),
             stream_size: 10_000,
+            whole_only: false,
             blocks: vec![
                 Block {
                     offset: 28,
@@ -351,6 +359,13 @@ mod tests {
             ..s
         };
         assert_eq!(Sidecar::decode(&empty.encode()).unwrap(), empty);
+        let whole = Sidecar {
+            whole_only: true,
+            ..sample()
+        };
+        let bytes = whole.encode();
+        assert_eq!(bytes[7], 1);
+        assert_eq!(Sidecar::decode(&bytes).unwrap(), whole);
     }
 
     #[test]

@@ -67,14 +67,21 @@ pub fn no_filter(_: u16, _: &Packet<'_>) -> bool {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
-    #[error("{0}")]
+    #[error(transparent)]
     File(#[from] FileError),
     #[error("writing the output failed: {0}")]
-    Output(#[from] std::io::Error),
+    Output(std::io::Error),
     #[error("{0}")]
     Unsupported(String),
     #[error("stopped: {0}")]
     Stopped(String),
+}
+
+// Not `#[from]`: that would make the error its own source, and `{:#}` print it twice.
+impl From<std::io::Error> for ExtractError {
+    fn from(e: std::io::Error) -> Self {
+        ExtractError::Output(e)
+    }
 }
 
 /// One store to read, with the correction for its clock.
@@ -371,12 +378,14 @@ struct Planning {
 enum Source<'a> {
     Stored(&'a PathBuf),
     Live(&'a PathBuf),
+    /// A plain capture file given as an input, read by its sidecar's blocks.
+    Capture(&'a PathBuf),
 }
 
 impl Source<'_> {
     fn path(&self) -> &PathBuf {
         match self {
-            Source::Stored(p) | Source::Live(p) => p,
+            Source::Stored(p) | Source::Live(p) | Source::Capture(p) => p,
         }
     }
 
@@ -386,6 +395,7 @@ impl Source<'_> {
         match self {
             Source::Stored(p) => StoredFile::open(p),
             Source::Live(p) => salvage::open_live(p),
+            Source::Capture(p) => crate::sidecar::open_capture(p),
         }
     }
 }
@@ -521,7 +531,8 @@ impl Planning {
         };
         // The catalog is consulted with the other indexes: not under `--no-index`.
         let windowed = how.window != TimeWindow::default();
-        if how.by_name_time && (how.prune.is_some() || windowed) {
+        let stored = input.store.captures.is_empty();
+        if stored && how.by_name_time && (how.prune.is_some() || windowed) {
             let catalog = Catalog::read(&input.store.root);
             self.catalog_entries += catalog.entries.len() as u64;
             files.rule_out_by_catalog(&catalog, &how.window, input.offset_ns, how.prune);
@@ -559,6 +570,8 @@ impl Planning {
                 // Left unopened by its name's time or the catalog: counted, never read.
                 None => continue,
                 Some(Ok(file)) => file,
+                // Another tool's file has no index of ours to lose: nothing to salvage.
+                Some(Err(e)) if matches!(source, Source::Capture(_)) => return Err(e.into()),
                 Some(Err(e)) if how.on_damage == OnDamage::Skip => {
                     let lost = LostIndex {
                         path: source.path(),
@@ -695,6 +708,7 @@ fn sources(store: &Store) -> Vec<Source<'_>> {
     let live = (store.partials.iter()).filter(|p| lock::writer_of(p).is_some());
     (store.files.iter().map(Source::Stored))
         .chain(live.map(Source::Live))
+        .chain(store.captures.iter().map(Source::Capture))
         .collect()
 }
 

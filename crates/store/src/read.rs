@@ -92,6 +92,10 @@ pub struct StoredFile {
     /// Where the trailer lies (in the sidecar, for a plain container).
     pub trailer: TrailerPlace,
     file: File,
+    /// A capture file read as one block from its start (see
+    /// [`crate::sidecar::open_capture`]): its header frame is empty, and the block
+    /// declares the file's interfaces itself.
+    whole: bool,
 }
 
 impl StoredFile {
@@ -138,6 +142,7 @@ impl StoredFile {
             data_len,
             trailer,
             file,
+            whole: false,
         })
     }
 
@@ -155,6 +160,36 @@ impl StoredFile {
             path: path.to_path_buf(),
             container: name.container,
             format: name.format,
+            index,
+            meta,
+            stored_len: data_len,
+            data_len,
+            trailer: TrailerPlace {
+                frames_end: data_len,
+                index_at: data_len,
+                end: data_len,
+            },
+            file,
+            whole: false,
+        }
+    }
+
+    /// A plain capture file read by the blocks of its sidecar (see
+    /// [`crate::sidecar::open_capture`]): `index` places them, and there is no trailer.
+    pub(crate) fn from_capture(
+        path: &Path,
+        format: Format,
+        index: ChunkIndex,
+        meta: FileMeta,
+        file: File,
+        data_len: u64,
+        whole: bool,
+    ) -> StoredFile {
+        StoredFile {
+            whole,
+            path: path.to_path_buf(),
+            container: Container::Plain,
+            format,
             index,
             meta,
             stored_len: data_len,
@@ -256,6 +291,13 @@ impl StoredFile {
 
     /// Decodes and parses the header frame: what every chunk of the file is read after.
     pub fn read_header(&self) -> Result<Header, FileError> {
+        if self.whole {
+            return Ok(Header {
+                bytes: Vec::new(),
+                format: self.format,
+                interfaces: self.interfaces(),
+            });
+        }
         let entry = self.header_entry().ok_or_else(|| {
             FileError::at(
                 &self.path,
@@ -475,7 +517,10 @@ impl ChunkPackets {
     /// Parses `chunk` as the continuation of `header`. A chunk must consist of whole packet
     /// (or statistics) records and declare no interfaces of its own: each chunk is read
     /// after the header alone, so an interface declared in one would be unknown to the next.
+    /// A header without bytes stands for a whole capture file read as one chunk: that
+    /// chunk declares every interface itself.
     pub fn parse(header: &Header, chunk: &[u8]) -> Result<ChunkPackets, ChunkError> {
+        let whole = header.bytes.is_empty();
         let skip = header.bytes.len() as u64;
         let in_chunk = |e: FormatError| ChunkError {
             offset: e.offset.saturating_sub(skip),
@@ -488,7 +533,7 @@ impl ChunkPackets {
             ..Default::default()
         };
         while let Some(c) = reader.next_packet_with_context().map_err(in_chunk)? {
-            if c.interfaces.len() != header.interfaces.len() {
+            if !whole && c.interfaces.len() != header.interfaces.len() {
                 return Err(ChunkError {
                     offset: c.offset.saturating_sub(skip),
                     what: "chunk declares interfaces of its own; only the header frame may".into(),
@@ -505,7 +550,7 @@ impl ChunkPackets {
                 data: start..out.data.len(),
             });
         }
-        if reader.interfaces().len() != header.interfaces.len() {
+        if !whole && reader.interfaces().len() != header.interfaces.len() {
             return Err(ChunkError {
                 offset: 0,
                 what: "chunk declares interfaces of its own; only the header frame may".into(),
@@ -544,6 +589,9 @@ pub struct Store {
     pub files: Vec<PathBuf>,
     /// Files left incomplete by a writer that died (`.NAME.partial`).
     pub partials: Vec<PathBuf>,
+    /// Plain capture files named as inputs (not a store's), read by their sidecars'
+    /// blocks (see [`Store::of_capture`]).
+    pub captures: Vec<PathBuf>,
 }
 
 impl Store {
@@ -592,7 +640,21 @@ impl Store {
             manifest,
             files,
             partials,
+            captures: Vec::new(),
         })
+    }
+
+    /// A plain pcap or pcapng file that another tool wrote, as an input of its own: read by
+    /// the blocks its sidecar `FILE.tdx` places, so a filter reads only the blocks that can
+    /// match (without a fresh sidecar the file is indexed in memory first).
+    pub fn of_capture(path: &Path) -> Store {
+        Store {
+            root: path.to_path_buf(),
+            manifest: None,
+            files: Vec::new(),
+            partials: Vec::new(),
+            captures: vec![path.to_path_buf()],
+        }
     }
 
     /// Where the data directories of the store at `root` are now. A directory with an id

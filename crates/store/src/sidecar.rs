@@ -17,7 +17,10 @@ use tapdeck_filter::ChunkFilterBuilder;
 use tapdeck_pcap::compression::{self, Compression};
 use tapdeck_pcap::{Format, TraceReader};
 
-use crate::read::{file_name_of, FileError};
+use tapdeck_pcap::container::{ChunkEntry, ChunkIndex, Codec, FrameKind};
+
+use crate::meta::{FileMeta, InterfaceMeta};
+use crate::read::{file_name_of, FileError, Header, StoredFile};
 
 /// A sidecar block closes at the first record boundary past this many bytes: the size of
 /// a recorder's chunk, so a block costs about what a chunk does to read.
@@ -96,7 +99,10 @@ pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
     let mut blocks = Vec::new();
     let mut builder = ChunkFilterBuilder::new();
     let mut open: Option<Block> = None;
+    // Interfaces declared before the first packet: all a block is parsed after.
+    let mut first_interfaces = None;
     while let Some(c) = reader.next_packet_with_context().map_err(defect)? {
+        first_interfaces.get_or_insert(c.interfaces.len());
         if let Some(b) = open
             .as_mut()
             .filter(|b| c.offset - b.offset >= SIDECAR_BLOCK)
@@ -140,8 +146,207 @@ pub fn build_sidecar(path: &Path, file: &File) -> Result<Sidecar, FileError> {
         compression: compression.map_or(0, |c| c.code()),
         identity,
         stream_size,
+        whole_only: first_interfaces.is_some_and(|n| n != reader.interfaces().len()),
         blocks,
     })
+}
+
+/// Opens a plain capture file for reading by blocks: each block of its sidecar becomes a
+/// chunk of an index held in memory, the bytes before the first packet its header. Without
+/// a fresh sidecar the file is read once to index it in memory (logged, with how to keep
+/// one). A compressed file has no blocks to read alone: the error says to decompress it.
+pub fn open_capture(path: &Path) -> Result<StoredFile, FileError> {
+    let io = |e: std::io::Error| FileError::whole(path, e.to_string());
+    let file = File::open(path).map_err(io)?;
+    let data_len = file.metadata().map_err(io)?.len();
+    let mut magic = [0u8; compression::MAGIC_LEN];
+    let head = (data_len as usize).min(magic.len());
+    file.read_exact_at(&mut magic[..head], 0).map_err(io)?;
+    if let Some(c) = Compression::detect(&magic[..head]) {
+        return Err(FileError::whole(
+            path,
+            format!("{c}-compressed: its packets cannot be read a block at a time; decompress it first (the sidecar of the compressed file still serves `tapdeck verify`)"),
+        ));
+    }
+    // Its first header says whether it is a capture file at all, before any indexing (read
+    // through a handle of its own: a clone would share, and move, the file's offset).
+    TraceReader::new(File::open(path).map_err(io)?)
+        .map_err(|e| FileError::at(path, e.offset, e.kind.to_string()))?;
+    let sidecar = match read_sidecar(path, &file)? {
+        SidecarState::Fresh(s) => s,
+        state => {
+            let why = match state {
+                SidecarState::Stale(why) => why,
+                _ => format!(
+                    "{}: no sidecar index (`tapdeck index {}` writes one)",
+                    path.display(),
+                    path.display()
+                ),
+            };
+            tracing::info!("{why}; indexing it in memory for this run");
+            build_sidecar(path, &file)?
+        }
+    };
+    let header_len = sidecar.blocks.first().map_or(data_len, |b| b.offset);
+    let mut header = vec![0u8; usize::try_from(header_len).map_err(|_| too_long(path))?];
+    file.read_exact_at(&mut header, 0).map_err(io)?;
+    // A file whose blocks cannot be parsed after its header alone (interfaces or sections
+    // declared later, statistics before the first packet) is read as one whole block.
+    let header = match Header::parse(header) {
+        Ok(h) if !sidecar.whole_only => h,
+        _ => return open_whole(path, file, data_len),
+    };
+    let index = capture_index(path, &sidecar, header_len)?;
+    let blocks = &sidecar.blocks;
+    let meta = capture_meta(
+        header.format,
+        &header.interfaces,
+        blocks
+            .iter()
+            .map(|b| (b.first_ts_ns, b.last_ts_ns, u64::from(b.packets))),
+    );
+    Ok(StoredFile::from_capture(
+        path,
+        header.format,
+        index,
+        meta,
+        file,
+        data_len,
+        false,
+    ))
+}
+
+/// The largest capture file read as one whole block (see [`open_whole`]): it is held in
+/// memory while it is read, as the largest frame a store holds.
+pub const WHOLE_FILE_MAX: u64 = tapdeck_pcap::container::MAX_FRAME_LEN as u64;
+
+/// Opens a capture file whose blocks cannot be read alone as one block: it is scanned
+/// once for its interfaces and time range, then read whole (with no flow index).
+fn open_whole(path: &Path, file: File, data_len: u64) -> Result<StoredFile, FileError> {
+    if data_len > WHOLE_FILE_MAX {
+        return Err(FileError::whole(
+            path,
+            format!("declares interfaces or sections after its first packet, so it can only be read whole, and at {data_len} bytes it is larger than the {WHOLE_FILE_MAX} read whole; rewrite it with all interfaces first (e.g. `editcap -F pcapng`)"),
+        ));
+    }
+    let io = |e: std::io::Error| FileError::whole(path, e.to_string());
+    let mut reader = TraceReader::new(std::io::BufReader::new(File::open(path).map_err(io)?))
+        .map_err(|e| FileError::at(path, e.offset, e.kind.to_string()))?;
+    let (mut first, mut last, mut packets) = (u64::MAX, 0, 0u64);
+    while let Some(p) =
+        (reader.next_packet()).map_err(|e| FileError::at(path, e.offset, e.kind.to_string()))?
+    {
+        (first, last, packets) = (first.min(p.ts_ns), last.max(p.ts_ns), packets + 1);
+    }
+    let format = reader.format();
+    let len = u32::try_from(data_len).map_err(|_| too_long(path))?;
+    let packets32 = u32::try_from(packets).map_err(|_| too_long(path))?;
+    let mut entries = vec![ChunkEntry {
+        frame_offset: 0,
+        frame_len: 0,
+        data_offset: 0,
+        data_len: 0,
+        first_ts_ns: 0,
+        last_ts_ns: 0,
+        packets: 0,
+        kind: FrameKind::Header,
+        codec: Codec::Raw,
+    }];
+    if packets > 0 {
+        entries.push(ChunkEntry {
+            frame_offset: 0,
+            frame_len: len,
+            data_offset: 0,
+            data_len: len,
+            first_ts_ns: first,
+            last_ts_ns: last,
+            packets: packets32,
+            kind: FrameKind::Packets,
+            codec: Codec::Raw,
+        });
+    }
+    let index = ChunkIndex {
+        meta: String::new(),
+        entries,
+        flows: Vec::new(),
+        summary: Vec::new(),
+    };
+    let meta = capture_meta(format, reader.interfaces(), [(first, last, packets)]);
+    Ok(StoredFile::from_capture(
+        path, format, index, meta, file, data_len, true,
+    ))
+}
+
+/// The metadata of a capture file read by blocks, from their (first, last, packets).
+fn capture_meta(
+    format: Format,
+    interfaces: &[tapdeck_pcap::Interface],
+    blocks: impl IntoIterator<Item = (u64, u64, u64)>,
+) -> FileMeta {
+    let (mut first, mut last, mut packets) = (u64::MAX, 0, 0);
+    for (f, l, n) in blocks.into_iter().filter(|b| b.2 > 0) {
+        (first, last, packets) = (first.min(f), last.max(l), packets + n);
+    }
+    FileMeta {
+        store_version: 0,
+        stream: 0,
+        seq: 0,
+        format: crate::meta::format_name(format).into(),
+        container: "plain".into(),
+        first_ts_ns: if packets == 0 { 0 } else { first },
+        last_ts_ns: last,
+        packets,
+        interfaces: interfaces.iter().map(InterfaceMeta::from).collect(),
+        counts: Vec::new(),
+        out_of_order: 0,
+        repaired: false,
+        run_started_ns: None,
+    }
+}
+
+/// The in-memory chunk index of a plain capture file: its header, then one entry per
+/// sidecar block, with the block's flows.
+fn capture_index(path: &Path, sidecar: &Sidecar, header_len: u64) -> Result<ChunkIndex, FileError> {
+    let len = |n: u64| u32::try_from(n).map_err(|_| too_long(path));
+    let mut entries = vec![ChunkEntry {
+        frame_offset: 0,
+        frame_len: len(header_len)?,
+        data_offset: 0,
+        data_len: len(header_len)?,
+        first_ts_ns: 0,
+        last_ts_ns: 0,
+        packets: 0,
+        kind: FrameKind::Header,
+        codec: Codec::Raw,
+    }];
+    let mut flows = vec![Vec::new()];
+    for b in &sidecar.blocks {
+        entries.push(ChunkEntry {
+            frame_offset: b.offset,
+            frame_len: len(b.len)?,
+            data_offset: b.offset,
+            data_len: len(b.len)?,
+            first_ts_ns: b.first_ts_ns,
+            last_ts_ns: b.last_ts_ns,
+            packets: b.packets,
+            kind: FrameKind::Packets,
+            codec: Codec::Raw,
+        });
+        flows.push(b.flows.clone());
+    }
+    Ok(ChunkIndex {
+        meta: String::new(),
+        entries,
+        flows,
+        summary: Vec::new(),
+    })
+}
+
+fn too_long(path: &Path) -> FileError {
+    FileError::whole(
+        path,
+        "a header or block longer than 4 GiB: not a capture file tapdeck can read by blocks",
+    )
 }
 
 /// The capture bytes of a plain or compressed capture file, what compression they came in,
