@@ -619,16 +619,25 @@ def trailer_sizes(path: Path):
     pos = 12 + meta_len
     count = struct.unpack_from("<I", body, pos)[0]
     pos += 4 + 48 * count
-    flow = 0
+    flow = summary = 0
     if version >= 2:
+        # Version 2: one extension (FLOW); version 3: two (FLOW, then the file's SUMM).
         ext = struct.unpack_from("<I", body, pos)[0]
-        tag = body[pos + 4:pos + 8]
-        ln = struct.unpack_from("<I", body, pos + 8)[0]
-        if ext != 1 or tag != b"FLOW":
-            raise RuntimeError(f"{src}: unexpected chunk index extension")
-        flow = 12 + ln  # extension count, tag, length, body
-    return {"flow_bytes": flow, "index_frame_bytes": 8 + blen, "seek_table_bytes": seek_len,
-            "entries": count, "version": version}
+        if ext != version - 1:
+            raise RuntimeError(f"{src}: {ext} chunk index extensions in version {version}")
+        pos += 4
+        for want in (b"FLOW", b"SUMM")[:ext]:
+            tag = body[pos:pos + 4]
+            ln = struct.unpack_from("<I", body, pos + 4)[0]
+            if tag != want:
+                raise RuntimeError(f"{src}: chunk index extension {tag!r}, expected {want!r}")
+            if want == b"FLOW":
+                flow = 12 + ln  # extension count, tag, length, body
+            else:
+                summary = 8 + ln  # tag, length, body
+            pos += 8 + ln
+    return {"flow_bytes": flow, "summary_bytes": summary, "index_frame_bytes": 8 + blen,
+            "seek_table_bytes": seek_len, "entries": count, "version": version}
 
 
 def index_size(store: Path, res: dict):

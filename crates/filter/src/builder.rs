@@ -104,6 +104,54 @@ pub struct ChunkFilterBuilder {
     udp_ports: Bitmap<1024>,
     sctp_ports: Bitmap<1024>,
     vlans: Bitmap<64>,
+    /// Keys ([`ethernet_ipv4_key`]) of packets added to this chunk, by slot: a packet whose
+    /// key is here adds nothing new, so it is only counted. Most packets of a link belong
+    /// to a flow that sent one a moment ago, and this spares them the sets.
+    recent: Box<[u128; RECENT_SLOTS]>,
+    /// Numbers the chunks, in bits 104..120 of the keys in `recent`: a key of an earlier
+    /// chunk never matches, so the table needs no clearing per chunk.
+    generation: u16,
+    /// This chunk's lookups in `recent` that found the key, and all its lookups. On a link
+    /// of many interleaved flows the table mostly misses and costs more than it saves:
+    /// past [`RECENT_TRIAL`] lookups with fewer than half found, it is left unused until
+    /// the next chunk.
+    recent_hits: u32,
+    recent_lookups: u32,
+}
+
+/// Lookups in [`ChunkFilterBuilder::recent`] after which a chunk stops using it when
+/// fewer than half found their key.
+const RECENT_TRIAL: u32 = 512;
+
+/// Slots of [`ChunkFilterBuilder::recent`] (128 KiB): room for the few thousand flows a
+/// busy link interleaves.
+const RECENT_SLOTS: usize = 8192;
+
+/// The fields an Ethernet frame holding IPv4 with a 20-byte header, not a later fragment,
+/// and TCP, UDP or SCTP with both ports captured gives the index (protocol, addresses,
+/// ports), with the top bit set; `None` for any other frame. Such frames are most of most
+/// links, and for them `add` records exactly these fields.
+#[inline]
+fn ethernet_ipv4_key(frame: &[u8]) -> Option<u128> {
+    const LEN: usize = ethernet::HEADER_LEN + 20 + 4;
+    let h: &[u8; LEN] = frame.get(..LEN)?.try_into().ok()?;
+    let fragment = (u16::from(h[20] & 0x1f) << 8) | u16::from(h[21]);
+    if h[12..14] != [0x08, 0x00] || h[14] != 0x45 || fragment != 0 {
+        return None;
+    }
+    let proto = h[23];
+    if !matches!(proto, PROTO_TCP | PROTO_UDP | PROTO_SCTP) {
+        return None;
+    }
+    let addresses = u64::from_be_bytes(h[26..34].try_into().ok()?);
+    let ports = u32::from_be_bytes(h[34..38].try_into().ok()?);
+    Some(1 << 127 | u128::from(proto) << 96 | u128::from(addresses) << 32 | u128::from(ports))
+}
+
+#[inline]
+fn recent_slot(key: u128) -> usize {
+    let folded = (key as u64) ^ ((key >> 64) as u64);
+    (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_SLOTS.trailing_zeros())) as usize
 }
 
 impl Default for ChunkFilterBuilder {
@@ -129,6 +177,13 @@ impl ChunkFilterBuilder {
             udp_ports: Bitmap::new(),
             sctp_ports: Bitmap::new(),
             vlans: Bitmap::new(),
+            recent: vec![0; RECENT_SLOTS]
+                .into_boxed_slice()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!()),
+            generation: 0,
+            recent_hits: 0,
+            recent_lookups: 0,
         }
     }
 
@@ -141,6 +196,28 @@ impl ChunkFilterBuilder {
     /// allocates. Link types read: Ethernet, raw IP (12, 14, 101, 228, 229), Linux SLL and
     /// SLL2, BSD null/loopback; a frame of any other makes the chunk unprunable.
     pub fn add(&mut self, linktype: u32, frame: &[u8]) {
+        let useful =
+            self.recent_lookups < RECENT_TRIAL || 2 * self.recent_hits >= self.recent_lookups;
+        if linktype == LINKTYPE_ETHERNET && useful {
+            if let Some(key) = ethernet_ipv4_key(frame) {
+                let key = key | u128::from(self.generation) << 104;
+                let slot = recent_slot(key);
+                self.recent_lookups += 1;
+                if self.recent[slot] == key {
+                    self.recent_hits += 1;
+                    self.packets += 1;
+                    return;
+                }
+                self.add_parsed(linktype, frame);
+                self.recent[slot] = key;
+                return;
+            }
+        }
+        self.add_parsed(linktype, frame);
+    }
+
+    /// [`add`](Self::add) without the recent-flow shortcut: every header read.
+    fn add_parsed(&mut self, linktype: u32, frame: &[u8]) {
         self.packets += 1;
         let (mut ethertype, mut off) = match link_layer(linktype, frame) {
             Link::Next(t, off) => (t, off),
@@ -276,6 +353,11 @@ impl ChunkFilterBuilder {
         };
         self.packets = 0;
         self.flags = 0;
+        (self.recent_hits, self.recent_lookups) = (0, 0);
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.recent.fill(0);
+        }
         (index, BloomValues { ipv4: v4, ipv6: v6 })
     }
 }
@@ -673,6 +755,63 @@ pub(crate) mod tests {
         let empty = b.finish();
         assert!(empty.is_empty());
         assert!(addrs(&empty.ipv4).is_empty() && exact(&empty.tcp_ports).is_empty());
+    }
+
+    /// The recent-flow shortcut records exactly what reading every header records: random
+    /// frames near the shortcut's shape (other IHLs, fragments, protocols, ethertypes, VLAN
+    /// tags, cuts), from few flows so that most repeat, give the same index both ways.
+    #[test]
+    fn the_recent_flow_shortcut_records_what_parsing_does() {
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(5);
+        // Small chunks, so that a packet wrongly skipped is often the only one that would
+        // have recorded what it holds (a flag, a port).
+        let (mut fast, mut slow) = (ChunkFilterBuilder::new(), ChunkFilterBuilder::new());
+        for round in 0..20_000 {
+            for _ in 0..6 {
+                let src = [10, 0, 0, rng.gen_range(0..2)];
+                let dst = [10, 0, 1, rng.gen_range(0..2)];
+                let proto = [6, 17, 132, 1, 6, 17][rng.gen_range(0..6)];
+                let frag = [0, 0x4000, 0x2000, 0x0001, 0x2100][rng.gen_range(0..5)];
+                let l4 = ports(1000 + rng.gen_range(0..2), 80, 8);
+                let mut ip = ipv4(src, dst, proto, frag, &l4);
+                if rng.gen_ratio(1, 20) {
+                    ip[0] = [0x46, 0x44, 0x55, 0x65][rng.gen_range(0..4)];
+                }
+                let tags: &[(u16, u16)] = if rng.gen_ratio(1, 10) {
+                    &[(0x8100, 7)]
+                } else {
+                    &[]
+                };
+                let ethertype = if rng.gen_ratio(1, 30) { 0x86dd } else { 0x0800 };
+                let mut f = ethernet(tags, ethertype, &ip);
+                if rng.gen_ratio(1, 10) {
+                    f.truncate(rng.gen_range(0..f.len()));
+                }
+                fast.add(LINKTYPE_ETHERNET, &f);
+                slow.add_parsed(LINKTYPE_ETHERNET, &f);
+            }
+            let (a, b) = (fast.finish(), slow.finish());
+            assert_eq!(a.packets, b.packets);
+            assert_eq!(a.flags, b.flags, "round {round}");
+            let mut got = (addrs(&a.ipv4), addrs(&a.ipv6));
+            let mut want = (addrs(&b.ipv4), addrs(&b.ipv6));
+            for v in [&mut got, &mut want] {
+                v.0.sort_unstable();
+                v.1.sort_unstable();
+            }
+            assert_eq!(got, want, "round {round}");
+            assert_eq!(exact(&a.ip_protocols), exact(&b.ip_protocols));
+            for (x, y) in [
+                (&a.tcp_ports, &b.tcp_ports),
+                (&a.udp_ports, &b.udp_ports),
+                (&a.sctp_ports, &b.sctp_ports),
+                (&a.vlans, &b.vlans),
+            ] {
+                assert_eq!(exact(x), exact(y), "round {round}");
+            }
+        }
     }
 
     #[test]
