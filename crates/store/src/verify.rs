@@ -634,6 +634,44 @@ mod tests {
         }
     }
 
+    /// A file whose summary (version 3) does not say what its chunks hold is refused: the
+    /// store catalog, built from summaries, would rule the file out of queries it answers.
+    #[test]
+    fn a_stale_file_summary_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_file(dir.path(), &two_chunk_spec(Format::Pcapng, Container::Zstd));
+        crate::backfill::index_file(&path).unwrap();
+        assert!(
+            verify_file(&path).is_ok(),
+            "indexed by `tapdeck index`, it verifies"
+        );
+        let mut index = StoredFile::open(&path).unwrap().index;
+        assert!(!index.summary.is_empty());
+        // The summary of a packet the file does not hold, in a trailer appended after the
+        // last, as `tapdeck index` appends one.
+        let mut b = ChunkFilterBuilder::new();
+        b.add(1, &[0u8; 60]);
+        let mut other = SummaryBuilder::new();
+        let (filter, values) = b.finish_with_values();
+        other.add(&filter, &values);
+        index.summary = other.finish().encode();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, &index.encode_trailer()).unwrap();
+        drop(file);
+        assert_eq!(
+            StoredFile::open(&path).unwrap().index.summary,
+            index.summary
+        );
+        let msg = message(verify_file(&path));
+        assert!(
+            msg.contains("the file summary differs from the one its chunks give"),
+            "{msg}"
+        );
+    }
+
     #[test]
     fn a_wrong_packet_count_in_the_index_names_the_chunk() {
         let dir = tempfile::tempdir().unwrap();
