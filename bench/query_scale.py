@@ -14,8 +14,8 @@ Parts (--parts, all by default):
   busy   3 M packets among 100 000 hosts in uniform random pairs (every chunk holds thousands
          of addresses), 512 KiB chunks: the rare host indexed against --no-index.
 
-The closing table fits the cold rare-host time against files and chunks and extrapolates it
-to 30 days of a 1 Gb/s and a 10 Gb/s link (see `extrapolate`).
+The closing table fits the cold rare-host time against the catalog's bytes and extrapolates
+it to 30 days of a 1 Gb/s and a 10 Gb/s link (see `extrapolate`).
 
 Targets: rare host cold < 1 s at every layout; >= 100x faster than --no-index at the largest;
 >= 20x on the busy store; the 1000-file layout's cold rare host <= 2x the 10-file one's; index
@@ -169,41 +169,31 @@ def sweep(args, work: Path, res: dict):
 
 
 def extrapolate(rows):
-    """Cold rare-host time = a + b * files + c * chunks, least squares over the layouts (the
-    catalog is read whole: its cost grows with the files; the chunks read are a handful at
-    every size, so c comes out near 0). Applied to 30 days of a link in 1 GiB files (of
-    capture bytes) of 4 MiB chunks."""
-    pts = [(r["files"], r["chunks"], r["queries"]["rare host"]["indexed"]["cold"]["median"]) for r in rows]
-    if len(pts) < 3:
+    """Cold rare-host time = a + b * catalog bytes, least squares over the layouts: a query
+    reads the catalog whole (every file's summary), then one file's trailer and the one
+    chunk that holds the host, so past a handful of files the catalog is what grows. Applied
+    to 30 days of a link in files of 1 GiB of capture bytes, each with a summary of the size
+    measured here per file of the layout with the largest files (a busier link's files hold
+    more addresses, so this is a lower bound)."""
+    pts = [(float(r["catalog_bytes"]), r["queries"]["rare host"]["indexed"]["cold"]["median"]) for r in rows]
+    if len(pts) < 2:
         return None
-    # Normal equations for 3 unknowns, by hand (no numpy here).
-    xs = [(1.0, f, c) for f, c, _ in pts]
-    ys = [t for _, _, t in pts]
-    ata = [[sum(x[i] * x[j] for x in xs) for j in range(3)] for i in range(3)]
-    aty = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(3)]
-    coef = solve3(ata, aty)
-    out = {"model_s": {"a": coef[0], "per_file": coef[1], "per_chunk": coef[2]}, "links": {}}
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+    a = my - b * mx
+    largest = max(rows, key=lambda r: r["stored_bytes"] / max(1, r["files"]))
+    per_file = largest["catalog_bytes"] / max(1, largest["files"])
+    out = {"model_s": {"a": a, "per_catalog_byte": b}, "catalog_bytes_per_file": per_file,
+           "from_layout": f"{largest['chunk']}:{largest['rotate']}", "links": {}}
     for name, bps in (("1 Gb/s", 1e9), ("10 Gb/s", 10e9)):
         wire = bps / 8 * 30 * 86400
         files = wire / (1 << 30)  # --rotate-size counts capture bytes, before compression
-        chunks = wire / (4 << 20)
-        out["links"][name] = {"wire_bytes": wire, "files_1GiB": files, "chunks_4MiB": chunks,
-                              "rare_host_cold_s": coef[0] + coef[1] * files + coef[2] * chunks}
+        catalog = files * per_file
+        out["links"][name] = {"wire_bytes": wire, "files_1GiB": files, "chunks_4MiB": wire / (4 << 20),
+                              "catalog_bytes": catalog, "rare_host_cold_s": a + b * catalog}
     return out
-
-
-def solve3(a, b):
-    m = [row[:] + [v] for row, v in zip(a, b)]
-    for i in range(3):
-        p = max(range(i, 3), key=lambda r: abs(m[r][i]))
-        m[i], m[p] = m[p], m[i]
-        if abs(m[i][i]) < 1e-18:
-            return [0.0, 0.0, 0.0]
-        for r in range(3):
-            if r != i:
-                f = m[r][i] / m[i][i]
-                m[r] = [x - f * y for x, y in zip(m[r], m[i])]
-    return [m[i][3] / m[i][i] for i in range(3)]
 
 
 def busy_trace(path: Path, packets: int, hosts: int, seed: int, rare: str):
@@ -277,12 +267,13 @@ def markdown(res: dict) -> str:
                 f"| {qr['rare host']['explain']['catalog_entries']} | {qr['rare host']['explain']['files_read']} |")
         ex = res.get("extrapolation")
         if ex:
-            lines += ["", f"Model (cold rare host): {ex['model_s']['a']:.4f} s + {ex['model_s']['per_file'] * 1e6:.1f} us/file "
-                          f"+ {ex['model_s']['per_chunk'] * 1e9:.1f} ns/chunk", ""]
+            lines += ["", f"Model (cold rare host): {ex['model_s']['a']:.4f} s + "
+                          f"{ex['model_s']['per_catalog_byte'] * 1e9:.2f} ns per catalog byte; "
+                          f"{ex['catalog_bytes_per_file'] / 1e3:.1f} KB of catalog per file ({ex['from_layout']})", ""]
             for name, v in ex["links"].items():
                 lines.append(f"- 30 days at {name}: {v['wire_bytes'] / 1e12:.0f} TB on the wire, "
-                             f"{v['files_1GiB']:.0f} files of 1 GiB, {v['chunks_4MiB']:.0f} chunks: "
-                             f"rare host cold ~{v['rare_host_cold_s']:.1f} s")
+                             f"{v['files_1GiB']:.0f} files of 1 GiB, {v['chunks_4MiB']:.0f} chunks of 4 MiB, "
+                             f"catalog {v['catalog_bytes'] / 1e9:.1f} GB: rare host cold ~{v['rare_host_cold_s']:.0f} s")
     if "busy" in res:
         b = res["busy"]
         lines += ["", f"Busy store: {b['files']} files, {b['chunks']} chunks; rare host cold "

@@ -45,7 +45,7 @@ use tapdeck_decode::wire::{
 
 use crate::address::BloomKey;
 use crate::bloom::AddressBloom;
-use crate::chunk_filter::{flag, listed_len, AddressSet, ChunkFilter, ValueSet};
+use crate::chunk_filter::{flag, keep_listed, AddressSet, ChunkFilter, ValueSet};
 
 /// Distinct values a port, protocol or VLAN set of one chunk holds before it is marked
 /// overflowed; also the addresses a chunk's address table starts with room for.
@@ -610,7 +610,7 @@ impl<T: Address> AddressTable<T> {
             (AddressSet::Bloom(self.bloom()), self.values().collect())
         } else {
             let values = self.sorted();
-            if n > 0 && AddressBloom::<T>::bytes_for(n) < listed_len(&values) {
+            if n > 0 && !keep_listed(&values, AddressBloom::<T>::bytes_for(n)) {
                 (AddressSet::Bloom(self.bloom()), values)
             } else {
                 (AddressSet::Listed(ValueSet::Exact(values)), Vec::new())

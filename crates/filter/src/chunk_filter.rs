@@ -472,6 +472,14 @@ fn put_address_set<T: Copy + Into<u128>>(out: &mut Vec<u8>, set: &AddressSet<T>)
 }
 
 /// The encoded size of a listed set (what [`put_set`] writes).
+/// Whether `values` (sorted, distinct) are kept as a list rather than a Bloom filter of
+/// `bloom_bytes`: when the list is smaller and no longer than a decoder accepts
+/// ([`MAX_MERGED_VALUES`]): a dense run of addresses lists in about a byte each, less than
+/// a filter, but a list of more than that would not read back.
+pub(crate) fn keep_listed<T: Copy + Into<u128>>(values: &[T], bloom_bytes: usize) -> bool {
+    values.len() <= MAX_MERGED_VALUES && listed_len(values) <= bloom_bytes
+}
+
 pub(crate) fn listed_len<T: Copy + Into<u128>>(values: &[T]) -> usize {
     let varint_len = |v: u128| (128 - v.leading_zeros()).max(1).div_ceil(7) as usize;
     let mut prev: Option<u128> = None;

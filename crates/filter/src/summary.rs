@@ -19,7 +19,7 @@ use std::hash::Hash;
 use crate::address::BloomKey;
 use crate::bloom::AddressBloom;
 use crate::builder::BloomValues;
-use crate::chunk_filter::{listed_len, AddressSet, ChunkFilter, ValueSet};
+use crate::chunk_filter::{keep_listed, AddressSet, ChunkFilter, ValueSet};
 
 /// Distinct addresses of one family a file's summary gathers before it gives up on them.
 pub const MAX_SUMMARY_ADDRESSES: usize = 1 << 20;
@@ -103,7 +103,7 @@ impl<T: BloomKey + Hash + Into<u128>> Gathered<T> {
         let mut values: Vec<T> = self.values.into_iter().collect();
         values.sort_unstable();
         let n = values.len();
-        if n > 0 && AddressBloom::<T>::bytes_for(n) < listed_len(&values) {
+        if n > 0 && !keep_listed(&values, AddressBloom::<T>::bytes_for(n)) {
             AddressSet::Bloom(AddressBloom::of(values.iter().copied(), n))
         } else {
             AddressSet::Listed(ValueSet::Exact(values))
@@ -173,6 +173,43 @@ mod tests {
         );
         // The builder starts again empty.
         assert_eq!(summary.finish(), ChunkFilter::default());
+    }
+
+    /// Dense runs of addresses list in about a byte each, less than a Bloom filter, but a
+    /// list longer than a decoder accepts must not be written: a busy link's file summary
+    /// (105,000 addresses here) once did not read back, so the catalog could rule nothing
+    /// out. Chunks of 30,000 and 70,000 addresses and the summary all read back and answer.
+    #[test]
+    fn dense_sets_of_more_addresses_than_a_list_may_hold_read_back() {
+        let base = 0xc612_0000u32; // 198.18.0.0
+        let mut b = ChunkFilterBuilder::new();
+        let mut summary = SummaryBuilder::new();
+        for (from, n) in [(0u32, 30_000u32), (25_000, 30_000), (35_000, 70_000)] {
+            for i in from..from + n {
+                let ip = ipv4(
+                    (base + i).to_be_bytes(),
+                    base.to_be_bytes(),
+                    17,
+                    0,
+                    &ports(1, 2, 8),
+                );
+                b.add(LINKTYPE_RAW, &ip);
+            }
+            let (chunk, values) = b.finish_with_values();
+            let back = ChunkFilter::decode(&chunk.encode()).expect("the chunk filter reads back");
+            assert!(
+                host(base + from).may_match(&back) && host(base + from + n - 1).may_match(&back)
+            );
+            summary.add(&chunk, &values);
+        }
+        let back = ChunkFilter::decode(&summary.finish().encode()).expect("the summary reads back");
+        for i in [0, 24_999, 60_000, 104_999] {
+            assert!(host(base + i).may_match(&back), "198.18.0.0 + {i}");
+        }
+        assert!(
+            !host(base + 200_000).may_match(&back),
+            "an address past the range"
+        );
     }
 
     #[test]

@@ -97,8 +97,11 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
     }
     let f = StoredFile::open(path).map_err(|e| refused(e, "nothing changed"))?;
     // A file indexed before summaries existed is indexed again: its chunks get Bloom
-    // filters where their address lists overflowed, and the file its summary.
-    if !f.index.flows.is_empty() && !f.index.summary.is_empty() {
+    // filters where their address lists overflowed, and the file its summary. So is one
+    // whose summary does not decode (recorders before 2026-12-07 listed more addresses
+    // than a reader accepts for a busy file): the catalog could rule nothing out with it.
+    let summary_reads = tapdeck_filter::ChunkFilter::decode(&f.index.summary).is_ok();
+    if !f.index.flows.is_empty() && !f.index.summary.is_empty() && summary_reads {
         return Ok(Outcome::Skipped("already has a flow index".into()));
     }
     let header = f.read_header().map_err(|e| refused(e, "nothing changed"))?;

@@ -201,6 +201,12 @@ fn check_summary(f: &StoredFile, mut summary: SummaryBuilder) -> Result<(), Veri
     if f.index.summary.is_empty() {
         return Ok(());
     }
+    if let Err(e) = ChunkFilter::decode(&f.index.summary) {
+        return Err(VerifyError::StaleChunkFilter(FileError::whole(
+            &f.path,
+            format!("the file summary does not decode ({e}); `tapdeck index` writes it again"),
+        )));
+    }
     if summary.finish().encode() != f.index.summary {
         return Err(VerifyError::StaleChunkFilter(FileError::whole(
             &f.path,
