@@ -6,8 +6,9 @@
 //! [`ChunkFilter::merge`] makes it). Addresses are gathered as values, never by merging
 //! Bloom filters (filters of different sizes do not merge): a listed chunk set gives its
 //! values, a chunk held as a filter gives the addresses [`ChunkFilterBuilder`] handed out
-//! beside it. At the end the file's distinct addresses are listed, or held as one Bloom
-//! filter sized to them, whichever is smaller, as a chunk's are. Past
+//! beside it. At the end the file's distinct addresses are held as one Bloom filter sized
+//! to them, or listed when there are at most [`MAX_LISTED_SUMMARY`] and the list is the
+//! smaller (a reader of the catalog decodes every summary, and a filter decodes faster). Past
 //! [`MAX_SUMMARY_ADDRESSES`] distinct addresses of one family (a scan), or when a chunk's
 //! filter came without its addresses, the summary's set is "any address".
 //!
@@ -23,6 +24,9 @@ use crate::chunk_filter::{keep_listed, AddressSet, ChunkFilter, ValueSet};
 
 /// Distinct addresses of one family a file's summary gathers before it gives up on them.
 pub const MAX_SUMMARY_ADDRESSES: usize = 1 << 20;
+
+/// Most addresses a summary lists (more are held as a Bloom filter, see `finish`).
+pub const MAX_LISTED_SUMMARY: usize = 256;
 
 /// Gathers a file's summary from its chunks' filters; see the module docs.
 #[derive(Debug, Default)]
@@ -103,7 +107,12 @@ impl<T: BloomKey + Hash + Into<u128>> Gathered<T> {
         let mut values: Vec<T> = self.values.into_iter().collect();
         values.sort_unstable();
         let n = values.len();
-        if n > 0 && !keep_listed(&values, AddressBloom::<T>::bytes_for(n)) {
+        // A reader decodes every summary of the catalog: a list costs it a varint per
+        // address, a filter a copy of its bytes. So past a few hundred addresses, where the
+        // two are about as large, a summary is a filter.
+        if n > MAX_LISTED_SUMMARY
+            || (n > 0 && !keep_listed(&values, AddressBloom::<T>::bytes_for(n)))
+        {
             AddressSet::Bloom(AddressBloom::of(values.iter().copied(), n))
         } else {
             AddressSet::Listed(ValueSet::Exact(values))
