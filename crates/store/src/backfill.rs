@@ -98,10 +98,13 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
     let f = StoredFile::open(path).map_err(|e| refused(e, "nothing changed"))?;
     // A file indexed before summaries existed is indexed again: its chunks get Bloom
     // filters where their address lists overflowed, and the file its summary. So is one
-    // whose summary does not decode (recorders before 2026-12-07 listed more addresses
-    // than a reader accepts for a busy file): the catalog could rule nothing out with it.
-    let summary_reads = tapdeck_filter::ChunkFilter::decode(&f.index.summary).is_ok();
-    if !f.index.flows.is_empty() && !f.index.summary.is_empty() && summary_reads {
+    // whose summary or chunk filters do not decode (recorders before 2026-12-07 listed more
+    // addresses than a reader accepts, for a busy file or a chunk of a scan): nothing could
+    // be ruled out with them.
+    let decodes = |b: &Vec<u8>| tapdeck_filter::ChunkFilter::decode(b).is_ok();
+    let reads =
+        decodes(&f.index.summary) && (f.index.flows.iter()).all(|b| b.is_empty() || decodes(b));
+    if !f.index.flows.is_empty() && !f.index.summary.is_empty() && reads {
         return Ok(Outcome::Skipped("already has a flow index".into()));
     }
     let header = f.read_header().map_err(|e| refused(e, "nothing changed"))?;
@@ -318,6 +321,40 @@ mod tests {
                 index_file(&path).unwrap(),
                 Outcome::Skipped("already has a flow index".into())
             );
+        }
+    }
+
+    /// A file whose summary or one chunk filter does not decode (what recorders wrote for
+    /// busy files before lists were capped) is indexed again, and then verifies.
+    #[test]
+    fn an_index_that_does_not_decode_is_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec(Format::Pcapng, Container::Zstd);
+        let path = write_file(dir.path(), &spec);
+        index_file(&path).unwrap();
+        let good = StoredFile::open(&path).unwrap().index;
+        for broken in ["summary", "chunk filter"] {
+            let mut index = good.clone();
+            match broken {
+                "summary" => index.summary = vec![1, 2, 3],
+                _ => index.flows[1] = vec![1, 2, 3],
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut file, &index.encode_trailer()).unwrap();
+            drop(file);
+            assert!(
+                verify::verify_file(&path).is_err(),
+                "{broken}: verify refuses it"
+            );
+            assert!(
+                matches!(index_file(&path).unwrap(), Outcome::Indexed { .. }),
+                "{broken}: indexed again"
+            );
+            assert_eq!(StoredFile::open(&path).unwrap().index, good, "{broken}");
+            assert_eq!(verify::verify_file(&path).unwrap().packets, 80, "{broken}");
         }
     }
 
