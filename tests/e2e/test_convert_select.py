@@ -104,9 +104,22 @@ def test_convert_with_a_filter_reads_through_the_index_and_matches_extract(
     assert len(tcp) == n_tcp
 
 
-def test_a_selection_from_a_trace_file_is_refused_in_one_line(tapdeck, tmp_path):
-    original = write_pcap(tmp_path / "t.pcap", gen_packets(100))
-    r = tapdeck("convert", original, "--out", tmp_path / "DS", "--filter", "udp")
+def test_a_selection_from_a_trace_file_converts_what_tcpdump_selects(tapdeck, tmp_path):
+    """A plain trace file is selected from as a store is (by its blocks, indexed in memory
+    here: it has no sidecar): the packets table holds exactly the packets tcpdump's filter
+    selects from the same file. Something that is neither a store nor a capture file is
+    refused in one line."""
+    packets = gen_packets(100)
+    original = write_pcap(tmp_path / "t.pcap", packets)
+    want = subprocess.run(["tcpdump", "-r", original, "-nn", "-tt", "udp"], capture_output=True,
+                          text=True, timeout=SLOW, check=True).stdout.splitlines()
+    assert 0 < len(want) < len(packets), "the filter must select some packets, not all"
+    convert_ok(tapdeck, tmp_path / "DS", original, args=("--filter", "udp"))
+    assert len(table(tmp_path / "DS", "packets")) == len(want)
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a trace\n")
+    r = tapdeck("convert", notes, "--out", tmp_path / "DS2", "--filter", "udp")
     assert r.returncode != 0
     err = r.stderr.strip()
-    assert err.count("\n") == 0 and "not one" in err and "tcpdump -r" in err, err
+    assert err.count("\n") == 0 and "not a pcap or pcapng file" in err, err
