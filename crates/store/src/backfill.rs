@@ -339,12 +339,7 @@ mod tests {
                 "summary" => index.summary = vec![1, 2, 3],
                 _ => index.flows[1] = vec![1, 2, 3],
             }
-            let mut file = std::fs::OpenOptions::new()
-                .append(true)
-                .open(&path)
-                .unwrap();
-            std::io::Write::write_all(&mut file, &index.encode_trailer()).unwrap();
-            drop(file);
+            crate::read::testutil::append_trailer(&path, &index);
             assert!(
                 verify::verify_file(&path).is_err(),
                 "{broken}: verify refuses it"

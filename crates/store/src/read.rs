@@ -156,22 +156,8 @@ impl StoredFile {
         file: File,
         data_len: u64,
     ) -> StoredFile {
-        StoredFile {
-            path: path.to_path_buf(),
-            container: name.container,
-            format: name.format,
-            index,
-            meta,
-            stored_len: data_len,
-            data_len,
-            trailer: TrailerPlace {
-                frames_end: data_len,
-                index_at: data_len,
-                end: data_len,
-            },
-            file,
-            whole: false,
-        }
+        let kind = (name.container, name.format);
+        StoredFile::without_trailer(path, kind, index, meta, file, data_len, false)
     }
 
     /// A plain capture file read by the blocks of its sidecar (see
@@ -185,10 +171,24 @@ impl StoredFile {
         data_len: u64,
         whole: bool,
     ) -> StoredFile {
+        let kind = (Container::Plain, format);
+        StoredFile::without_trailer(path, kind, index, meta, file, data_len, whole)
+    }
+
+    /// A file opened from an index built here (a salvaged file's, a capture file's): its
+    /// data runs to `data_len`, and no trailer of its own lies after it.
+    fn without_trailer(
+        path: &Path,
+        (container, format): (Container, Format),
+        index: ChunkIndex,
+        meta: FileMeta,
+        file: File,
+        data_len: u64,
+        whole: bool,
+    ) -> StoredFile {
         StoredFile {
-            whole,
             path: path.to_path_buf(),
-            container: Container::Plain,
+            container,
             format,
             index,
             meta,
@@ -200,6 +200,7 @@ impl StoredFile {
                 end: data_len,
             },
             file,
+            whole,
         }
     }
 
@@ -930,6 +931,13 @@ pub mod testutil {
         f[34..36].copy_from_slice(&1000u16.to_be_bytes());
         f[36..38].copy_from_slice(&(100 + u16::from(p.fill)).to_be_bytes());
         f
+    }
+
+    /// Appends `index` as a new trailer after the file's last, as `tapdeck index` appends
+    /// one: readers then take it.
+    pub fn append_trailer(path: &Path, index: &ChunkIndex) {
+        let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        std::io::Write::write_all(&mut file, &index.encode_trailer()).unwrap();
     }
 
     /// Writes the file into `dir` under its final name; returns its path.

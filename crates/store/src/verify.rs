@@ -661,12 +661,7 @@ mod tests {
         let (filter, values) = b.finish_with_values();
         other.add(&filter, &values);
         index.summary = other.finish().encode();
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        std::io::Write::write_all(&mut file, &index.encode_trailer()).unwrap();
-        drop(file);
+        append_trailer(&path, &index);
         assert_eq!(
             StoredFile::open(&path).unwrap().index.summary,
             index.summary
