@@ -22,9 +22,11 @@
 //! VLAN header cut short, an IP header shorter than its fixed part or of the wrong version):
 //! the index of a chunk holding one answers "maybe" to every filter.
 //!
-//! Memory is allocated when the builder is made and `add` never allocates: address sets
-//! are open-addressing tables (a few tens of KiB in use for a calm chunk, growing in place
-//! up to [`MAX_ADDRESSES`] addresses for a busy one), ports and VLANs bitmaps. A port,
+//! Memory is allocated when the builder is made, and again only when a chunk holds more
+//! addresses than any before it: address sets are open-addressing tables (a few tens of
+//! KiB for a calm chunk, grown up to [`MAX_ADDRESSES`] addresses for a busy one, and kept
+//! for the chunks after it), ports and VLANs bitmaps. Making all of it at once cost a
+//! short recorder run as much as indexing its packets (6 MiB zeroed per thread). A port,
 //! protocol or VLAN set that would hold more than [`MAX_VALUES`] values, and an address
 //! set over [`MAX_ADDRESSES`] or whose probe run grows past [`MAX_PROBE`] slots (crafted
 //! addresses), is marked overflowed and answers "maybe", so the cost of `add` is bounded
@@ -161,7 +163,7 @@ impl Default for ChunkFilterBuilder {
 }
 
 impl ChunkFilterBuilder {
-    /// A builder with all its memory allocated (about 200 KiB); nothing is allocated later.
+    /// A builder with the memory of a calm chunk allocated (about 400 KiB).
     pub fn new() -> Self {
         // One random key per builder, so addresses crafted to collide in one recorder's
         // tables do not collide in another's (and a collision only costs selectivity).
@@ -195,6 +197,7 @@ impl ChunkFilterBuilder {
     /// Records one captured frame of pcap link type `linktype`. Never panics, never
     /// allocates. Link types read: Ethernet, raw IP (12, 14, 101, 228, 229), Linux SLL and
     /// SLL2, BSD null/loopback; a frame of any other makes the chunk unprunable.
+    #[inline]
     pub fn add(&mut self, linktype: u32, frame: &[u8]) {
         let useful =
             self.recent_lookups < RECENT_TRIAL || 2 * self.recent_hits >= self.recent_lookups;
@@ -217,6 +220,7 @@ impl ChunkFilterBuilder {
     }
 
     /// [`add`](Self::add) without the recent-flow shortcut: every header read.
+    #[inline(never)]
     fn add_parsed(&mut self, linktype: u32, frame: &[u8]) {
         self.packets += 1;
         let (mut ethertype, mut off) = match link_layer(linktype, frame) {
@@ -517,9 +521,9 @@ impl<T: Address> AddressTable<T> {
     fn new(seed: u64) -> Self {
         const { assert!((2 * MAX_ADDRESSES).is_power_of_two()) };
         AddressTable {
-            slots: vec![T::default(); 1 << MAX_TABLE_BITS].into_boxed_slice(),
+            slots: vec![T::default(); 1 << FIRST_TABLE_BITS].into_boxed_slice(),
             bits: FIRST_TABLE_BITS,
-            used: Vec::with_capacity(MAX_ADDRESSES),
+            used: Vec::with_capacity(1 << (FIRST_TABLE_BITS - 1)),
             has_zero: false,
             overflowed: false,
             seed,
@@ -587,6 +591,10 @@ impl<T: Address> AddressTable<T> {
             .map(|i| std::mem::take(&mut self.slots[i as usize]))
             .collect();
         self.bits += 1;
+        if self.slots.len() < 1 << self.bits {
+            // Every slot is free now (drained above): a larger table replaces it.
+            self.slots = vec![T::default(); 1 << self.bits].into_boxed_slice();
+        }
         for a in old {
             if !self.probe(a, true) {
                 self.overflowed = true;

@@ -14,7 +14,7 @@ use tapdeck_pcap::container::{
 };
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
-use crate::chunk_filter::{self, FileSummary};
+use crate::chunk_filter::{self, ChunkFlows, FileSummary};
 use crate::controller::SharedController;
 use crate::direct::DirectFile;
 use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
@@ -498,8 +498,8 @@ impl StreamWriter {
     /// rescued from an abandoned file, whose codec and ladder bytes were counted already.
     fn write_chunk(&mut self, mut chunk: Chunk, encoded: Encoded, again: bool) {
         let unindexed = chunk.flows.encoded.is_empty();
-        if self.cfg.flow_index && unindexed && chunk.packets > 0 && !self.cfg.discard {
-            // Stored raw without a compressor's visit: indexed here.
+        let index_here = self.cfg.flow_index && unindexed && chunk.packets > 0;
+        if index_here && (self.cfg.discard || !matches!(encoded, Encoded::Raw)) {
             chunk.flows = Box::new(chunk_filter::index_chunk(
                 self.cfg.format,
                 chunk.segment.data(),
@@ -514,7 +514,13 @@ impl StreamWriter {
             return self.discard_chunk(&chunk, &encoded, codec);
         }
         let started = std::time::Instant::now();
-        let written = self.append_chunk(&chunk, &encoded, codec);
+        // Stored raw without a compressor's visit: indexed here, as it is copied.
+        let mut flows = None;
+        let index = (index_here && matches!(encoded, Encoded::Raw)).then_some(&mut flows);
+        let written = self.append_chunk(&chunk, &encoded, codec, index);
+        if let Some(flows) = flows {
+            chunk.flows = Box::new(flows);
+        }
         self.grow_counts(chunk.per_iface.len());
         let Some(bytes_out) = written else {
             self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -576,7 +582,15 @@ impl StreamWriter {
     /// first asks retention for room; a failing directory is abandoned for the next one
     /// (with the chunks its file lost). Returns the frame's bytes, or `None` when no
     /// directory took it (or retention holds writing).
-    fn append_chunk(&mut self, chunk: &Chunk, encoded: &Encoded, codec: Codec) -> Option<usize> {
+    /// Appends a chunk (to the current file, or a new one); with `index`, a raw chunk's
+    /// flows are built as it is copied and left there.
+    fn append_chunk(
+        &mut self,
+        chunk: &Chunk,
+        encoded: &Encoded,
+        codec: Codec,
+        mut index: Option<&mut Option<ChunkFlows>>,
+    ) -> Option<usize> {
         let data_len = chunk.segment.data().len();
         let frame_len = match encoded {
             Encoded::Frame { bytes, .. } => bytes.len(),
@@ -604,7 +618,17 @@ impl StreamWriter {
                 Encoded::Frame { bytes, .. } => {
                     self.append(|out| out.append(bytes), frame_len, content)
                 }
-                Encoded::Raw => self.append_raw(chunk.segment.data(), content),
+                Encoded::Raw => {
+                    let indexer = index.as_ref().map(|_| {
+                        chunk_filter::ChunkIndexer::new(self.cfg.format, &chunk.linktypes)
+                    });
+                    let (result, flows) =
+                        self.append_raw_indexing(chunk.segment.data(), content, indexer);
+                    if let (Some(slot), Some(flows)) = (index.as_mut(), flows) {
+                        **slot = Some(flows);
+                    }
+                    result
+                }
             };
             match result {
                 Ok(n) => return Some(n),
@@ -652,20 +676,50 @@ impl StreamWriter {
     }
 
     /// Appends `data` as a raw frame (framed as the container frames stored bytes).
+    /// Appends bytes stored raw (a frame of one raw block, or the bytes themselves).
     fn append_raw(&mut self, data: &[u8], content: FrameContent) -> std::io::Result<usize> {
+        self.append_raw_indexing(data, content, None).0
+    }
+
+    /// [`append_raw`](Self::append_raw) of a chunk; with an indexer, indexes it piece by
+    /// piece just after copying each piece (see [`chunk_filter::ChunkIndexer`]), and
+    /// returns its flows when the append succeeded.
+    fn append_raw_indexing(
+        &mut self,
+        data: &[u8],
+        content: FrameContent,
+        mut indexer: Option<chunk_filter::ChunkIndexer>,
+    ) -> (std::io::Result<usize>, Option<ChunkFlows>) {
+        /// A piece small enough to be in the cache still when it is indexed.
+        const PIECE: usize = 128 << 10;
         let container = self.cfg.container;
         let mut frame_len = 0;
         raw_frame_pieces(container, data, |p| frame_len += p.len());
+        let start = data.as_ptr() as usize;
         let write = |out: &mut DirectFile| {
             let mut result = Ok(());
             raw_frame_pieces(container, data, |p| {
-                if result.is_ok() {
-                    result = out.append(p);
+                // Where `p` lies in `data` (a container's headers lie elsewhere).
+                let at = (p.as_ptr() as usize).wrapping_sub(start);
+                let of_data = at <= data.len() && p.len() <= data.len() - at;
+                for piece in p.chunks(PIECE) {
+                    if result.is_ok() {
+                        result = out.append(piece);
+                    }
+                    if let (Some(ix), true, true) = (indexer.as_mut(), of_data, result.is_ok()) {
+                        let end = (piece.as_ptr() as usize - start) + piece.len();
+                        ix.advance(&data[..end]);
+                    }
                 }
             });
             result
         };
-        self.append(write, frame_len, content)
+        let result = self.append(write, frame_len, content);
+        let flows = match (&result, indexer) {
+            (Ok(_), Some(ix)) => Some(ix.finish(data.len())),
+            _ => None,
+        };
+        (result, flows)
     }
 
     /// Appends one frame of `frame_len` bytes (written when the buffer fills) and its index
