@@ -71,7 +71,7 @@ def extract(tapdeck, store: Path, out: Path, filt: str, *extra, strace: Path | N
 
 
 def skipped_by_catalog(stderr: str) -> int:
-    m = re.search(r"store catalog: \d+ entries consulted; (\d+) more files skipped", stderr)
+    m = re.search(r"store catalog: \d+ entries consulted [^;]*; (\d+) more files skipped", stderr)
     assert m, stderr
     return int(m.group(1))
 

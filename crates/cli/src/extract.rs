@@ -302,8 +302,11 @@ fn explain_time(no_index: bool, plan: &Plan) {
         );
     }
     eprintln!(
-        "tapdeck: explain: store catalog: {} entries consulted; {} more files skipped (their time range or summary rules them out)",
-        plan.catalog_entries, plan.files_skipped_by_catalog
+        "tapdeck: explain: store catalog: {} entries consulted ({} read whole, the rest settled by the member lists and address slices of {} groups); {} more files skipped (their time range or summary rules them out)",
+        plan.catalog_entries,
+        plan.catalog_records,
+        plan.catalog_groups,
+        plan.files_skipped_by_catalog
     );
 }
 

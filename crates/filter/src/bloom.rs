@@ -48,7 +48,12 @@ impl<T: BloomKey> AddressBloom<T> {
 
     /// The filter of `values` (not empty; any order, duplicates allowed).
     pub(crate) fn of(values: impl Iterator<Item = T> + Clone, distinct: usize) -> Self {
-        let mut filter = Sbbf::new(&vec![0u8; Self::bytes_for(distinct)]);
+        Self::with_blocks(values, Self::blocks_for(distinct))
+    }
+
+    /// [`of`](Self::of) with `blocks` blocks.
+    pub(crate) fn with_blocks(values: impl Iterator<Item = T> + Clone, blocks: usize) -> Self {
+        let mut filter = Sbbf::new(&vec![0u8; blocks * BLOCK_BYTES]);
         let mut buf = [0u8; 16];
         let (mut lo, mut hi) = (None::<T>, None::<T>);
         for v in values {

@@ -67,10 +67,12 @@ mod expr;
 mod parse;
 mod predicate;
 pub mod sidecar;
+mod signature;
 mod summary;
 
 pub use bloom::BITS_PER_VALUE;
 pub use builder::{BloomValues, ChunkFilterBuilder, MAX_ADDRESSES, MAX_PROBE, MAX_VALUES};
 pub use chunk_filter::{ChunkFilter, DecodeError, MAGIC, MAX_MERGED_VALUES, VERSION};
 pub use predicate::Predicate;
-pub use summary::{SummaryBuilder, MAX_SUMMARY_ADDRESSES};
+pub use signature::AddressProbe;
+pub use summary::{SummaryBuilder, MAX_SUMMARY_ADDRESSES, SUMMARY_BITS_PER_VALUE};

@@ -1648,10 +1648,21 @@ mod tests {
             TcpCollector { listener, stop }
         }
 
-        /// The packet reports' times received so far.
-        fn times(&self, d: &mut Decoder) -> Vec<u64> {
+        /// The packet reports' times received, once there are `want` of them (or 10 s
+        /// have passed: then those there are, and the caller's comparison fails). The
+        /// exporter counts a message sent when the kernel has it; the collector's thread
+        /// may read it later (under valgrind, much later).
+        fn times(&self, d: &mut Decoder, want: u64) -> Vec<u64> {
             let mut out = Vec::new();
-            while let Ok((peer, m)) = self.listener.messages.try_recv() {
+            let end = Instant::now() + Duration::from_secs(10);
+            while (out.len() as u64) < want && Instant::now() < end {
+                let Ok((peer, m)) = self
+                    .listener
+                    .messages
+                    .recv_timeout(Duration::from_millis(50))
+                else {
+                    continue;
+                };
                 d.decode_each(peer, &m, |r| {
                     if let Record::Packet(p) = r {
                         out.push(p.time_ns);
@@ -1753,8 +1764,8 @@ mod tests {
         assert_eq!(live.not_sent + back.not_sent, 0);
         // What the collectors read: every packet once, at one of them.
         let mut d = Decoder::new();
-        let mut times = a.times(&mut d);
-        let at_b = b.times(&mut d);
+        let mut times = a.times(&mut d, live.packets);
+        let at_b = b.times(&mut d, back.packets);
         assert_eq!(at_b.len() as u64, back.packets);
         times.extend(at_b);
         times.sort_unstable();
@@ -1797,8 +1808,8 @@ mod tests {
         assert_eq!(gone.failed_over, queued, "what was queued moved: {gone:?}");
         assert_eq!(live.packets + gone.packets, first + second);
         let mut d = Decoder::new();
-        let mut times = a.times(&mut d);
-        times.extend(b.times(&mut d));
+        let mut times = a.times(&mut d, live.packets);
+        times.extend(b.times(&mut d, gone.packets));
         times.sort_unstable();
         assert_eq!(times, (1..=first + second).collect::<Vec<_>>());
     }
@@ -1831,7 +1842,7 @@ mod tests {
             (at_b, 0, 0)
         );
         assert_eq!(live.buffered, 0);
-        let mut times = a.times(&mut Decoder::new());
+        let mut times = a.times(&mut Decoder::new(), total);
         times.sort_unstable();
         assert_eq!(times, (1..=total).collect::<Vec<_>>());
     }

@@ -1026,8 +1026,9 @@ impl StreamWriter {
                 size = std::fs::metadata(catalog::path(root))?.len();
                 self.catalog_compacted = size;
             }
-            // Counted against --max-bytes with the data files.
-            self.retention.set_catalog_bytes(size);
+            // Counted against --max-bytes with the data files, with its groups.
+            let groups = std::fs::metadata(catalog::groups::path(root)).map_or(0, |m| m.len());
+            self.retention.set_catalog_bytes(size + groups);
             Ok(())
         });
         if let Err(e) = result {

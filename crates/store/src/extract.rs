@@ -36,7 +36,7 @@ use tapdeck_filter::{ChunkFilter, Predicate};
 use tapdeck_pcap::container::{ChunkEntry, FrameKind};
 use tapdeck_pcap::{Format, Interface, Packet, SectionInfo};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Entry, Known, Lookup};
 use crate::meta::{self, days_from_civil};
 use crate::read::{ChunkPackets, FileError, Header, Store, StoredFile};
 use crate::time_prune::{NamedFile, TimePlan};
@@ -172,6 +172,10 @@ pub struct Plan {
     pub catalog_skips: Vec<(PathBuf, CatalogSkip)>,
     /// Entries of the store catalogs read (0: none, or `--no-index`).
     pub catalog_entries: u64,
+    /// Groups of catalog entries consulted, and entries read whole (with their
+    /// summaries): the rest were settled by their groups.
+    pub catalog_groups: u64,
+    pub catalog_records: u64,
     /// Files that hold packets outside the span their names give: their streams were read
     /// whole (see [`crate::time_prune`]).
     pub out_of_name_span: Vec<PathBuf>,
@@ -367,6 +371,8 @@ struct Planning {
     files_skipped_by_catalog: u64,
     catalog_skips: Vec<(PathBuf, CatalogSkip)>,
     catalog_entries: u64,
+    catalog_groups: u64,
+    catalog_records: u64,
     out_of_name_span: Vec<PathBuf>,
     choices: Vec<FileChoice>,
     damage: Vec<Damage>,
@@ -428,26 +434,22 @@ impl<'a> InputFiles<'a> {
     /// none of their packets is in the window, or can match `prune`.
     fn rule_out_by_catalog(
         &mut self,
-        catalog: &Catalog,
-        window: &TimeWindow,
-        offset_ns: i64,
+        catalog: &Lookup,
+        outside: &dyn Fn(&Entry) -> bool,
         prune: Option<&Predicate>,
     ) {
         for (i, source) in self.sources.iter().enumerate() {
             let Source::Stored(path) = source else {
                 continue;
             };
-            let Some(entry) = catalog.get(path, None) else {
+            let Some(Known { entry, no_match }) = catalog.get(path) else {
                 continue;
             };
-            let outside = entry.packets == 0
-                || !window.meets(
-                    corrected(entry.first_ns, offset_ns),
-                    corrected(entry.last_ns, offset_ns),
-                );
-            let unmatched =
-                || prune.is_some_and(|p| entry.summary().is_some_and(|s| !p.may_match(&s)));
-            let why = if outside {
+            let unmatched = || {
+                *no_match
+                    || prune.is_some_and(|p| entry.summary().is_some_and(|s| !p.may_match(&s)))
+            };
+            let why = if outside(entry) {
                 Some(CatalogSkip::OutsideWindow)
             } else if unmatched() {
                 Some(CatalogSkip::NoMatch)
@@ -509,6 +511,8 @@ impl Planning {
             files_skipped_by_catalog: 0,
             catalog_skips: Vec::new(),
             catalog_entries: 0,
+            catalog_groups: 0,
+            catalog_records: 0,
             out_of_name_span: Vec::new(),
             choices: Vec::new(),
             damage: Vec::new(),
@@ -533,9 +537,18 @@ impl Planning {
         let windowed = how.window != TimeWindow::default();
         let stored = input.store.captures.is_empty();
         if stored && how.by_name_time && (how.prune.is_some() || windowed) {
-            let catalog = Catalog::read(&input.store.root);
-            self.catalog_entries += catalog.entries.len() as u64;
-            files.rule_out_by_catalog(&catalog, &how.window, input.offset_ns, how.prune);
+            let outside = |e: &Entry| {
+                e.packets == 0
+                    || !how.window.meets(
+                        corrected(e.first_ns, input.offset_ns),
+                        corrected(e.last_ns, input.offset_ns),
+                    )
+            };
+            let catalog = Lookup::read(&input.store.root, &outside, how.prune);
+            self.catalog_entries += catalog.consulted;
+            self.catalog_groups += catalog.groups;
+            self.catalog_records += catalog.records;
+            files.rule_out_by_catalog(&catalog, &outside, how.prune);
         }
         files.open_wanted(&time);
         let broken = files.out_of_name_span(&time);
@@ -694,6 +707,8 @@ impl Planning {
             files_skipped_by_catalog: self.files_skipped_by_catalog,
             catalog_skips: self.catalog_skips,
             catalog_entries: self.catalog_entries,
+            catalog_groups: self.catalog_groups,
+            catalog_records: self.catalog_records,
             out_of_name_span: self.out_of_name_span,
             choices: self.choices,
             on_damage: how.on_damage,

@@ -108,6 +108,20 @@ pub(crate) fn try_flock_exclusive(file: &File) -> io::Result<bool> {
     try_flock(file, libc::LOCK_EX)
 }
 
+/// Takes an exclusive lock on `file`, waiting for it (released when it is closed).
+pub(crate) fn flock_exclusive(file: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Takes the lock without waiting: Ok(false) when someone else holds it.
 fn try_flock(file: &File, how: libc::c_int) -> io::Result<bool> {
     // SAFETY: flock on a descriptor we own; no memory is passed.

@@ -35,8 +35,13 @@ use std::path::{Path, PathBuf};
 use tapdeck_filter::ChunkFilter;
 
 use crate::finalize::write_durably;
+
+pub mod groups;
+pub mod lookup;
+
 use crate::meta;
 use crate::read::{Store, StoredFile};
+pub use lookup::{Known, Lookup};
 
 /// The catalog's file name under a store's root.
 pub const CATALOG: &str = "catalog.tdc";
@@ -194,7 +199,9 @@ fn find_magic(bytes: &[u8], from: usize) -> Option<usize> {
         .map(|p| from + p)
 }
 
-/// Appends `entries` to the catalog of the store at `root` (creating it), in one write.
+/// Appends `entries` to the catalog of the store at `root` (creating it), in one write,
+/// then groups the records past the last group when there are enough of them (see
+/// [`groups`]). A failure to group is logged, never returned: the entries are in.
 pub fn append(root: &Path, entries: &[Entry]) -> io::Result<()> {
     let path = root.join(CATALOG);
     // The header exactly once, by whoever creates the file.
@@ -204,12 +211,22 @@ pub fn append(root: &Path, entries: &[Entry]) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let bytes: Vec<u8> = entries.iter().flat_map(Entry::encode).collect();
-    let mut f = OpenOptions::new().append(true).open(&path)?;
-    f.write_all(&bytes)
+    let mut f = OpenOptions::new().read(true).append(true).open(&path)?;
+    f.write_all(&bytes)?;
+    // One appender at a time groups (the lock goes with the descriptor).
+    let grouped =
+        crate::lock::flock_exclusive(&f).and_then(|()| groups::group_tail(root, &f, false));
+    if let Err(e) = grouped {
+        tracing::warn!(
+            "cannot group the catalog's entries in {}: {e}",
+            groups::path(root).display()
+        );
+    }
+    Ok(())
 }
 
 /// Replaces the catalog of the store at `root` with `entries` (sorted by name), durably:
-/// a new file renamed over the old one.
+/// a new file renamed over the old one, and its groups, all of them, likewise.
 pub fn rewrite(root: &Path, entries: &[Entry]) -> io::Result<()> {
     let mut sorted: Vec<&Entry> = entries.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
@@ -217,8 +234,11 @@ pub fn rewrite(root: &Path, entries: &[Entry]) -> io::Result<()> {
     for e in sorted {
         bytes.extend(e.encode());
     }
+    let groups = groups::encode_all(&bytes);
     let tmp = root.join(meta::partial_name(CATALOG));
-    write_durably(&tmp, &bytes, &root.join(CATALOG))
+    write_durably(&tmp, &bytes, &root.join(CATALOG))?;
+    let tmp = root.join(meta::partial_name(groups::GROUPS));
+    write_durably(&tmp, &groups, &groups::path(root))
 }
 
 /// The entry of a finished file from its trailer's facts.

@@ -1,0 +1,455 @@
+//! The catalog's groups (`catalog.tdg` beside `catalog.tdc`): the level above the
+//! catalog's entries, so that a query over a store of hundreds of thousands of files
+//! reads a few bytes per file instead of every file's summary.
+//!
+//! A group covers a run of [`GROUP`] whole records of `catalog.tdc` (a byte range). It
+//! lists its members (each record's name, place, size, time range and packets) and lays
+//! their summaries' addresses out as signatures (`tapdeck_filter::AddressProbe`) of one
+//! size, `K` blocks, block by block: slice `b` holds block `b` of every member's
+//! signature. An address falls in the same block of every member, so a query for a host
+//! reads one slice per group, `members × 32` bytes, and then only the records of the
+//! members whose block may hold it. A time window needs the member list only.
+//!
+//! Groups are appended by whoever appends to the catalog, under a lock on `catalog.tdc`,
+//! as soon as `GROUP` records lie beyond the last group; a rewrite of the catalog writes
+//! them all again. Like the catalog, they only save work: a group whose head does not
+//! check out is skipped (its records are read as if it were not there), a slice whose
+//! checksum fails answers "maybe" for its members, and a member whose record is not where
+//! the group says is looked up by name.
+//!
+//! ```text
+//! header   "TDCG", u8 version (1), 3 bytes 0
+//! record   "TDGR", u32 head length, head, u32 XXH32 of the head, K slices of
+//!          members × 32 bytes, u64 length of the whole record, "TDGE"
+//! head     u32 members, u32 K (a power of two), u64 first and u64 end offset of the
+//!          covered records in catalog.tdc, u64 first packet ns, u64 last packet ns
+//!          (of all members), then per member: u16 name length, name, u64 record
+//!          offset, u32 record length, u64 size, u64 first ns, u64 last ns, u64 packets;
+//!          then K u32 XXH32 of each slice
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use tapdeck_filter::{AddressProbe, ChunkFilter};
+
+use super::{record_at, Entry, HEADER as CATALOG_HEADER};
+
+/// The groups' file name under a store's root.
+pub const GROUPS: &str = "catalog.tdg";
+const HEADER: [u8; 8] = *b"TDCG\x01\0\0\0";
+const MAGIC: [u8; 4] = *b"TDGR";
+const END_MAGIC: [u8; 4] = *b"TDGE";
+const BLOCK: usize = 32;
+/// Records per group: a query reads one slice of `GROUP × 32` bytes per group, and every
+/// record past the last group whole.
+pub const GROUP: usize = 128;
+/// The most blocks a group lays a signature out in (members' larger filters are folded:
+/// more false positives for them, never a false negative); 512 KiB per member.
+const MAX_BLOCKS: usize = 1 << 14;
+/// A head longer than this is damage.
+const MAX_HEAD: usize = 64 << 20;
+
+/// The groups file's path under a store's root.
+pub fn path(root: &Path) -> PathBuf {
+    root.join(GROUPS)
+}
+
+/// One member of a group: what a query needs of a file without its summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    /// Where its record lies in `catalog.tdc`.
+    pub offset: u64,
+    pub len: u32,
+    pub size: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: u64,
+}
+
+impl Member {
+    /// The entry without its summary (a file that must be opened to be filtered).
+    pub fn thin_entry(&self) -> Entry {
+        Entry {
+            name: self.name.clone(),
+            size: self.size,
+            first_ns: self.first_ns,
+            last_ns: self.last_ns,
+            packets: self.packets,
+            summary: Vec::new(),
+        }
+    }
+}
+
+/// A group's head, as read.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Offset of the group's record in the groups file.
+    at: u64,
+    head_len: usize,
+    pub blocks: usize,
+    /// The byte range of `catalog.tdc` the members' records fill.
+    pub covers: (u64, u64),
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub members: Vec<Member>,
+    slice_sums: Vec<u32>,
+}
+
+impl Group {
+    fn slices_at(&self) -> u64 {
+        self.at + 8 + self.head_len as u64 + 4
+    }
+
+    fn slice_len(&self) -> usize {
+        self.members.len() * BLOCK
+    }
+
+    fn record_len(&self) -> u64 {
+        8 + self.head_len as u64 + 4 + (self.blocks * self.slice_len()) as u64 + 12
+    }
+
+    /// Slice `b` (block `b` of every member), or `None` when it cannot be read or does
+    /// not check out (then its members are "maybe").
+    pub fn slice(&self, file: &File, b: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; self.slice_len()];
+        let at = self.slices_at() + (b * self.slice_len()) as u64;
+        file.read_exact_at(&mut buf, at).ok()?;
+        (xxhash_rust::xxh32::xxh32(&buf, 0) == *self.slice_sums.get(b)?).then_some(buf)
+    }
+}
+
+/// The groups of the store at `root` that check out, in file order; empty when there is
+/// no groups file. Reads the heads only.
+pub fn read(root: &Path) -> (Option<File>, Vec<Group>) {
+    let Ok(file) = File::open(path(root)) else {
+        return (None, Vec::new());
+    };
+    let mut header = [0u8; 8];
+    if file.read_exact_at(&mut header, 0).is_err() || header != HEADER {
+        return (None, Vec::new());
+    }
+    let groups = read_file(&file);
+    (Some(file), groups)
+}
+
+/// The group whose record starts at `at`, if its head is whole and checks out.
+fn head_at(file: &File, at: u64) -> Option<Group> {
+    let mut lead = [0u8; 8];
+    file.read_exact_at(&mut lead, at).ok()?;
+    if lead[..4] != MAGIC {
+        return None;
+    }
+    let head_len = u32::from_le_bytes(lead[4..8].try_into().ok()?) as usize;
+    if head_len > MAX_HEAD {
+        return None;
+    }
+    let mut head = vec![0u8; head_len + 4];
+    file.read_exact_at(&mut head, at + 8).ok()?;
+    let sum = u32::from_le_bytes(head[head_len..].try_into().ok()?);
+    head.truncate(head_len);
+    if xxhash_rust::xxh32::xxh32(&head, 0) != sum {
+        return None;
+    }
+    parse_head(&head, at)
+}
+
+fn parse_head(head: &[u8], at: u64) -> Option<Group> {
+    let mut r = Reader { b: head, at: 0 };
+    let n = r.u32()? as usize;
+    let blocks = r.u32()? as usize;
+    if !blocks.is_power_of_two() || blocks > MAX_BLOCKS {
+        return None;
+    }
+    let covers = (r.u64()?, r.u64()?);
+    let (first_ns, last_ns) = (r.u64()?, r.u64()?);
+    let mut members = Vec::with_capacity(n.min(head.len() / 40));
+    for _ in 0..n {
+        let name_len = r.u16()? as usize;
+        let name = std::str::from_utf8(r.take(name_len)?).ok()?.to_string();
+        members.push(Member {
+            name,
+            offset: r.u64()?,
+            len: r.u32()?,
+            size: r.u64()?,
+            first_ns: r.u64()?,
+            last_ns: r.u64()?,
+            packets: r.u64()?,
+        });
+    }
+    let slice_sums = (0..blocks).map(|_| r.u32()).collect::<Option<Vec<_>>>()?;
+    (r.at == head.len()).then_some(Group {
+        at,
+        head_len: head.len(),
+        blocks,
+        covers,
+        first_ns,
+        last_ns,
+        members,
+        slice_sums,
+    })
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// The next group magic at or after `from` (damage: the bytes before it are skipped).
+fn next_magic(file: &File, from: u64, len: u64) -> Option<u64> {
+    let mut at = from;
+    let mut buf = vec![0u8; 1 << 20];
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at).ok()?;
+        if let Some(p) = buf[..n].windows(4).position(|w| w == MAGIC) {
+            return Some(at + p as u64);
+        }
+        // Overlap by 3 bytes, so a magic across two reads is found.
+        at += (n as u64).saturating_sub(3).max(1);
+    }
+    None
+}
+
+/// One group's record: `members` are the records (with their offsets) of a run of
+/// `catalog.tdc` covering `covers`.
+fn encode(members: &[(u64, u32, Entry)], covers: (u64, u64)) -> Vec<u8> {
+    let summaries: Vec<Option<ChunkFilter>> = members.iter().map(|(_, _, e)| e.summary()).collect();
+    let natural = |s: &Option<ChunkFilter>| s.as_ref().map_or(1, ChunkFilter::signature_blocks);
+    let total: usize = summaries.iter().map(natural).sum();
+    let mut blocks = summaries
+        .iter()
+        .map(natural)
+        .max()
+        .unwrap_or(1)
+        .min(MAX_BLOCKS);
+    // Members far smaller than the largest are repeated to its size: bounded to four
+    // times the summaries' own bytes by folding the largest instead.
+    while blocks > 1 && blocks * members.len() > 4 * total {
+        blocks /= 2;
+    }
+    let signatures: Vec<Vec<u8>> = summaries
+        .iter()
+        .map(|s| match s {
+            Some(s) => s.signature(blocks),
+            None => vec![0xff; blocks * BLOCK],
+        })
+        .collect();
+    let mut slices = vec![0u8; blocks * members.len() * BLOCK];
+    for (m, sig) in signatures.iter().enumerate() {
+        for b in 0..blocks {
+            let at = (b * members.len() + m) * BLOCK;
+            slices[at..at + BLOCK].copy_from_slice(&sig[b * BLOCK..(b + 1) * BLOCK]);
+        }
+    }
+    let mut head = Vec::new();
+    head.extend((members.len() as u32).to_le_bytes());
+    head.extend((blocks as u32).to_le_bytes());
+    let first = members
+        .iter()
+        .filter(|(_, _, e)| e.packets > 0)
+        .map(|(_, _, e)| e.first_ns)
+        .min();
+    let last = members
+        .iter()
+        .filter(|(_, _, e)| e.packets > 0)
+        .map(|(_, _, e)| e.last_ns)
+        .max();
+    for v in [
+        covers.0,
+        covers.1,
+        first.unwrap_or(u64::MAX),
+        last.unwrap_or(0),
+    ] {
+        head.extend(v.to_le_bytes());
+    }
+    for (offset, len, e) in members {
+        head.extend((e.name.len() as u16).to_le_bytes());
+        head.extend(e.name.as_bytes());
+        head.extend(offset.to_le_bytes());
+        head.extend(len.to_le_bytes());
+        for v in [e.size, e.first_ns, e.last_ns, e.packets] {
+            head.extend(v.to_le_bytes());
+        }
+    }
+    for slice in slices.chunks(members.len() * BLOCK) {
+        head.extend(xxhash_rust::xxh32::xxh32(slice, 0).to_le_bytes());
+    }
+    let mut out = Vec::with_capacity(head.len() + slices.len() + 24);
+    out.extend(MAGIC);
+    out.extend((head.len() as u32).to_le_bytes());
+    out.extend(&head);
+    out.extend(xxhash_rust::xxh32::xxh32(&head, 0).to_le_bytes());
+    out.extend(&slices);
+    let total_len = (out.len() + 12) as u64;
+    out.extend(total_len.to_le_bytes());
+    out.extend(END_MAGIC);
+    out
+}
+
+/// The whole records of `bytes` (catalog bytes from offset `base`) with their offsets
+/// and lengths; damage between them is skipped.
+pub(super) fn records(bytes: &[u8], base: u64) -> Vec<(u64, u32, Entry)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match record_at(bytes, at) {
+            Some((entry, len)) => {
+                out.push((base + at as u64, len as u32, entry));
+                at += len;
+            }
+            None => at = super::find_magic(bytes, at + 1).unwrap_or(bytes.len()),
+        }
+    }
+    out
+}
+
+/// Where the groups end in `catalog.tdc`: the end of the last group's range (the
+/// catalog's header when there is none).
+fn covered_end(file: &File) -> u64 {
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut tail = [0u8; 12];
+    let from_footer = (len >= 12 + HEADER.len() as u64)
+        .then(|| file.read_exact_at(&mut tail, len - 12).ok())
+        .flatten()
+        .filter(|_| tail[8..] == END_MAGIC)
+        .and_then(|_| {
+            let rec = u64::from_le_bytes(tail[..8].try_into().ok()?);
+            head_at(file, len.checked_sub(rec)?)
+        });
+    match from_footer {
+        Some(g) => g.covers.1,
+        // A record cut short at the end (a kill): the last whole one, from the start.
+        None => read_file(file)
+            .iter()
+            .map(|g| g.covers.1)
+            .max()
+            .unwrap_or(0),
+    }
+    .max(CATALOG_HEADER.len() as u64)
+}
+
+fn read_file(file: &File) -> Vec<Group> {
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut groups = Vec::new();
+    let mut at = HEADER.len() as u64;
+    while at < len {
+        match head_at(file, at) {
+            Some(g) => {
+                at += g.record_len();
+                groups.push(g);
+            }
+            None => match next_magic(file, at + 1, len) {
+                Some(next) => at = next,
+                None => break,
+            },
+        }
+    }
+    groups
+}
+
+/// Groups the records of `catalog.tdc` (open as `catalog`, locked by the caller) that lie
+/// past the last group, `GROUP` at a time; with `all`, the last run too however short (a
+/// rewrite). Returns the groups appended.
+pub(super) fn group_tail(root: &Path, catalog: &File, all: bool) -> io::Result<usize> {
+    let mut groups = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path(root))?;
+    if groups.metadata()?.len() == 0 {
+        groups.write_all(&HEADER)?;
+    }
+    let from = covered_end(&groups);
+    let len = catalog.metadata()?.len();
+    if len <= from {
+        return Ok(0);
+    }
+    // Count the records first (their lengths only): most calls find fewer than a group.
+    if !all && count_records(catalog, from, len) < GROUP {
+        return Ok(0);
+    }
+    let mut bytes = vec![0u8; (len - from) as usize];
+    catalog.read_exact_at(&mut bytes, from)?;
+    let records = records(&bytes, from);
+    let mut made = 0;
+    let mut start = from;
+    for run in records.chunks(GROUP) {
+        if run.len() < GROUP && !all {
+            break;
+        }
+        let end = run.last().map_or(start, |(o, l, _)| o + u64::from(*l));
+        groups.write_all(&encode(run, (start, end)))?;
+        start = end;
+        made += 1;
+    }
+    Ok(made)
+}
+
+/// Records from `from` to `len`, counted by their framing (at most `GROUP`).
+fn count_records(catalog: &File, from: u64, len: u64) -> usize {
+    let mut at = from;
+    let mut n = 0;
+    let mut lead = [0u8; 8];
+    while at + 8 <= len && n < GROUP {
+        if catalog.read_exact_at(&mut lead, at).is_err() || lead[..4] != *b"TDCR" {
+            // Damage: count it as a group's worth, and let the full parse sort it out.
+            return GROUP;
+        }
+        at += 12
+            + u64::from(u32::from_le_bytes(
+                lead[4..8].try_into().unwrap_or_default(),
+            ));
+        n += 1;
+    }
+    n
+}
+
+/// Writes every group of `catalog` (the bytes of a rewritten `catalog.tdc`) to `to`.
+pub(super) fn encode_all(catalog: &[u8]) -> Vec<u8> {
+    let mut out = HEADER.to_vec();
+    let base = CATALOG_HEADER.len();
+    let records = records(&catalog[base.min(catalog.len())..], base as u64);
+    let mut start = base as u64;
+    for run in records.chunks(GROUP) {
+        let end = run.last().map_or(start, |(o, l, _)| o + u64::from(*l));
+        out.extend(encode(run, (start, end)));
+        start = end;
+    }
+    out
+}
+
+/// Whether member `m` of `group` may hold one of `probes`, given the slices read for
+/// them (`None`: a slice that could not be read: "maybe").
+pub fn holds(
+    slices: &[(usize, Option<Vec<u8>>)],
+    m: usize,
+    probe: AddressProbe,
+    blocks: usize,
+) -> bool {
+    let b = probe.block(blocks);
+    match slices.iter().find(|(sb, _)| *sb == b) {
+        Some((_, Some(slice))) => probe.in_block(&slice[m * BLOCK..(m + 1) * BLOCK]),
+        _ => true,
+    }
+}

@@ -1,0 +1,435 @@
+//! A query's reading of the catalog ([`Lookup`]): through the groups first, so that it
+//! reads the member lists, one slice per group for each address the filter names, and
+//! then the records of only the files that may match (and every record past the last
+//! group). The answers are those of reading every record (`Catalog::read`): a file the
+//! slices rule out would be ruled out by its summary too.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use tapdeck_filter::Predicate;
+
+use super::groups::{self, Group};
+use super::{record_at, Catalog, Entry, CATALOG, HEADER};
+
+/// What the catalog says of a file, for a query.
+#[derive(Debug, Clone)]
+pub struct Known {
+    /// Its entry; without its summary when the query did not need it (outside the
+    /// window, or ruled out by its group's slices).
+    pub entry: Entry,
+    /// Its group's slices show no packet can match the filter.
+    pub no_match: bool,
+}
+
+/// The catalog as one query needs it.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    known: HashMap<String, Known>,
+    /// Entries consulted (one per file the catalog names).
+    pub consulted: u64,
+    /// Groups read, and slices of them.
+    pub groups: u64,
+    pub slices: u64,
+    /// Records read whole (with their summaries).
+    pub records: u64,
+}
+
+/// Where the latest record of a name is.
+#[derive(Clone, Copy)]
+enum At {
+    Member(usize, usize),
+    Tail(usize),
+}
+
+impl Lookup {
+    /// Reads what a query needs of the catalog of the store at `root`: every file's time
+    /// range; for a file `outside` does not rule out, whether `prune` can match it.
+    pub fn read(
+        root: &Path,
+        outside: &dyn Fn(&Entry) -> bool,
+        prune: Option<&Predicate>,
+    ) -> Lookup {
+        let catalog = File::open(root.join(CATALOG)).ok();
+        let catalog_len = catalog.as_ref().and_then(|c| c.metadata().ok()).map_or(0, |m| m.len());
+        let (groups_file, mut groups) = groups::read(root);
+        // Groups of another catalog (this one lost, or rewritten shorter) are not used.
+        groups.retain(|g| g.covers.1 <= catalog_len);
+        let tail = catalog
+            .as_ref()
+            .map(|c| uncovered(c, &groups))
+            .unwrap_or_default();
+        let mut latest: HashMap<&str, (u64, At)> = HashMap::new();
+        for (gi, g) in groups.iter().enumerate() {
+            for (mi, m) in g.members.iter().enumerate() {
+                keep_latest(&mut latest, &m.name, m.offset, At::Member(gi, mi));
+            }
+        }
+        for (ti, (offset, _, e)) in tail.iter().enumerate() {
+            keep_latest(&mut latest, &e.name, *offset, At::Tail(ti));
+        }
+        let mut lookup = Lookup {
+            consulted: latest.len() as u64,
+            groups: groups.len() as u64,
+            ..Lookup::default()
+        };
+        lookup.records = (latest.values())
+            .filter(|(_, at)| matches!(at, At::Tail(_)))
+            .count() as u64;
+        let mut of_group: Vec<Vec<usize>> = vec![Vec::new(); groups.len()];
+        for &(_, at) in latest.values() {
+            match at {
+                At::Member(gi, mi) => of_group[gi].push(mi),
+                At::Tail(ti) => {
+                    let e = &tail[ti].2;
+                    lookup.known.insert(
+                        e.name.clone(),
+                        Known {
+                            entry: e.clone(),
+                            no_match: false,
+                        },
+                    );
+                }
+            }
+        }
+        let probes = prune.map(Predicate::probes).unwrap_or_default();
+        let mut fallback: Option<Catalog> = None;
+        for (g, mut members) in groups.iter().zip(of_group) {
+            members.sort_unstable();
+            let need = lookup.rule_out(g, &members, groups_file.as_ref(), outside, prune, &probes);
+            let full = read_members(catalog.as_ref(), g, &need);
+            lookup.records += full.iter().filter(|e| e.is_some()).count() as u64;
+            for (&mi, entry) in need.iter().zip(full) {
+                let m = &g.members[mi];
+                let entry = entry.or_else(|| {
+                    let c = fallback.get_or_insert_with(|| Catalog::read(root));
+                    c.entries.get(&m.name).cloned()
+                });
+                let entry = entry.unwrap_or_else(|| m.thin_entry());
+                lookup.known.insert(
+                    m.name.clone(),
+                    Known {
+                        entry,
+                        no_match: false,
+                    },
+                );
+            }
+        }
+        lookup
+    }
+
+    /// Settles the members of `g` that need no record (outside the window, ruled out by
+    /// the slices, or no filter to apply); returns those that need theirs.
+    fn rule_out(
+        &mut self,
+        g: &Group,
+        members: &[usize],
+        file: Option<&File>,
+        outside: &dyn Fn(&Entry) -> bool,
+        prune: Option<&Predicate>,
+        probes: &[tapdeck_filter::AddressProbe],
+    ) -> Vec<usize> {
+        let mut slices: Option<Vec<(usize, Option<Vec<u8>>)>> = None;
+        let mut need = Vec::new();
+        for &mi in members {
+            let entry = g.members[mi].thin_entry();
+            let no_match = match prune {
+                _ if outside(&entry) => false,
+                None => false,
+                Some(p) if !probes.is_empty() => {
+                    let slices = slices.get_or_insert_with(|| {
+                        let mut blocks: Vec<usize> =
+                            probes.iter().map(|p| p.block(g.blocks)).collect();
+                        blocks.sort_unstable();
+                        blocks.dedup();
+                        self.slices += blocks.len() as u64;
+                        blocks
+                            .into_iter()
+                            .map(|b| (b, file.and_then(|f| g.slice(f, b))))
+                            .collect()
+                    });
+                    let holds = |probe| groups::holds(slices, mi, probe, g.blocks);
+                    if p.may_match_probed(&holds) {
+                        need.push(mi);
+                        continue;
+                    }
+                    true
+                }
+                Some(_) => {
+                    need.push(mi);
+                    continue;
+                }
+            };
+            self.known
+                .insert(entry.name.clone(), Known { entry, no_match });
+        }
+        need
+    }
+
+    /// What the catalog says of the file at `path`, if it names it.
+    pub fn get(&self, path: &Path) -> Option<&Known> {
+        self.known.get(path.file_name()?.to_str()?)
+    }
+}
+
+fn keep_latest<'a>(latest: &mut HashMap<&'a str, (u64, At)>, name: &'a str, offset: u64, at: At) {
+    let slot = latest.entry(name).or_insert((offset, at));
+    if offset >= slot.0 {
+        *slot = (offset, at);
+    }
+}
+
+/// The records of `catalog` that no group covers (those appended since the last group,
+/// or those of a group that did not check out), with their offsets.
+fn uncovered(catalog: &File, groups: &[Group]) -> Vec<(u64, u32, Entry)> {
+    let len = catalog.metadata().map_or(0, |m| m.len());
+    let mut header = [0u8; 8];
+    if catalog.read_exact_at(&mut header, 0).is_err() || header != HEADER {
+        return Vec::new();
+    }
+    let mut covered: Vec<(u64, u64)> = groups.iter().map(|g| g.covers).collect();
+    covered.sort_unstable();
+    let mut out = Vec::new();
+    let mut at = HEADER.len() as u64;
+    for (from, to) in covered.into_iter().chain([(len, len)]) {
+        if from > at {
+            let mut bytes = vec![0u8; (from.min(len) - at) as usize];
+            if catalog.read_exact_at(&mut bytes, at).is_ok() {
+                out.extend(groups::records(&bytes, at));
+            }
+        }
+        at = at.max(to);
+    }
+    out
+}
+
+/// The records of members `need` of `g`: one read of the group's range when many are
+/// wanted, else one per record. `None` for a record not where the group says (the
+/// catalog was rewritten under it) or that does not check out.
+fn read_members(catalog: Option<&File>, g: &Group, need: &[usize]) -> Vec<Option<Entry>> {
+    let Some(catalog) = catalog else {
+        return vec![None; need.len()];
+    };
+    let found = |bytes: &[u8], at: usize, name: &str| {
+        record_at(bytes, at)
+            .map(|(e, _)| e)
+            .filter(|e| e.name == name)
+    };
+    if need.len() * 4 > g.members.len() {
+        let (from, to) = g.covers;
+        let mut bytes = vec![0u8; to.saturating_sub(from) as usize];
+        if catalog.read_exact_at(&mut bytes, from).is_ok() {
+            return need
+                .iter()
+                .map(|&mi| {
+                    let m = &g.members[mi];
+                    let at = m.offset.checked_sub(from)? as usize;
+                    found(&bytes, at, &m.name)
+                })
+                .collect();
+        }
+    }
+    need.iter()
+        .map(|&mi| {
+            let m = &g.members[mi];
+            let mut bytes = vec![0u8; m.len as usize];
+            catalog.read_exact_at(&mut bytes, m.offset).ok()?;
+            found(&bytes, 0, &m.name)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{append, groups, rewrite};
+    use crate::meta;
+    use rand::{Rng, SeedableRng};
+    use tapdeck_filter::{ChunkFilterBuilder, SummaryBuilder};
+    use tapdeck_pcap::container::Container;
+    use tapdeck_pcap::Format;
+
+    fn udp(src: u32, dst: u32) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend([0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]);
+        f.extend(src.to_be_bytes());
+        f.extend(dst.to_be_bytes());
+        f.extend([0, 53, 0, 53, 0, 8, 0, 0]);
+        f
+    }
+
+    /// File `seq` of a store: `n` random hosts (a few files much busier), 10 s each.
+    fn entry(seq: u64, rng: &mut impl Rng, hosts: &mut Vec<Vec<u32>>) -> Entry {
+        let n: usize = if seq % 17 == 3 {
+            3000
+        } else {
+            rng.gen_range(0..60)
+        };
+        let mine: Vec<u32> = (0..n).map(|_| rng.gen()).collect();
+        let mut b = ChunkFilterBuilder::new();
+        let mut s = SummaryBuilder::new();
+        for pair in mine.chunks(2) {
+            b.add(1, &udp(pair[0], *pair.last().unwrap_or(&pair[0])));
+        }
+        let (f, v) = b.finish_with_values();
+        s.add(&f, &v);
+        hosts.push(mine);
+        let start = 1_000_000_000_000 + seq * 10_000_000_000;
+        Entry {
+            name: meta::file_name(start, 0, seq, Format::Pcapng, Container::Zstd),
+            size: 1 << 20,
+            first_ns: start,
+            last_ns: start + 9_000_000_000,
+            packets: n.div_ceil(2) as u64,
+            summary: if seq % 23 == 5 {
+                Vec::new()
+            } else {
+                s.finish().encode()
+            },
+        }
+    }
+
+    /// For each entry: ruled out (outside, or no match), as the full catalog decides.
+    fn decide_full(
+        c: &Catalog,
+        e: &Entry,
+        outside: &dyn Fn(&Entry) -> bool,
+        p: &Predicate,
+    ) -> bool {
+        let e = &c.entries[&e.name];
+        outside(e) || e.summary().is_some_and(|s| !p.may_match(&s))
+    }
+
+    /// Ruled out by the lookup (an entry it does not know is a file opened: not ruled out).
+    fn decide(l: &Lookup, e: &Entry, outside: &dyn Fn(&Entry) -> bool, p: &Predicate) -> bool {
+        let Some(k) = l.get(Path::new(&e.name)) else {
+            return false;
+        };
+        outside(&k.entry) || k.no_match || k.entry.summary().is_some_and(|s| !p.may_match(&s))
+    }
+
+    fn host(a: u32) -> Predicate {
+        Predicate::parse(&format!("host {} and udp", std::net::Ipv4Addr::from(a))).unwrap()
+    }
+
+    #[test]
+    fn a_lookup_through_groups_decides_as_the_whole_catalog_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut hosts = Vec::new();
+        let entries: Vec<Entry> = (0..(2 * groups::GROUP as u64 + 40))
+            .map(|i| entry(i, &mut rng, &mut hosts))
+            .collect();
+        for e in &entries {
+            append(dir.path(), std::slice::from_ref(e)).unwrap();
+        }
+        let (_, gs) = groups::read(dir.path());
+        assert_eq!(gs.len(), 2, "two whole groups, the rest past them");
+        let full = Catalog::read(dir.path());
+        let window =
+            |lo: u64, hi: u64| move |e: &Entry| e.packets == 0 || e.last_ns < lo || e.first_ns > hi;
+        let all = window(0, u64::MAX);
+        let mut settled = 0;
+        for (i, e) in entries.iter().enumerate() {
+            // A host of this file, and one of no file.
+            for a in hosts[i].first().copied().into_iter().chain([rng.gen()]) {
+                let p = host(a);
+                let l = Lookup::read(dir.path(), &all, Some(&p));
+                assert_eq!(l.consulted, entries.len() as u64);
+                settled += l.consulted - l.records;
+                for other in &entries {
+                    assert!(
+                        l.get(Path::new(&other.name)).is_some(),
+                        "every entry is known"
+                    );
+                    assert_eq!(
+                        decide(&l, other, &all, &p),
+                        decide_full(&full, other, &all, &p),
+                        "{} for {a:x}",
+                        other.name
+                    );
+                }
+                assert!(
+                    !decide(&l, e, &all, &p) || hosts[i].first() != Some(&a),
+                    "a file holding the host is never ruled out"
+                );
+            }
+        }
+        assert!(
+            settled > 0,
+            "the groups settled entries without their records"
+        );
+        // A later record of a grouped file (`tapdeck index` wrote it again) is the one
+        // that counts: here one without a summary, so no filter rules the file out.
+        let mut again = entries[3].clone();
+        again.summary.clear();
+        append(dir.path(), &[again]).unwrap();
+        let absent = host(rng.gen());
+        let l = Lookup::read(dir.path(), &all, Some(&absent));
+        let k = l.get(Path::new(&entries[3].name)).unwrap();
+        assert!(!k.no_match && k.entry.summary.is_empty());
+        assert!(decide_full(&full, &entries[3], &all, &absent) || entries[3].summary.is_empty());
+        // A time window alone reads no record of a group.
+        let w = window(entries[10].first_ns, entries[12].last_ns);
+        let l = Lookup::read(dir.path(), &w, None);
+        assert_eq!(l.records, 41, "only those past the groups");
+        for e in &entries {
+            assert_eq!(w(&l.get(Path::new(&e.name)).unwrap().entry), w(e));
+        }
+    }
+
+    #[test]
+    fn damage_and_a_rewrite_under_the_groups_cost_speed_never_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let mut hosts = Vec::new();
+        let entries: Vec<Entry> = (0..(groups::GROUP as u64 + 10))
+            .map(|i| entry(i, &mut rng, &mut hosts))
+            .collect();
+        append(dir.path(), &entries).unwrap();
+        let all = |e: &Entry| e.packets == 0;
+        let present = |root: &Path| {
+            for (i, e) in entries.iter().enumerate() {
+                if let Some(&a) = hosts[i].first() {
+                    let l = Lookup::read(root, &all, Some(&host(a)));
+                    assert!(!decide(&l, e, &all, &host(a)), "{} holds {a:x}", e.name);
+                }
+            }
+        };
+        present(dir.path());
+        let gpath = groups::path(dir.path());
+        let good = std::fs::read(&gpath).unwrap();
+        // Any byte of the groups flipped (head, slices, footer), or the file cut short.
+        for i in (0..good.len()).step_by(good.len() / 97 + 1) {
+            let mut b = good.clone();
+            b[i] ^= 0x10;
+            std::fs::write(&gpath, &b).unwrap();
+            present(dir.path());
+        }
+        std::fs::write(&gpath, &good[..good.len() / 2]).unwrap();
+        present(dir.path());
+        // The catalog rewritten (other offsets) under the old groups.
+        std::fs::write(&gpath, &good).unwrap();
+        let mut reversed = entries.clone();
+        reversed.reverse();
+        let cat = crate::catalog::path(dir.path());
+        let mut bytes = HEADER.to_vec();
+        for e in &reversed {
+            bytes.extend(e.encode());
+        }
+        std::fs::write(&cat, &bytes).unwrap();
+        present(dir.path());
+        // A rewrite makes the groups again, all records in them.
+        rewrite(dir.path(), &entries).unwrap();
+        let (_, gs) = groups::read(dir.path());
+        assert_eq!(
+            gs.iter().map(|g| g.members.len()).sum::<usize>(),
+            entries.len()
+        );
+        let l = Lookup::read(dir.path(), &all, None);
+        assert_eq!((l.records, l.consulted), (0, entries.len() as u64));
+        present(dir.path());
+    }
+}
