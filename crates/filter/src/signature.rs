@@ -91,6 +91,19 @@ impl ChunkFilter {
             .min(crate::bloom::MAX_BLOCKS)
     }
 
+    /// Whether the addresses can be laid out as a signature without ones filling it: a
+    /// summary written before summaries' filters were powers of two cannot (`tapdeck
+    /// index` writes it again).
+    pub fn fits_signatures(&self) -> bool {
+        fn fits<T>(set: &AddressSet<T>) -> bool {
+            match set {
+                AddressSet::Bloom(b) => (b.bytes().len() / BLOCK_BYTES).is_power_of_two(),
+                AddressSet::Listed(_) => true,
+            }
+        }
+        fits(&self.ipv4) && fits(&self.ipv6)
+    }
+
     /// This summary's addresses as a filter of `blocks` blocks (a power of two):
     /// `blocks * 32` bytes.
     pub fn signature(&self, blocks: usize) -> Vec<u8> {

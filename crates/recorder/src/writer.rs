@@ -1027,7 +1027,13 @@ impl StreamWriter {
                 self.catalog_compacted = size;
             }
             // Counted against --max-bytes with the data files, with its groups.
-            let groups = std::fs::metadata(catalog::groups::path(root)).map_or(0, |m| m.len());
+            let groups = [
+                catalog::groups::path(root),
+                catalog::groups::slices_path(root),
+            ]
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum::<u64>();
             self.retention.set_catalog_bytes(size + groups);
             Ok(())
         });

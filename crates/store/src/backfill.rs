@@ -100,10 +100,13 @@ fn index_stored(path: &Path) -> Result<Outcome, FileError> {
     // filters where their address lists overflowed, and the file its summary. So is one
     // whose summary or chunk filters do not decode (recorders before 2026-12-07 listed more
     // addresses than a reader accepts, for a busy file or a chunk of a scan): nothing could
-    // be ruled out with them.
+    // be ruled out with them. So is one whose summary's filter the catalog's groups
+    // cannot lay out (written before 2026-12-07, of any size): its file would never be
+    // ruled out by its group.
     let decodes = |b: &Vec<u8>| tapdeck_filter::ChunkFilter::decode(b).is_ok();
-    let reads =
-        decodes(&f.index.summary) && (f.index.flows.iter()).all(|b| b.is_empty() || decodes(b));
+    let summary_fits =
+        tapdeck_filter::ChunkFilter::decode(&f.index.summary).is_ok_and(|s| s.fits_signatures());
+    let reads = summary_fits && (f.index.flows.iter()).all(|b| b.is_empty() || decodes(b));
     if !f.index.flows.is_empty() && !f.index.summary.is_empty() && reads {
         return Ok(Outcome::Skipped("already has a flow index".into()));
     }
@@ -333,15 +336,29 @@ mod tests {
         let path = write_file(dir.path(), &spec);
         index_file(&path).unwrap();
         let good = StoredFile::open(&path).unwrap().index;
-        for broken in ["summary", "chunk filter"] {
+        // A summary as recorders wrote it before summaries' filters were powers of two:
+        // a chunk's filter of 300 addresses (15 blocks).
+        let mut b = tapdeck_filter::ChunkFilterBuilder::new();
+        for i in 0..150u32 {
+            let mut f = vec![0u8; 12];
+            f.extend([0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]);
+            f.extend((2 * i).wrapping_mul(2_654_435_761).to_be_bytes());
+            f.extend((2 * i + 1).wrapping_mul(2_654_435_761).to_be_bytes());
+            f.extend([0, 53, 0, 53, 0, 8, 0, 0]);
+            b.add(1, &f);
+        }
+        let old_summary = b.finish();
+        assert!(!old_summary.fits_signatures());
+        for broken in ["summary", "chunk filter", "old summary"] {
             let mut index = good.clone();
             match broken {
                 "summary" => index.summary = vec![1, 2, 3],
+                "old summary" => index.summary = old_summary.encode(),
                 _ => index.flows[1] = vec![1, 2, 3],
             }
             crate::read::testutil::append_trailer(&path, &index);
             assert!(
-                verify::verify_file(&path).is_err(),
+                broken == "old summary" || verify::verify_file(&path).is_err(),
                 "{broken}: verify refuses it"
             );
             assert!(

@@ -17,15 +17,22 @@
 //! checksum fails answers "maybe" for its members, and a member whose record is not where
 //! the group says is looked up by name.
 //!
+//! The heads (member lists) and the slices are in two files, so that a query reads the
+//! heads in one sequential read and then one slice per group:
+//!
 //! ```text
+//! catalog.tdg
 //! header   "TDCG", u8 version (1), 3 bytes 0
-//! record   "TDGR", u32 head length, head, u32 XXH32 of the head, K slices of
-//!          members × 32 bytes, u64 length of the whole record, "TDGE"
+//! record   "TDGR", u32 head length, head, u32 XXH32 of the head, u64 length of the
+//!          whole record, "TDGE"
 //! head     u32 members, u32 K (a power of two), u64 first and u64 end offset of the
 //!          covered records in catalog.tdc, u64 first packet ns, u64 last packet ns
-//!          (of all members), then per member: u16 name length, name, u64 record
-//!          offset, u32 record length, u64 size, u64 first ns, u64 last ns, u64 packets;
-//!          then K u32 XXH32 of each slice
+//!          (of all members), u64 offset of the group's slices in catalog.tds, then per
+//!          member: u16 name length, name, u64 record offset, u32 record length, u64
+//!          size, u64 first ns, u64 last ns, u64 packets; then K u32 XXH32 of each slice
+//! catalog.tds
+//! header   "TDCS", u8 version (1), 3 bytes 0
+//! then     each group's K slices of members × 32 bytes, written before its head
 //! ```
 
 use std::fs::{File, OpenOptions};
@@ -39,7 +46,10 @@ use super::{record_at, Entry, HEADER as CATALOG_HEADER};
 
 /// The groups' file name under a store's root.
 pub const GROUPS: &str = "catalog.tdg";
+/// The groups' slices' file name under a store's root.
+pub const SLICES: &str = "catalog.tds";
 const HEADER: [u8; 8] = *b"TDCG\x01\0\0\0";
+const SLICES_HEADER: [u8; 8] = *b"TDCS\x01\0\0\0";
 const MAGIC: [u8; 4] = *b"TDGR";
 const END_MAGIC: [u8; 4] = *b"TDGE";
 const BLOCK: usize = 32;
@@ -57,6 +67,11 @@ pub fn path(root: &Path) -> PathBuf {
     root.join(GROUPS)
 }
 
+/// The slices' file's path under a store's root.
+pub fn slices_path(root: &Path) -> PathBuf {
+    root.join(SLICES)
+}
+
 /// One member of a group: what a query needs of a file without its summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -71,10 +86,11 @@ pub struct Member {
 }
 
 impl Member {
-    /// The entry without its summary (a file that must be opened to be filtered).
+    /// The entry without its name and summary (what a query needs of a file it does not
+    /// filter by its summary).
     pub fn thin_entry(&self) -> Entry {
         Entry {
-            name: self.name.clone(),
+            name: String::new(),
             size: self.size,
             first_ns: self.first_ns,
             last_ns: self.last_ns,
@@ -87,53 +103,91 @@ impl Member {
 /// A group's head, as read.
 #[derive(Debug, Clone)]
 pub struct Group {
-    /// Offset of the group's record in the groups file.
-    at: u64,
     head_len: usize,
     pub blocks: usize,
     /// The byte range of `catalog.tdc` the members' records fill.
     pub covers: (u64, u64),
     pub first_ns: u64,
     pub last_ns: u64,
+    /// Where its slices start in the slices' file.
+    slices_at: u64,
     pub members: Vec<Member>,
     slice_sums: Vec<u32>,
 }
 
 impl Group {
-    fn slices_at(&self) -> u64 {
-        self.at + 8 + self.head_len as u64 + 4
-    }
-
     fn slice_len(&self) -> usize {
         self.members.len() * BLOCK
     }
 
     fn record_len(&self) -> u64 {
-        8 + self.head_len as u64 + 4 + (self.blocks * self.slice_len()) as u64 + 12
+        8 + self.head_len as u64 + 4 + 12
     }
 
-    /// Slice `b` (block `b` of every member), or `None` when it cannot be read or does
-    /// not check out (then its members are "maybe").
-    pub fn slice(&self, file: &File, b: usize) -> Option<Vec<u8>> {
+    /// Slice `b` (block `b` of every member) from the slices' file, or `None` when it
+    /// cannot be read or does not check out (then its members are "maybe").
+    pub fn slice(&self, slices: &File, b: usize) -> Option<Vec<u8>> {
         let mut buf = vec![0u8; self.slice_len()];
-        let at = self.slices_at() + (b * self.slice_len()) as u64;
-        file.read_exact_at(&mut buf, at).ok()?;
+        let at = self.slices_at + (b * self.slice_len()) as u64;
+        slices.read_exact_at(&mut buf, at).ok()?;
         (xxhash_rust::xxh32::xxh32(&buf, 0) == *self.slice_sums.get(b)?).then_some(buf)
     }
 }
 
-/// The groups of the store at `root` that check out, in file order; empty when there is
-/// no groups file. Reads the heads only.
+/// The groups of the store at `root` that check out, in file order, and the slices'
+/// file; none when there is no groups file. Reads the heads only.
 pub fn read(root: &Path) -> (Option<File>, Vec<Group>) {
-    let Ok(file) = File::open(path(root)) else {
+    let Ok(bytes) = std::fs::read(path(root)) else {
         return (None, Vec::new());
     };
-    let mut header = [0u8; 8];
-    if file.read_exact_at(&mut header, 0).is_err() || header != HEADER {
+    if bytes.get(..HEADER.len()) != Some(&HEADER[..]) {
         return (None, Vec::new());
     }
-    let groups = read_file(&file);
-    (Some(file), groups)
+    let groups = groups_in(&bytes);
+    (File::open(slices_path(root)).ok(), groups)
+}
+
+/// The groups in a groups file's bytes that check out (damage between them skipped).
+fn groups_in(bytes: &[u8]) -> Vec<Group> {
+    let mut groups = Vec::new();
+    let mut at = HEADER.len();
+    while at < bytes.len() {
+        match head_in(bytes, at) {
+            Some(g) => {
+                at += g.record_len() as usize;
+                groups.push(g);
+            }
+            None => match find(&bytes[at + 1..]) {
+                Some(p) => at += 1 + p,
+                None => break,
+            },
+        }
+    }
+    groups
+}
+
+fn find(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(MAGIC.len()).position(|w| w == MAGIC)
+}
+
+/// The group whose record starts at `at` of `bytes`, if its head is whole and checks
+/// out.
+fn head_in(bytes: &[u8], at: usize) -> Option<Group> {
+    if bytes.get(at..at + 4)? != MAGIC {
+        return None;
+    }
+    let head_len = u32::from_le_bytes(bytes.get(at + 4..at + 8)?.try_into().ok()?) as usize;
+    let head = bytes.get(at + 8..at.checked_add(8 + head_len)?)?;
+    let sum = u32::from_le_bytes(
+        bytes
+            .get(at + 8 + head_len..at + 12 + head_len)?
+            .try_into()
+            .ok()?,
+    );
+    if xxhash_rust::xxh32::xxh32(head, 0) != sum {
+        return None;
+    }
+    parse_head(head)
 }
 
 /// The group whose record starts at `at`, if its head is whole and checks out.
@@ -154,10 +208,10 @@ fn head_at(file: &File, at: u64) -> Option<Group> {
     if xxhash_rust::xxh32::xxh32(&head, 0) != sum {
         return None;
     }
-    parse_head(&head, at)
+    parse_head(&head)
 }
 
-fn parse_head(head: &[u8], at: u64) -> Option<Group> {
+fn parse_head(head: &[u8]) -> Option<Group> {
     let mut r = Reader { b: head, at: 0 };
     let n = r.u32()? as usize;
     let blocks = r.u32()? as usize;
@@ -166,6 +220,7 @@ fn parse_head(head: &[u8], at: u64) -> Option<Group> {
     }
     let covers = (r.u64()?, r.u64()?);
     let (first_ns, last_ns) = (r.u64()?, r.u64()?);
+    let slices_at = r.u64()?;
     let mut members = Vec::with_capacity(n.min(head.len() / 40));
     for _ in 0..n {
         let name_len = r.u16()? as usize;
@@ -182,12 +237,12 @@ fn parse_head(head: &[u8], at: u64) -> Option<Group> {
     }
     let slice_sums = (0..blocks).map(|_| r.u32()).collect::<Option<Vec<_>>>()?;
     (r.at == head.len()).then_some(Group {
-        at,
         head_len: head.len(),
         blocks,
         covers,
         first_ns,
         last_ns,
+        slices_at,
         members,
         slice_sums,
     })
@@ -215,25 +270,10 @@ impl Reader<'_> {
     }
 }
 
-/// The next group magic at or after `from` (damage: the bytes before it are skipped).
-fn next_magic(file: &File, from: u64, len: u64) -> Option<u64> {
-    let mut at = from;
-    let mut buf = vec![0u8; 1 << 20];
-    while at < len {
-        let n = (len - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..n], at).ok()?;
-        if let Some(p) = buf[..n].windows(4).position(|w| w == MAGIC) {
-            return Some(at + p as u64);
-        }
-        // Overlap by 3 bytes, so a magic across two reads is found.
-        at += (n as u64).saturating_sub(3).max(1);
-    }
-    None
-}
-
-/// One group's record: `members` are the records (with their offsets) of a run of
-/// `catalog.tdc` covering `covers`.
-fn encode(members: &[(u64, u32, Entry)], covers: (u64, u64)) -> Vec<u8> {
+/// One group's record and its slices (to go at `slices_at` of the slices' file):
+/// `members` are the records (with their offsets) of a run of `catalog.tdc` covering
+/// `covers`.
+fn encode(members: &[(u64, u32, Entry)], covers: (u64, u64), slices_at: u64) -> (Vec<u8>, Vec<u8>) {
     let summaries: Vec<Option<ChunkFilter>> = members.iter().map(|(_, _, e)| e.summary()).collect();
     let natural = |s: &Option<ChunkFilter>| s.as_ref().map_or(1, ChunkFilter::signature_blocks);
     let total: usize = summaries.iter().map(natural).sum();
@@ -280,6 +320,7 @@ fn encode(members: &[(u64, u32, Entry)], covers: (u64, u64)) -> Vec<u8> {
         covers.1,
         first.unwrap_or(u64::MAX),
         last.unwrap_or(0),
+        slices_at,
     ] {
         head.extend(v.to_le_bytes());
     }
@@ -295,16 +336,15 @@ fn encode(members: &[(u64, u32, Entry)], covers: (u64, u64)) -> Vec<u8> {
     for slice in slices.chunks(members.len() * BLOCK) {
         head.extend(xxhash_rust::xxh32::xxh32(slice, 0).to_le_bytes());
     }
-    let mut out = Vec::with_capacity(head.len() + slices.len() + 24);
+    let mut out = Vec::with_capacity(head.len() + 24);
     out.extend(MAGIC);
     out.extend((head.len() as u32).to_le_bytes());
     out.extend(&head);
     out.extend(xxhash_rust::xxh32::xxh32(&head, 0).to_le_bytes());
-    out.extend(&slices);
     let total_len = (out.len() + 12) as u64;
     out.extend(total_len.to_le_bytes());
     out.extend(END_MAGIC);
-    out
+    (out, slices)
 }
 
 /// The whole records of `bytes` (catalog bytes from offset `base`) with their offsets
@@ -340,32 +380,16 @@ fn covered_end(file: &File) -> u64 {
     match from_footer {
         Some(g) => g.covers.1,
         // A record cut short at the end (a kill): the last whole one, from the start.
-        None => read_file(file)
-            .iter()
-            .map(|g| g.covers.1)
-            .max()
-            .unwrap_or(0),
-    }
-    .max(CATALOG_HEADER.len() as u64)
-}
-
-fn read_file(file: &File) -> Vec<Group> {
-    let len = file.metadata().map_or(0, |m| m.len());
-    let mut groups = Vec::new();
-    let mut at = HEADER.len() as u64;
-    while at < len {
-        match head_at(file, at) {
-            Some(g) => {
-                at += g.record_len();
-                groups.push(g);
-            }
-            None => match next_magic(file, at + 1, len) {
-                Some(next) => at = next,
-                None => break,
-            },
+        None => {
+            let mut bytes = vec![0u8; len as usize];
+            let read = file.read_exact_at(&mut bytes, 0).is_ok();
+            (groups_in(if read { &bytes } else { &[] }).iter())
+                .map(|g| g.covers.1)
+                .max()
+                .unwrap_or(0)
         }
     }
-    groups
+    .max(CATALOG_HEADER.len() as u64)
 }
 
 /// Groups the records of `catalog.tdc` (open as `catalog`, locked by the caller) that lie
@@ -392,6 +416,14 @@ pub(super) fn group_tail(root: &Path, catalog: &File, all: bool) -> io::Result<u
     let mut bytes = vec![0u8; (len - from) as usize];
     catalog.read_exact_at(&mut bytes, from)?;
     let records = records(&bytes, from);
+    let mut slices = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(slices_path(root))?;
+    if slices.metadata()?.len() == 0 {
+        slices.write_all(&SLICES_HEADER)?;
+    }
     let mut made = 0;
     let mut start = from;
     for run in records.chunks(GROUP) {
@@ -399,7 +431,10 @@ pub(super) fn group_tail(root: &Path, catalog: &File, all: bool) -> io::Result<u
             break;
         }
         let end = run.last().map_or(start, |(o, l, _)| o + u64::from(*l));
-        groups.write_all(&encode(run, (start, end)))?;
+        // The slices first: a head names slices that are there.
+        let (head, group_slices) = encode(run, (start, end), slices.metadata()?.len());
+        slices.write_all(&group_slices)?;
+        groups.write_all(&head)?;
         start = end;
         made += 1;
     }
@@ -425,18 +460,21 @@ fn count_records(catalog: &File, from: u64, len: u64) -> usize {
     n
 }
 
-/// Writes every group of `catalog` (the bytes of a rewritten `catalog.tdc`) to `to`.
-pub(super) fn encode_all(catalog: &[u8]) -> Vec<u8> {
-    let mut out = HEADER.to_vec();
+/// Every group of `catalog` (the bytes of a rewritten `catalog.tdc`): the groups' file
+/// and the slices' file.
+pub(super) fn encode_all(catalog: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let (mut heads, mut slices) = (HEADER.to_vec(), SLICES_HEADER.to_vec());
     let base = CATALOG_HEADER.len();
     let records = records(&catalog[base.min(catalog.len())..], base as u64);
     let mut start = base as u64;
     for run in records.chunks(GROUP) {
         let end = run.last().map_or(start, |(o, l, _)| o + u64::from(*l));
-        out.extend(encode(run, (start, end)));
+        let (head, group_slices) = encode(run, (start, end), slices.len() as u64);
+        heads.extend(head);
+        slices.extend(group_slices);
         start = end;
     }
-    out
+    (heads, slices)
 }
 
 /// Whether member `m` of `group` may hold one of `probes`, given the slices read for

@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use tapdeck_filter::Predicate;
+use xxhash_rust::xxh3::Xxh3Builder;
 
 use super::groups::{self, Group};
 use super::{record_at, Catalog, Entry, CATALOG, HEADER};
@@ -17,8 +18,8 @@ use super::{record_at, Catalog, Entry, CATALOG, HEADER};
 /// What the catalog says of a file, for a query.
 #[derive(Debug, Clone)]
 pub struct Known {
-    /// Its entry; without its summary when the query did not need it (outside the
-    /// window, or ruled out by its group's slices).
+    /// Its entry; without its name and summary when the query did not need the summary
+    /// (outside the window, or ruled out by its group's slices).
     pub entry: Entry,
     /// Its group's slices show no packet can match the filter.
     pub no_match: bool,
@@ -27,7 +28,7 @@ pub struct Known {
 /// The catalog as one query needs it.
 #[derive(Debug, Default)]
 pub struct Lookup {
-    known: HashMap<String, Known>,
+    known: HashMap<String, Known, Xxh3Builder>,
     /// Entries consulted (one per file the catalog names).
     pub consulted: u64,
     /// Groups read, and slices of them.
@@ -37,68 +38,39 @@ pub struct Lookup {
     pub records: u64,
 }
 
-/// Where the latest record of a name is.
-#[derive(Clone, Copy)]
-enum At {
-    Member(usize, usize),
-    Tail(usize),
-}
-
 impl Lookup {
     /// Reads what a query needs of the catalog of the store at `root`: every file's time
     /// range; for a file `outside` does not rule out, whether `prune` can match it.
+    ///
+    /// A name with several records (`tapdeck index` or `verify --repair` appended a later
+    /// one) is ruled out when any of them rules it out: every record describes the same
+    /// packets (a finished file's never change; a repaired one keeps a part of them), so
+    /// each is right when it says none can match; the later one may just say more.
     pub fn read(
         root: &Path,
         outside: &dyn Fn(&Entry) -> bool,
         prune: Option<&Predicate>,
     ) -> Lookup {
         let catalog = File::open(root.join(CATALOG)).ok();
-        let catalog_len = catalog.as_ref().and_then(|c| c.metadata().ok()).map_or(0, |m| m.len());
+        let catalog_len = (catalog.as_ref())
+            .and_then(|c| c.metadata().ok())
+            .map_or(0, |m| m.len());
         let (groups_file, mut groups) = groups::read(root);
         // Groups of another catalog (this one lost, or rewritten shorter) are not used.
         groups.retain(|g| g.covers.1 <= catalog_len);
-        let tail = catalog
-            .as_ref()
+        let tail = (catalog.as_ref())
             .map(|c| uncovered(c, &groups))
             .unwrap_or_default();
-        let mut latest: HashMap<&str, (u64, At)> = HashMap::new();
-        for (gi, g) in groups.iter().enumerate() {
-            for (mi, m) in g.members.iter().enumerate() {
-                keep_latest(&mut latest, &m.name, m.offset, At::Member(gi, mi));
-            }
-        }
-        for (ti, (offset, _, e)) in tail.iter().enumerate() {
-            keep_latest(&mut latest, &e.name, *offset, At::Tail(ti));
-        }
+        let members: usize = groups.iter().map(|g| g.members.len()).sum();
         let mut lookup = Lookup {
-            consulted: latest.len() as u64,
+            known: HashMap::with_capacity_and_hasher(members + tail.len(), Xxh3Builder::new()),
             groups: groups.len() as u64,
             ..Lookup::default()
         };
-        lookup.records = (latest.values())
-            .filter(|(_, at)| matches!(at, At::Tail(_)))
-            .count() as u64;
-        let mut of_group: Vec<Vec<usize>> = vec![Vec::new(); groups.len()];
-        for &(_, at) in latest.values() {
-            match at {
-                At::Member(gi, mi) => of_group[gi].push(mi),
-                At::Tail(ti) => {
-                    let e = &tail[ti].2;
-                    lookup.known.insert(
-                        e.name.clone(),
-                        Known {
-                            entry: e.clone(),
-                            no_match: false,
-                        },
-                    );
-                }
-            }
-        }
         let probes = prune.map(Predicate::probes).unwrap_or_default();
         let mut fallback: Option<Catalog> = None;
-        for (g, mut members) in groups.iter().zip(of_group) {
-            members.sort_unstable();
-            let need = lookup.rule_out(g, &members, groups_file.as_ref(), outside, prune, &probes);
+        for g in &groups {
+            let need = lookup.rule_out(g, groups_file.as_ref(), outside, prune, &probes);
             let full = read_members(catalog.as_ref(), g, &need);
             lookup.records += full.iter().filter(|e| e.is_some()).count() as u64;
             for (&mi, entry) in need.iter().zip(full) {
@@ -108,16 +80,45 @@ impl Lookup {
                     c.entries.get(&m.name).cloned()
                 });
                 let entry = entry.unwrap_or_else(|| m.thin_entry());
-                lookup.known.insert(
+                lookup.note(
                     m.name.clone(),
                     Known {
                         entry,
                         no_match: false,
                     },
+                    outside,
                 );
             }
         }
+        lookup.records += tail.len() as u64;
+        for (_, _, entry) in tail {
+            lookup.note(
+                entry.name.clone(),
+                Known {
+                    entry,
+                    no_match: false,
+                },
+                outside,
+            );
+        }
+        lookup.consulted = lookup.known.len() as u64;
         lookup
+    }
+
+    /// Keeps what a record says of `name`, unless an earlier record rules the file out
+    /// and this one does not.
+    fn note(&mut self, name: String, k: Known, outside: &dyn Fn(&Entry) -> bool) {
+        let rules_out = |k: &Known| k.no_match || outside(&k.entry);
+        match self.known.entry(name) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(k);
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                if rules_out(&k) || !rules_out(o.get()) {
+                    o.insert(k);
+                }
+            }
+        }
     }
 
     /// Settles the members of `g` that need no record (outside the window, ruled out by
@@ -125,7 +126,6 @@ impl Lookup {
     fn rule_out(
         &mut self,
         g: &Group,
-        members: &[usize],
         file: Option<&File>,
         outside: &dyn Fn(&Entry) -> bool,
         prune: Option<&Predicate>,
@@ -133,8 +133,8 @@ impl Lookup {
     ) -> Vec<usize> {
         let mut slices: Option<Vec<(usize, Option<Vec<u8>>)>> = None;
         let mut need = Vec::new();
-        for &mi in members {
-            let entry = g.members[mi].thin_entry();
+        for (mi, m) in g.members.iter().enumerate() {
+            let entry = m.thin_entry();
             let no_match = match prune {
                 _ if outside(&entry) => false,
                 None => false,
@@ -162,22 +162,19 @@ impl Lookup {
                     continue;
                 }
             };
-            self.known
-                .insert(entry.name.clone(), Known { entry, no_match });
+            self.note(m.name.clone(), Known { entry, no_match }, outside);
         }
         need
+    }
+
+    /// Every file the catalog names, and what it says of each.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Known)> {
+        self.known.iter().map(|(n, k)| (n.as_str(), k))
     }
 
     /// What the catalog says of the file at `path`, if it names it.
     pub fn get(&self, path: &Path) -> Option<&Known> {
         self.known.get(path.file_name()?.to_str()?)
-    }
-}
-
-fn keep_latest<'a>(latest: &mut HashMap<&'a str, (u64, At)>, name: &'a str, offset: u64, at: At) {
-    let slot = latest.entry(name).or_insert((offset, at));
-    if offset >= slot.0 {
-        *slot = (offset, at);
     }
 }
 
@@ -361,16 +358,21 @@ mod tests {
             settled > 0,
             "the groups settled entries without their records"
         );
-        // A later record of a grouped file (`tapdeck index` wrote it again) is the one
-        // that counts: here one without a summary, so no filter rules the file out.
+        // A later record of a grouped file (`tapdeck index` wrote it again), here without
+        // a summary: the group's record still rules the file out for an absent host (both
+        // describe the same packets), and neither does for a host it holds.
         let mut again = entries[3].clone();
         again.summary.clear();
         append(dir.path(), &[again]).unwrap();
         let absent = host(rng.gen());
         let l = Lookup::read(dir.path(), &all, Some(&absent));
-        let k = l.get(Path::new(&entries[3].name)).unwrap();
-        assert!(!k.no_match && k.entry.summary.is_empty());
-        assert!(decide_full(&full, &entries[3], &all, &absent) || entries[3].summary.is_empty());
+        assert_eq!(
+            decide(&l, &entries[3], &all, &absent),
+            decide_full(&full, &entries[3], &all, &absent)
+        );
+        let present = host(hosts[3][0]);
+        let l = Lookup::read(dir.path(), &all, Some(&present));
+        assert!(!decide(&l, &entries[3], &all, &present));
         // A time window alone reads no record of a group.
         let w = window(entries[10].first_ns, entries[12].last_ns);
         let l = Lookup::read(dir.path(), &w, None);
@@ -410,6 +412,19 @@ mod tests {
         }
         std::fs::write(&gpath, &good[..good.len() / 2]).unwrap();
         present(dir.path());
+        std::fs::write(&gpath, &good).unwrap();
+        // Any byte of the slices flipped, or the slices gone.
+        let spath = groups::slices_path(dir.path());
+        let slices = std::fs::read(&spath).unwrap();
+        for i in (0..slices.len()).step_by(slices.len() / 61 + 1) {
+            let mut b = slices.clone();
+            b[i] ^= 0x01;
+            std::fs::write(&spath, &b).unwrap();
+            present(dir.path());
+        }
+        std::fs::remove_file(&spath).unwrap();
+        present(dir.path());
+        std::fs::write(&spath, &slices).unwrap();
         // The catalog rewritten (other offsets) under the old groups.
         std::fs::write(&gpath, &good).unwrap();
         let mut reversed = entries.clone();

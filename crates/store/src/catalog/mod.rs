@@ -234,9 +234,12 @@ pub fn rewrite(root: &Path, entries: &[Entry]) -> io::Result<()> {
     for e in sorted {
         bytes.extend(e.encode());
     }
-    let groups = groups::encode_all(&bytes);
+    let (groups, slices) = groups::encode_all(&bytes);
     let tmp = root.join(meta::partial_name(CATALOG));
     write_durably(&tmp, &bytes, &root.join(CATALOG))?;
+    // The slices before the heads that name them.
+    let tmp = root.join(meta::partial_name(groups::SLICES));
+    write_durably(&tmp, &slices, &groups::slices_path(root))?;
     let tmp = root.join(meta::partial_name(groups::GROUPS));
     write_durably(&tmp, &groups, &groups::path(root))
 }
