@@ -189,6 +189,87 @@ def long_trace(tmp_path_factory) -> Path:
     return trace_with_rare_host(tmp_path_factory.mktemp("long") / "in.pcap", 100_000, 500)
 
 
+def parse_group_heads(path: Path) -> list[dict]:
+    """The groups' heads as documented (docs/store-format.md, `catalog.tdg`), in order;
+    checksums are not checked (no XXH32 here)."""
+    buf = path.read_bytes()
+    assert buf[:8] == b"TDCG\x01\0\0\0", buf[:8]
+    groups, at = [], 8
+    while at < len(buf):
+        assert buf[at : at + 4] == b"TDGR", at
+        (head_len,) = struct.unpack_from("<I", buf, at + 4)
+        h = at + 8
+        n, k, cover_from, cover_to, first, last, slices_at = struct.unpack_from("<IIQQQQQ", buf, h)
+        p = h + 48
+        members = []
+        for _ in range(n):
+            (name_len,) = struct.unpack_from("<H", buf, p)
+            name = buf[p + 2 : p + 2 + name_len].decode()
+            offset, length, size, mfirst, mlast, packets = struct.unpack_from(
+                "<QIQQQQ", buf, p + 2 + name_len
+            )
+            members.append({"name": name, "offset": offset, "len": length, "size": size,
+                            "first": mfirst, "last": mlast, "packets": packets})  # fmt: skip
+            p += 2 + name_len + 44
+        assert p + 4 * k == h + head_len, "the head ends with one checksum per slice"
+        total = 8 + head_len + 4 + 12
+        assert struct.unpack_from("<Q", buf, at + total - 12)[0] == total
+        assert buf[at + total - 4 : at + total] == b"TDGE"
+        groups.append({"blocks": k, "covers": (cover_from, cover_to), "first": first,
+                       "last": last, "slices_at": slices_at, "members": members})  # fmt: skip
+        at += total
+    return groups
+
+
+def test_a_store_of_many_files_is_queried_through_the_catalogs_groups(tapdeck, long_trace,
+                                                                      tmp_path):  # fmt: skip
+    """500 files: the recorder groups the catalog's records 128 at a time as it appends
+    them (catalog.tdg heads, catalog.tds slices, as documented); a rare-host extract reads
+    only the records past the last group and the one whose slice may hold the host, opens
+    one data file, and writes what --no-index writes; a window alone reads no grouped
+    record. A failure means the groups' layout, their coverage or the lookup through them
+    is wrong."""
+    need("strace")
+    store = tmp_path / "S"
+    record(tapdeck, long_trace, store)
+    files = data_files(store)
+    entries, _ = parse_catalog(store / "catalog.tdc")
+    groups = parse_group_heads(store / "catalog.tdg")
+    # 128 records a group as the recorder appends them; a compaction (the recorder's, as
+    # the catalog grows) groups every record, the last run too however short.
+    assert len(files) >= 500 and len(groups) >= len(entries) // 128, (len(files), len(groups))
+    slices = (store / "catalog.tds").read_bytes()
+    assert slices[:8] == b"TDCS\x01\0\0\0"
+    names = {f.name for f in files}
+    covered_to = 8
+    for g in groups:
+        assert 0 < len(g["members"]) <= 128 and g["covers"][0] == covered_to, g["covers"]
+        covered_to = g["covers"][1]
+        for m in g["members"]:
+            assert m["name"] in names and entries[m["name"]]["packets"] == m["packets"], m
+        assert g["slices_at"] + g["blocks"] * len(g["members"]) * 32 <= len(slices)
+    grouped = sum(len(g["members"]) for g in groups)
+    stderr, opened = extract(tapdeck, store, tmp_path / "o.pcapng", f"host {RARE}",
+                             strace=tmp_path / "st.log")  # fmt: skip
+    m = re.search(r"store catalog: (\d+) entries consulted \((\d+) read whole, the rest settled "
+                  r"by the member lists and address slices of (\d+) groups\)", stderr)  # fmt: skip
+    assert m, stderr
+    consulted, read_whole, n_groups = map(int, m.groups())
+    print(f"{consulted} entries, {read_whole} read whole, {n_groups} groups, {len(opened)} opened")
+    assert (consulted, n_groups) == (len(entries), len(groups))
+    assert read_whole <= len(entries) - grouped + 1, "only the ungrouped and the holder"
+    assert len(opened) == 1, sorted(opened)
+    same_as_reading_everything(tapdeck, store, tmp_path, f"host {RARE}")
+    # A 20-second window with no filter: the heads settle every grouped file.
+    start = T0 + 200 * SEC
+    window = ["--start", f"{start // SEC}", "--end", f"{start // SEC + 20}"]
+    r = run([tapdeck.bin, "extract", store, "-w", tmp_path / "w.pcapng", "--explain", *window],
+            timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.describe()
+    m = re.search(r"entries consulted \((\d+) read whole", r.stderr)
+    assert m and int(m.group(1)) == len(entries) - grouped, r.stderr
+
+
 def test_the_catalog_is_right_after_kill_9_of_the_recorder(tapdeck, long_trace, tmp_path):
     """The recorder killed at random moments while it writes files: every catalog entry
     still says what its file holds, at most the file finished at the kill lacks one, and
