@@ -13,9 +13,11 @@ Parts (--parts, all by default):
          fraction of the stored bytes.
   busy   3 M packets among 100 000 hosts in uniform random pairs (every chunk holds thousands
          of addresses), 512 KiB chunks: the rare host indexed against --no-index.
-
-The closing table fits the cold rare-host time against the catalog's bytes and extrapolates
-it to 30 days of a 1 Gb/s and a 10 Gb/s link (see `extrapolate`).
+  month  the catalog of a month: crates/store/examples/catalog_scale.rs writes catalogs of
+         3,000, 30,000 and 300,000 entries (30 days of a 1 Gb/s link in files of 1 GiB is
+         301,749) with their groups, and times the rare-host lookup, a one-hour window and
+         the listing of a directory of that many files, cold and warm. A straight line
+         through the three extrapolates to 10 Gb/s (3 M files).
 
 Targets: rare host cold < 1 s at every layout; >= 100x faster than --no-index at the largest;
 >= 20x on the busy store; the 1000-file layout's cold rare host <= 2x the 10-file one's; index
@@ -23,7 +25,7 @@ Targets: rare host cold < 1 s at every layout; >= 100x faster than --no-index at
 
 Output: bench/results/query-scale-<UTC time>.{json,md}; scratch in --work (removed unless
 --keep). Needs root (drop_caches). Usage:
-    python3 bench/query_scale.py [--gb 5.5] [--reps 2] [--parts sweep,busy] [--layouts ...]
+    python3 bench/query_scale.py [--gb 5.5] [--reps 2] [--parts sweep,busy,month] [--layouts ...]
 """
 
 import argparse
@@ -46,7 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = q.BIN
 # chunk size, rotate size: from the fewest, largest files to the most, smallest.
 LAYOUTS = "4MiB:512MiB,1MiB:128MiB,1MiB:16MiB,512KiB:4MiB"
-EXPLAIN_CATALOG = re.compile(r"store catalog: (\d+) entries consulted; (\d+) more files skipped")
+EXPLAIN_CATALOG = re.compile(r"store catalog: (\d+) entries consulted \((\d+) read whole, the rest settled by "
+                             r"the member lists and address slices of (\d+) groups\); (\d+) more files skipped")
 EXPLAIN_CHUNKS = re.compile(r"(\d+) of (\d+) chunks in the window read, \d+ ruled out")
 
 
@@ -84,7 +87,8 @@ def index_bytes(store: Path):
     info, files = q.data_files(store)
     per = [q.trailer_sizes(Path(f["path"])) for f in files]
     stored = sum(f["stored_bytes"] for f in files)
-    catalog = (store / "catalog.tdc").stat().st_size if (store / "catalog.tdc").exists() else 0
+    catalog = sum((store / n).stat().st_size for n in ("catalog.tdc", "catalog.tdg", "catalog.tds")
+                  if (store / n).exists())
     flow = sum(p["flow_bytes"] for p in per)
     summary = sum(p["summary_bytes"] for p in per)
     return {"files": len(files), "chunks": sum(f["chunks"] for f in files), "stored_bytes": stored,
@@ -111,7 +115,9 @@ def explained(stderr: str):
     cat, chunks = EXPLAIN_CATALOG.search(stderr), EXPLAIN_CHUNKS.search(stderr)
     files_read = len(re.findall(r"explain: \S+: [1-9]\d* of \d+ chunks", stderr))
     return {"catalog_entries": int(cat.group(1)) if cat else None,
-            "files_skipped_by_catalog": int(cat.group(2)) if cat else None,
+            "catalog_records_read": int(cat.group(2)) if cat else None,
+            "catalog_groups": int(cat.group(3)) if cat else None,
+            "files_skipped_by_catalog": int(cat.group(4)) if cat else None,
             "chunks_read": int(chunks.group(1)) if chunks else None,
             "chunks_in_window": int(chunks.group(2)) if chunks else None,
             "files_read": files_read}
@@ -165,35 +171,40 @@ def sweep(args, work: Path, res: dict):
     if not args.keep:
         trace.unlink()
     res["sweep"] = rows
-    res["extrapolation"] = extrapolate(rows)
 
 
-def extrapolate(rows):
-    """Cold rare-host time = a + b * catalog bytes, least squares over the layouts: a query
-    reads the catalog whole (every file's summary), then one file's trailer and the one
-    chunk that holds the host, so past a handful of files the catalog is what grows. Applied
-    to 30 days of a link in files of 1 GiB of capture bytes, each with a summary of the size
-    measured here per file of the layout with the largest files (a busier link's files hold
-    more addresses, so this is a lower bound)."""
-    pts = [(float(r["catalog_bytes"]), r["queries"]["rare host"]["indexed"]["cold"]["median"]) for r in rows]
-    if len(pts) < 2:
-        return None
+def fit(pts):
+    """Least squares a + b*x."""
     n = len(pts)
     mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
     sxx = sum((x - mx) ** 2 for x, _ in pts)
     b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
-    a = my - b * mx
-    largest = max(rows, key=lambda r: r["stored_bytes"] / max(1, r["files"]))
-    per_file = largest["catalog_bytes"] / max(1, largest["files"])
-    out = {"model_s": {"a": a, "per_catalog_byte": b}, "catalog_bytes_per_file": per_file,
-           "from_layout": f"{largest['chunk']}:{largest['rotate']}", "links": {}}
-    for name, bps in (("1 Gb/s", 1e9), ("10 Gb/s", 10e9)):
-        wire = bps / 8 * 30 * 86400
-        files = wire / (1 << 30)  # --rotate-size counts capture bytes, before compression
-        catalog = files * per_file
-        out["links"][name] = {"wire_bytes": wire, "files_1GiB": files, "chunks_4MiB": wire / (4 << 20),
-                              "catalog_bytes": catalog, "rare_host_cold_s": a + b * catalog}
-    return out
+    return my - b * mx, b
+
+
+MONTH_FILES = {"1 Gb/s": 1e9 / 8 * 30 * 86400 / (1 << 30), "10 Gb/s": 10e9 / 8 * 30 * 86400 / (1 << 30)}
+
+
+def month(args, work: Path, res: dict):
+    run(["cargo", "build", "--release", "-q", "-p", "tapdeck-store", "--example", "catalog_scale"], cwd=ROOT)
+    example = ROOT / "target/release/examples/catalog_scale"
+    rows = []
+    for n in (3_000, 30_000, 300_000):
+        d = work / f"month-{n}"
+        p = run([example, d, n])
+        row = json.loads(p.stdout)
+        log(f"month: {n} entries: rare host cold {row['cold']['rare_host_s']:.3f} s "
+            f"warm {row['warm']['rare_host_s']:.3f} s ({row['cold']['records_read']} records read); "
+            f"hour cold {row['cold']['hour_window_s']:.3f} s; listing cold {row['cold']['list_dir_s']:.3f} s")
+        rows.append(row)
+        shutil.rmtree(d, ignore_errors=True)
+    out = {"rows": rows, "links": {}}
+    for key in ("rare_host_s", "hour_window_s", "list_dir_s"):
+        for state in ("cold", "warm"):
+            a, b = fit([(r["entries"], r[state][key]) for r in rows])
+            for link, files in MONTH_FILES.items():
+                out["links"].setdefault(link, {"files": files})[f"{key}_{state}"] = a + b * files
+    res["month"] = out
 
 
 def busy_trace(path: Path, packets: int, hosts: int, seed: int, rare: str):
@@ -265,15 +276,19 @@ def markdown(res: dict) -> str:
                 f"| {qr['busy port']['indexed']['cold']['median']:.2f} "
                 f"| {qr['1-minute window, one host']['indexed']['cold']['median']:.3f} "
                 f"| {qr['rare host']['explain']['catalog_entries']} | {qr['rare host']['explain']['files_read']} |")
-        ex = res.get("extrapolation")
-        if ex:
-            lines += ["", f"Model (cold rare host): {ex['model_s']['a']:.4f} s + "
-                          f"{ex['model_s']['per_catalog_byte'] * 1e9:.2f} ns per catalog byte; "
-                          f"{ex['catalog_bytes_per_file'] / 1e3:.1f} KB of catalog per file ({ex['from_layout']})", ""]
-            for name, v in ex["links"].items():
-                lines.append(f"- 30 days at {name}: {v['wire_bytes'] / 1e12:.0f} TB on the wire, "
-                             f"{v['files_1GiB']:.0f} files of 1 GiB, {v['chunks_4MiB']:.0f} chunks of 4 MiB, "
-                             f"catalog {v['catalog_bytes'] / 1e9:.1f} GB: rare host cold ~{v['rare_host_cold_s']:.0f} s")
+    if "month" in res:
+        lines += ["", "Month-scale catalogs (crates/store/examples/catalog_scale.rs; cold = page cache dropped):", "",
+                  "| entries | catalog MB | groups MB | rare host cold s | warm s | records read | hour window cold s "
+                  "| listing cold s | warm s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["month"]["rows"]:
+            lines.append(f"| {r['entries']} | {r['catalog_bytes'] / 1e6:.0f} | {r['groups_bytes'] / 1e6:.0f} "
+                         f"| {r['cold']['rare_host_s']:.3f} | {r['warm']['rare_host_s']:.3f} | {r['cold']['records_read']} "
+                         f"| {r['cold']['hour_window_s']:.3f} | {r['cold']['list_dir_s']:.3f} | {r['warm']['list_dir_s']:.3f} |")
+        lines.append("")
+        for link, v in res["month"]["links"].items():
+            lines.append(f"- 30 days at {link} ({v['files']:.0f} files of 1 GiB): rare-host catalog lookup cold "
+                         f"~{v['rare_host_s_cold']:.2f} s (warm {v['rare_host_s_warm']:.2f} s), listing the store "
+                         f"cold ~{v['list_dir_s_cold']:.2f} s (warm {v['list_dir_s_warm']:.2f} s)")
     if "busy" in res:
         b = res["busy"]
         lines += ["", f"Busy store: {b['files']} files, {b['chunks']} chunks; rare host cold "
@@ -291,7 +306,7 @@ def main():
     ap.add_argument("--minutes", type=float, default=40.0)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=17)
-    ap.add_argument("--parts", default="sweep,busy")
+    ap.add_argument("--parts", default="sweep,busy,month")
     ap.add_argument("--layouts", default=LAYOUTS)
     ap.add_argument("--busy-packets", type=int, default=3_000_000)
     ap.add_argument("--busy-hosts", type=int, default=100_000)
@@ -306,11 +321,11 @@ def main():
     res = {"started": started, "commit": commit, "args": {k: str(v) for k, v in vars(args).items()}}
     try:
         for part in args.parts.split(","):
-            {"sweep": sweep, "busy": busy}[part](args, work, res)
+            {"sweep": sweep, "busy": busy, "month": month}[part](args, work, res)
     finally:
         out = ROOT / "bench/results" / f"query-scale-{started}"
         out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-        if "sweep" in res or "busy" in res:
+        if "sweep" in res or "busy" in res or "month" in res:
             out.with_suffix(".md").write_text(markdown(res))
         log(f"results in {out}.json")
         if not args.keep:
