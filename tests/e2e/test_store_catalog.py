@@ -199,8 +199,11 @@ def parse_group_heads(path: Path) -> list[dict]:
         assert buf[at : at + 4] == b"TDGR", at
         (head_len,) = struct.unpack_from("<I", buf, at + 4)
         h = at + 8
-        n, k, cover_from, cover_to, first, last, slices_at = struct.unpack_from("<IIQQQQQ", buf, h)
-        p = h + 48
+        n, k4, k6, cover_from, cover_to, first, last, slices_at = struct.unpack_from(
+            "<IIIQQQQQ", buf, h
+        )
+        k = k4 + k6
+        p = h + 52
         members = []
         for _ in range(n):
             (name_len,) = struct.unpack_from("<H", buf, p)

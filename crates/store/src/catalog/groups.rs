@@ -25,14 +25,17 @@
 //! header   "TDCG", u8 version (1), 3 bytes 0
 //! record   "TDGR", u32 head length, head, u32 XXH32 of the head, u64 length of the
 //!          whole record, "TDGE"
-//! head     u32 members, u32 K (a power of two), u64 first and u64 end offset of the
+//! head     u32 members, u32 K4 and u32 K6 (powers of two: the IPv4 and the IPv6
+//!          signatures' blocks), u64 first and u64 end offset of the
 //!          covered records in catalog.tdc, u64 first packet ns, u64 last packet ns
 //!          (of all members), u64 offset of the group's slices in catalog.tds, then per
 //!          member: u16 name length, name, u64 record offset, u32 record length, u64
-//!          size, u64 first ns, u64 last ns, u64 packets; then K u32 XXH32 of each slice
+//!          size, u64 first ns, u64 last ns, u64 packets; then K4 + K6 u32 XXH32,
+//!          one per slice
 //! catalog.tds
 //! header   "TDCS", u8 version (1), 3 bytes 0
-//! then     each group's K slices of members × 32 bytes, written before its head
+//! then     each group's K4 IPv4 then K6 IPv6 slices of members × 32 bytes, written
+//!          before its head
 //! ```
 
 use std::fs::{File, OpenOptions};
@@ -104,7 +107,9 @@ impl Member {
 #[derive(Debug, Clone)]
 pub struct Group {
     head_len: usize,
-    pub blocks: usize,
+    /// Blocks of the members' IPv4 and IPv6 signatures: the group's slices are the IPv4
+    /// ones (`blocks.0`), then the IPv6 ones.
+    pub blocks: (usize, usize),
     /// The byte range of `catalog.tdc` the members' records fill.
     pub covers: (u64, u64),
     pub first_ns: u64,
@@ -124,7 +129,15 @@ impl Group {
         8 + self.head_len as u64 + 4 + 12
     }
 
-    /// Slice `b` (block `b` of every member) from the slices' file, or `None` when it
+    /// The slice that holds `probe`'s block.
+    pub fn slice_of(&self, probe: AddressProbe) -> usize {
+        match probe.v6 {
+            false => probe.block(self.blocks.0),
+            true => self.blocks.0 + probe.block(self.blocks.1),
+        }
+    }
+
+    /// Slice `b` (a block of every member) from the slices' file, or `None` when it
     /// cannot be read or does not check out (then its members are "maybe").
     pub fn slice(&self, slices: &File, b: usize) -> Option<Vec<u8>> {
         let mut buf = vec![0u8; self.slice_len()];
@@ -214,8 +227,9 @@ fn head_at(file: &File, at: u64) -> Option<Group> {
 fn parse_head(head: &[u8]) -> Option<Group> {
     let mut r = Reader { b: head, at: 0 };
     let n = r.u32()? as usize;
-    let blocks = r.u32()? as usize;
-    if !blocks.is_power_of_two() || blocks > MAX_BLOCKS {
+    let blocks = (r.u32()? as usize, r.u32()? as usize);
+    let fits = |k: usize| k.is_power_of_two() && k <= MAX_BLOCKS;
+    if !fits(blocks.0) || !fits(blocks.1) {
         return None;
     }
     let covers = (r.u64()?, r.u64()?);
@@ -235,7 +249,9 @@ fn parse_head(head: &[u8]) -> Option<Group> {
             packets: r.u64()?,
         });
     }
-    let slice_sums = (0..blocks).map(|_| r.u32()).collect::<Option<Vec<_>>>()?;
+    let slice_sums = (0..blocks.0 + blocks.1)
+        .map(|_| r.u32())
+        .collect::<Option<Vec<_>>>()?;
     (r.at == head.len()).then_some(Group {
         head_len: head.len(),
         blocks,
@@ -270,41 +286,46 @@ impl Reader<'_> {
     }
 }
 
+/// The members' signatures of one family laid out block by block: their size and the
+/// slices.
+fn family_slices(summaries: &[Option<ChunkFilter>], v6: bool) -> (usize, Vec<u8>) {
+    let natural = |s: &Option<ChunkFilter>| s.as_ref().map_or(1, |s| s.signature_blocks(v6));
+    let total: usize = summaries.iter().map(natural).sum();
+    let mut blocks = (summaries.iter().map(natural).max())
+        .unwrap_or(1)
+        .min(MAX_BLOCKS);
+    // Members far smaller than the largest are repeated to its size: bounded to four
+    // times the summaries' own bytes by folding the largest instead.
+    while blocks > 1 && blocks * summaries.len() > 4 * total {
+        blocks /= 2;
+    }
+    let n = summaries.len();
+    let mut slices = vec![0u8; blocks * n * BLOCK];
+    for (m, s) in summaries.iter().enumerate() {
+        let sig = match s {
+            Some(s) => s.signature(v6, blocks),
+            None => vec![0xff; blocks * BLOCK],
+        };
+        for b in 0..blocks {
+            let at = (b * n + m) * BLOCK;
+            slices[at..at + BLOCK].copy_from_slice(&sig[b * BLOCK..(b + 1) * BLOCK]);
+        }
+    }
+    (blocks, slices)
+}
+
 /// One group's record and its slices (to go at `slices_at` of the slices' file):
 /// `members` are the records (with their offsets) of a run of `catalog.tdc` covering
 /// `covers`.
 fn encode(members: &[(u64, u32, Entry)], covers: (u64, u64), slices_at: u64) -> (Vec<u8>, Vec<u8>) {
     let summaries: Vec<Option<ChunkFilter>> = members.iter().map(|(_, _, e)| e.summary()).collect();
-    let natural = |s: &Option<ChunkFilter>| s.as_ref().map_or(1, ChunkFilter::signature_blocks);
-    let total: usize = summaries.iter().map(natural).sum();
-    let mut blocks = summaries
-        .iter()
-        .map(natural)
-        .max()
-        .unwrap_or(1)
-        .min(MAX_BLOCKS);
-    // Members far smaller than the largest are repeated to its size: bounded to four
-    // times the summaries' own bytes by folding the largest instead.
-    while blocks > 1 && blocks * members.len() > 4 * total {
-        blocks /= 2;
-    }
-    let signatures: Vec<Vec<u8>> = summaries
-        .iter()
-        .map(|s| match s {
-            Some(s) => s.signature(blocks),
-            None => vec![0xff; blocks * BLOCK],
-        })
-        .collect();
-    let mut slices = vec![0u8; blocks * members.len() * BLOCK];
-    for (m, sig) in signatures.iter().enumerate() {
-        for b in 0..blocks {
-            let at = (b * members.len() + m) * BLOCK;
-            slices[at..at + BLOCK].copy_from_slice(&sig[b * BLOCK..(b + 1) * BLOCK]);
-        }
-    }
+    let (blocks4, slices4) = family_slices(&summaries, false);
+    let (blocks6, slices6) = family_slices(&summaries, true);
+    let slices = [slices4, slices6].concat();
     let mut head = Vec::new();
     head.extend((members.len() as u32).to_le_bytes());
-    head.extend((blocks as u32).to_le_bytes());
+    head.extend((blocks4 as u32).to_le_bytes());
+    head.extend((blocks6 as u32).to_le_bytes());
     let first = members
         .iter()
         .filter(|(_, _, e)| e.packets > 0)
@@ -483,9 +504,9 @@ pub fn holds(
     slices: &[(usize, Option<Vec<u8>>)],
     m: usize,
     probe: AddressProbe,
-    blocks: usize,
+    g: &Group,
 ) -> bool {
-    let b = probe.block(blocks);
+    let b = g.slice_of(probe);
     match slices.iter().find(|(sb, _)| *sb == b) {
         Some((_, Some(slice))) => probe.in_block(&slice[m * BLOCK..(m + 1) * BLOCK]),
         _ => true,

@@ -141,7 +141,7 @@ impl Lookup {
                 Some(p) if !probes.is_empty() => {
                     let slices = slices.get_or_insert_with(|| {
                         let mut blocks: Vec<usize> =
-                            probes.iter().map(|p| p.block(g.blocks)).collect();
+                            probes.iter().map(|&p| g.slice_of(p)).collect();
                         blocks.sort_unstable();
                         blocks.dedup();
                         self.slices += blocks.len() as u64;
@@ -150,7 +150,7 @@ impl Lookup {
                             .map(|b| (b, file.and_then(|f| g.slice(f, b))))
                             .collect()
                     });
-                    let holds = |probe| groups::holds(slices, mi, probe, g.blocks);
+                    let holds = |probe| groups::holds(slices, mi, probe, g);
                     if p.may_match_probed(&holds) {
                         need.push(mi);
                         continue;
