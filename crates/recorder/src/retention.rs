@@ -290,6 +290,14 @@ impl Retention {
             files.1 -= f.bytes;
             f
         };
+        // Each file at debug level: a service deleting a file a second would flood its
+        // journal; the recorder logs a summary a minute (see `recorder::RetentionLog`).
+        // Logged before the unlink, so a log read after a kill names every file gone.
+        tracing::debug!(
+            "retention deletes {} ({} bytes): {why}",
+            victim.path.display(),
+            victim.bytes
+        );
         for p in [Some(&victim.path), victim.sidecar.as_ref()]
             .into_iter()
             .flatten()
@@ -298,13 +306,6 @@ impl Retention {
                 tracing::warn!("retention could not delete {}: {e}", p.display());
             }
         }
-        // Each file at debug level: a service deleting a file a second would flood its
-        // journal; the recorder logs a summary a minute (see `recorder::RetentionLog`).
-        tracing::debug!(
-            "retention deleted {} ({} bytes): {why}",
-            victim.path.display(),
-            victim.bytes
-        );
         stats.files_deleted.fetch_add(1, Ordering::Relaxed);
         stats
             .bytes_deleted
