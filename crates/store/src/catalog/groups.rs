@@ -38,14 +38,14 @@
 //!          before its head
 //! ```
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tapdeck_filter::{AddressProbe, ChunkFilter};
 
-use super::{record_at, Entry, HEADER as CATALOG_HEADER};
+use super::{open_appending, record_at, Entry, HEADER as CATALOG_HEADER, RECORD_MAGIC};
 
 /// The groups' file name under a store's root.
 pub const GROUPS: &str = "catalog.tdg";
@@ -417,11 +417,9 @@ fn covered_end(file: &File) -> u64 {
 /// past the last group, `GROUP` at a time; with `all`, the last run too however short (a
 /// rewrite). Returns the groups appended.
 pub(super) fn group_tail(root: &Path, catalog: &File, all: bool) -> io::Result<usize> {
-    let mut groups = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path(root))?;
+    let mut groups = open_appending(&path(root), &HEADER)?;
+    // Created by a process killed before its header went out: under the lock, safe to
+    // write now (as for the slices below).
     if groups.metadata()?.len() == 0 {
         groups.write_all(&HEADER)?;
     }
@@ -437,11 +435,7 @@ pub(super) fn group_tail(root: &Path, catalog: &File, all: bool) -> io::Result<u
     let mut bytes = vec![0u8; (len - from) as usize];
     catalog.read_exact_at(&mut bytes, from)?;
     let records = records(&bytes, from);
-    let mut slices = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(slices_path(root))?;
+    let mut slices = open_appending(&slices_path(root), &SLICES_HEADER)?;
     if slices.metadata()?.len() == 0 {
         slices.write_all(&SLICES_HEADER)?;
     }
@@ -468,7 +462,7 @@ fn count_records(catalog: &File, from: u64, len: u64) -> usize {
     let mut n = 0;
     let mut lead = [0u8; 8];
     while at + 8 <= len && n < GROUP {
-        if catalog.read_exact_at(&mut lead, at).is_err() || lead[..4] != *b"TDCR" {
+        if catalog.read_exact_at(&mut lead, at).is_err() || lead[..4] != RECORD_MAGIC {
             // Damage: count it as a group's worth, and let the full parse sort it out.
             return GROUP;
         }

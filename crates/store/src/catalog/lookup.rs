@@ -68,16 +68,16 @@ impl Lookup {
             ..Lookup::default()
         };
         let probes = prune.map(Predicate::probes).unwrap_or_default();
-        let mut slices = match (&groups_file, probes.is_empty()) {
+        // No slices (no slices' file, or a group outside the window): "maybe".
+        let slices = match (&groups_file, probes.is_empty()) {
             (Some(file), false) => prefetch(file, &groups, &probes, outside),
             _ => vec![None; groups.len()],
         };
         let mut fallback: Option<Catalog> = None;
-        for (g, slices) in groups.iter().zip(&mut slices) {
-            if let Some(s) = slices {
-                lookup.slices += s.len() as u64;
-            }
-            let need = lookup.rule_out(g, slices, groups_file.as_ref(), outside, prune, &probes);
+        for (g, slices) in groups.iter().zip(&slices) {
+            let slices = slices.as_deref().unwrap_or_default();
+            lookup.slices += slices.len() as u64;
+            let need = lookup.rule_out(g, slices, outside, prune, &probes);
             let full = read_members(catalog.as_ref(), g, &need);
             lookup.records += full.iter().filter(|e| e.is_some()).count() as u64;
             for (&mi, entry) in need.iter().zip(full) {
@@ -133,8 +133,7 @@ impl Lookup {
     fn rule_out(
         &mut self,
         g: &Group,
-        slices: &mut Option<Slices>,
-        file: Option<&File>,
+        slices: &[(usize, Option<Vec<u8>>)],
         outside: &dyn Fn(&Entry) -> bool,
         prune: Option<&Predicate>,
         probes: &[tapdeck_filter::AddressProbe],
@@ -146,13 +145,6 @@ impl Lookup {
                 _ if outside(&entry) => false,
                 None => false,
                 Some(p) if !probes.is_empty() => {
-                    let slices = slices.get_or_insert_with(|| {
-                        let read = slices_of(g, probes);
-                        self.slices += read.len() as u64;
-                        read.into_iter()
-                            .map(|b| (b, file.and_then(|f| g.slice(f, b))))
-                            .collect()
-                    });
                     let holds = |probe| groups::holds(slices, mi, probe, g);
                     if p.may_match_probed(&holds) {
                         need.push(mi);
@@ -487,27 +479,26 @@ mod tests {
             }
         };
         present(dir.path());
+        // Every `step`th byte of the file at `path` flipped by `bit`, one at a time.
+        let flip_each = |path: &Path, good: &[u8], step: usize, bit: u8| {
+            for i in (0..good.len()).step_by(step) {
+                let mut b = good.to_vec();
+                b[i] ^= bit;
+                std::fs::write(path, &b).unwrap();
+                present(dir.path());
+            }
+        };
         let gpath = groups::path(dir.path());
         let good = std::fs::read(&gpath).unwrap();
-        // Any byte of the groups flipped (head, slices, footer), or the file cut short.
-        for i in (0..good.len()).step_by(good.len() / 97 + 1) {
-            let mut b = good.clone();
-            b[i] ^= 0x10;
-            std::fs::write(&gpath, &b).unwrap();
-            present(dir.path());
-        }
+        // Any byte of the groups flipped (head, footer), or the file cut short.
+        flip_each(&gpath, &good, good.len() / 97 + 1, 0x10);
         std::fs::write(&gpath, &good[..good.len() / 2]).unwrap();
         present(dir.path());
         std::fs::write(&gpath, &good).unwrap();
         // Any byte of the slices flipped, or the slices gone.
         let spath = groups::slices_path(dir.path());
         let slices = std::fs::read(&spath).unwrap();
-        for i in (0..slices.len()).step_by(slices.len() / 61 + 1) {
-            let mut b = slices.clone();
-            b[i] ^= 0x01;
-            std::fs::write(&spath, &b).unwrap();
-            present(dir.path());
-        }
+        flip_each(&spath, &slices, slices.len() / 61 + 1, 0x01);
         std::fs::remove_file(&spath).unwrap();
         present(dir.path());
         std::fs::write(&spath, &slices).unwrap();

@@ -203,15 +203,8 @@ fn find_magic(bytes: &[u8], from: usize) -> Option<usize> {
 /// then groups the records past the last group when there are enough of them (see
 /// [`groups`]). A failure to group is logged, never returned: the entries are in.
 pub fn append(root: &Path, entries: &[Entry]) -> io::Result<()> {
-    let path = root.join(CATALOG);
-    // The header exactly once, by whoever creates the file.
-    match OpenOptions::new().write(true).create_new(true).open(&path) {
-        Ok(mut f) => f.write_all(&HEADER)?,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
     let bytes: Vec<u8> = entries.iter().flat_map(Entry::encode).collect();
-    let mut f = OpenOptions::new().read(true).append(true).open(&path)?;
+    let mut f = open_appending(&root.join(CATALOG), &HEADER)?;
     f.write_all(&bytes)?;
     // One appender at a time groups (the lock goes with the descriptor).
     let grouped =
@@ -223,6 +216,17 @@ pub fn append(root: &Path, entries: &[Entry]) -> io::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Opens the append-only file at `path` for reading and appending, creating it with
+/// `header`: written exactly once, by whoever creates the file.
+fn open_appending(path: &Path, header: &[u8]) -> io::Result<std::fs::File> {
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(mut f) => f.write_all(header)?,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    OpenOptions::new().read(true).append(true).open(path)
 }
 
 /// Replaces the catalog of the store at `root` with `entries` (sorted by name), durably:
