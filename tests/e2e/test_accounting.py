@@ -155,7 +155,7 @@ def test_codec_bytes_add_up(tapdeck, overloaded):
     assert {k: sum(v.values()) for k, v in ladder.items()} == {
         k: v["bytes_in"] for k, v in codecs.items()}
     assert all(set(v) <= {"plan", "backlog", "disk_headroom", "burst", "probe", "source_waits",
-                          "fallback"} for v in ladder.values())
+                          "fallback", "late"} for v in ladder.values())
     assert len(last["controller"]) == 1 and last["controller"][0]["rungs"]
     out = sum(c["bytes_out"] for c in codecs.values())
     on_disk = sum(f.stat().st_size for f in data_files(store))

@@ -17,7 +17,7 @@ use crate::error::CaptureError;
 use crate::ladder::CodecLadder;
 use crate::os::now_ns;
 use crate::pipeline::{
-    Chunk, CloseFile, Control, Done, Encoded, OpenFile, Rotation, Sequenced, StreamStaging,
+    Chunk, CloseFile, Control, Done, Encoded, Job, OpenFile, Rotation, Sequenced, StreamStaging,
 };
 use crate::staging::{Segment, StagingPool};
 use crate::stats::{CaptureCounts, StatsHub};
@@ -45,7 +45,7 @@ pub struct CaptureConfig {
 /// Where a capture loop's segments come from and its chunks go, and what it answers to.
 pub struct CaptureLinks {
     pub staging: StreamStaging,
-    pub to_compress: Sender<Sequenced<Chunk>>,
+    pub to_compress: Sender<Sequenced<Arc<Job>>>,
     pub to_writer: Sender<Sequenced<Done>>,
     pub control: Arc<Control>,
     pub hub: Arc<StatsHub>,
@@ -58,7 +58,7 @@ pub struct CaptureLoop {
     format: Format,
     pool: Arc<StagingPool>,
     controller: Arc<SharedController>,
-    to_compress: Sender<Sequenced<Chunk>>,
+    to_compress: Sender<Sequenced<Arc<Job>>>,
     to_writer: Sender<Sequenced<Done>>,
     ladder: CodecLadder,
     seq: u64,
@@ -399,7 +399,7 @@ impl CaptureLoop {
             }
         };
         let chunk = Chunk {
-            segment,
+            segment: Arc::new(segment),
             min_ts_ns: self.seg_min_ts,
             max_ts_ns: self.seg_max_ts,
             packets: self.seg_packets,
@@ -412,12 +412,19 @@ impl CaptureLoop {
         if decision.codec == Codec::Raw {
             self.send_to_writer(Done::Chunk(chunk, Encoded::Raw));
         } else {
+            // The writer's ticket goes first, so that it is there before any frame of it.
             let seq = self.next_seq();
+            let job = Job::new(chunk);
+            let _ = self.to_writer.send(Sequenced {
+                stream: self.stream,
+                seq,
+                item: Done::Queued(Arc::clone(&job)),
+            });
             self.pool.note_compression(true);
             let _ = self.to_compress.send(Sequenced {
                 stream: self.stream,
                 seq,
-                item: chunk,
+                item: job,
             });
         }
         self.seg_min_ts = u64::MAX;

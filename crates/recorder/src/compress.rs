@@ -14,7 +14,7 @@ use tapdeck_pcap::Format;
 use crate::controller::Reason;
 use crate::ladder::CodecLadder;
 use crate::os::{thread_cpu_seconds, thread_page_faults};
-use crate::pipeline::{Chunk, Done, Encoded, FrameBuffers, Sequenced, StreamStaging};
+use crate::pipeline::{Chunk, Done, Encoded, FrameBuffers, Job, Sequenced, StreamStaging};
 use crate::stats::StatsHub;
 
 /// Frame buffers each compressor writes into every page of before its first chunk (see
@@ -56,7 +56,7 @@ impl Compressor {
     }
 
     /// Warms up, says so on `ready`, then compresses chunks until the capture loops hang up.
-    pub fn run(mut self, work: Receiver<Sequenced<Chunk>>, ready: Sender<()>) {
+    pub fn run(mut self, work: Receiver<Sequenced<Arc<Job>>>, ready: Sender<()>) {
         if let Some(stream) = self.links.streams.first() {
             warm_up(
                 &mut self.encoder,
@@ -70,7 +70,14 @@ impl Compressor {
         let _ = ready.send(());
         drop(ready);
         for Sequenced { stream, seq, item } in work {
-            let done = self.compress(stream as usize, item);
+            let Some(chunk) = item.start() else {
+                // The writer took it raw while it queued here.
+                self.links.streams[stream as usize]
+                    .pool
+                    .note_compression(false);
+                continue;
+            };
+            let done = self.compress(stream as usize, chunk);
             let to_writer = &self.links.to_writers[stream as usize];
             if to_writer
                 .send(Sequenced {

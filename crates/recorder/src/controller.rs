@@ -95,6 +95,15 @@ const PROBE_YOUNG: f64 = 0.25;
 /// costs disk bytes, of a slower one compressor time, and both cost packets.
 const PROBE_BELOW_FILL: f64 = 0.9;
 
+/// The writer, with nothing else to write, stores a chunk raw itself once it has waited this
+/// many times the chunk's compression on a CPU of its own for it...
+const LATE_FACTOR: f64 = 4.0;
+/// ...and never sooner than this (seconds): a scheduler tick or two.
+const LATE_MIN: f64 = 0.005;
+/// The least share of a CPU the compressors are believed to get. Two busy loops at nice 0
+/// leave a compressor at nice 19 about 1.5 % of a CPU (weights 15 against 2 × 1024).
+const MIN_CPU_SHARE: f64 = 0.01;
+
 /// Why a chunk took its rung: the columns of the per-rung stats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,6 +124,8 @@ pub enum Reason {
     Fallback,
     /// Benchmarks only: the one rung every chunk takes (`--bench-fixed-codec`).
     Fixed,
+    /// Its compression missed its deadline: the writer stored it raw rather than idle.
+    Late,
 }
 
 impl Reason {
@@ -128,6 +139,7 @@ impl Reason {
             Reason::SourceWaits => "source_waits",
             Reason::Fallback => "fallback",
             Reason::Fixed => "fixed",
+            Reason::Late => "late",
         }
     }
 }
@@ -374,7 +386,51 @@ impl LadderController {
             r.seen_at = Some(now);
         }
         if wall > 0.0 {
-            self.cpu_share.update((cpu / wall).clamp(0.05, 1.0));
+            self.cpu_share
+                .update((cpu / wall).clamp(MIN_CPU_SHARE, 1.0));
+        }
+    }
+
+    /// How long the writer, with nothing else to write, waits at `now` for a chunk of
+    /// `bytes` sent to the compressors at `codec` before it stores the chunk raw itself. It
+    /// waits `LATE_FACTOR` times the chunk's compression on a CPU of its own (not at the
+    /// compressors' believed share, which a late chunk lowers: the wait would grow as they
+    /// starve); longer while the pool has room for a quarter of the time it would take to
+    /// fill at the offered rate (a wait then costs no packet, and a raw copy costs bytes);
+    /// and at least as long as the disk takes to write the chunk raw (where the disk is the
+    /// limit, a raw copy does not help). Never, for a fixed codec (benchmarks).
+    pub fn late_after(&self, now: f64, bytes: usize, codec: Codec) -> f64 {
+        let Some(rung) = self
+            .fixed
+            .is_none()
+            .then(|| self.rung_index(codec))
+            .flatten()
+        else {
+            return f64::INFINITY;
+        };
+        let expected = bytes as f64 / self.speed(&self.rungs[rung]);
+        let room = (1.0 - self.fill).max(0.0) * (self.pool_segments * bytes) as f64;
+        let until_full = room / self.offered_now(now).max(1.0);
+        let raw_write = self.disk_speed().map_or(0.0, |s| bytes as f64 / s);
+        (LATE_FACTOR * expected)
+            .max(until_full / 4.0)
+            .max(raw_write)
+            .max(LATE_MIN)
+    }
+
+    /// The writer stored a chunk of `bytes` sent to the compressors at `codec` raw, after
+    /// waiting `waited` seconds for it. A starved compressor measures nothing until it
+    /// finishes, so the wait is what tells that the compressors get less CPU than
+    /// believed: their share drops to what the wait shows at most, and the plan sends
+    /// chunks raw before they queue for them.
+    pub fn taken_late(&mut self, codec: Codec, bytes: usize, waited: f64) {
+        let Some(rung) = self.rung_index(codec) else {
+            return;
+        };
+        let cpu = bytes as f64 / self.speed(&self.rungs[rung]);
+        let share = (cpu / waited.max(1e-9)).clamp(MIN_CPU_SHARE, 1.0);
+        if self.cpu_share.0.is_none_or(|s| share < s) {
+            self.cpu_share.update(share);
         }
     }
 
@@ -973,6 +1029,15 @@ impl SharedController {
             .compressed(now, codec, bytes, cpu, wall)
     }
 
+    pub fn late_after(&self, bytes: usize, codec: Codec) -> f64 {
+        let now = self.now();
+        self.inner.lock().unwrap().late_after(now, bytes, codec)
+    }
+
+    pub fn taken_late(&self, codec: Codec, bytes: usize, waited: f64) {
+        self.inner.lock().unwrap().taken_late(codec, bytes, waited)
+    }
+
     pub fn written(&self, bytes: usize, seconds: f64) {
         let now = self.now();
         self.inner.lock().unwrap().written(now, bytes, seconds)
@@ -1092,6 +1157,10 @@ mod tests {
         let (mut partial, mut write_left) = (0.0, None::<f64>);
         // Bytes the full pool refused since the last chunk it took.
         let mut refused = 0u64;
+        // The writer (as `crate::sequencer`): since when it has waited for the head chunk,
+        // and whether it took the last one late; the compressor's seconds still owed to a
+        // chunk the writer took from under it.
+        let (mut waiting_since, mut starved, mut wasted) = (None::<f64>, false, 0.0f64);
         let steps = (seconds / dt) as usize;
         for step in 0..steps {
             let t = step as f64 * dt;
@@ -1136,6 +1205,8 @@ mod tests {
             // The compressor works through its queue in order, choosing each chunk's rung
             // again when it takes it, as the recorder's compressors do.
             let mut budget = dt * share(t);
+            let burnt = wasted.min(budget);
+            (wasted, budget) = (wasted - burnt, budget - burnt);
             let queued = items.iter().filter(|i| i.work > 0.0).count();
             let fill = items.len() as f64 / segments as f64;
             for item in items.iter_mut().filter(|i| i.work > 0.0) {
@@ -1171,9 +1242,26 @@ mod tests {
             // The writer: the head item, once compressed, at the disk's speed.
             let mut budget = dt;
             while budget > 0.0 {
-                let Some(head) = items.front() else { break };
+                let Some(head) = items.front_mut() else { break };
                 if head.work > 0.0 {
-                    break;
+                    // The recorder's writer waits for a compressed chunk only until it is
+                    // late, then writes it raw.
+                    let since = *waiting_since.get_or_insert(t);
+                    let late = ctl.late_after(t, CHUNK as usize, head.decision.codec);
+                    let controlled = matches!(policy, Policy::Controller);
+                    if !controlled || (t - since < late && (!starved || head.started)) {
+                        break;
+                    }
+                    if head.started {
+                        wasted += head.work;
+                    }
+                    ctl.taken_late(head.decision.codec, CHUNK as usize, t - since);
+                    head.decision = Decision {
+                        codec: Codec::Raw,
+                        reason: Reason::Late,
+                    };
+                    (head.codec, head.out, head.work) = (Codec::Raw, CHUNK, 0.0);
+                    starved = true;
                 }
                 let disk = if out.written < cache {
                     5.0 * disk
@@ -1186,6 +1274,8 @@ mod tests {
                 budget -= spent;
                 if *left <= 1e-6 {
                     let head = items.pop_front().unwrap();
+                    waiting_since = None;
+                    starved &= head.codec == Codec::Raw;
                     ctl.written(t, head.out as usize, head.out / disk);
                     if matches!(policy, Policy::Controller) {
                         let d = head.decision;
@@ -1250,6 +1340,46 @@ mod tests {
         let ctl = simulate_starved(Policy::Controller, 64, 8.0, load, share);
         assert_eq!(ctl.dropped, 0.0, "{ctl:?}");
         assert!(ctl.share("raw") > 0.3, "{ctl:?}");
+    }
+
+    /// Other processes take the compressor's CPU almost entirely (two busy loops at nice 0
+    /// leave a compressor at nice 19 about 1.5 % of a CPU): the chunks it holds must not hold
+    /// up the raw ones behind them while the disk idles. The controller stores what raw
+    /// writing stores, less the chunks in flight when the CPU went, and the writer takes
+    /// chunks late only while the compressor is starved.
+    #[test]
+    fn a_compressor_starved_of_cpu_never_holds_up_the_writer() {
+        let load = |_| (1000.0 * MB, 2000.0 * MB);
+        let share = |t: f64| if (2.0..6.0).contains(&t) { 0.015 } else { 1.0 };
+        let ctl = simulate_starved(Policy::Controller, 64, 8.0, load, share);
+        let raw = simulate_starved(Policy::Fixed(Codec::Raw), 64, 8.0, load, share);
+        assert_eq!(raw.dropped, 0.0, "{raw:?}");
+        assert!(
+            ctl.dropped == 0.0 && ctl.stored >= raw.stored - ctl.end_fill * 64.0 * CHUNK,
+            "dropped {}, end fill {}",
+            ctl.dropped,
+            ctl.end_fill
+        );
+        assert!(
+            ctl.stored >= raw.stored - 4.0 * CHUNK,
+            "controller {:.4} of offered, raw {:.4}: {:?}",
+            ctl.stored / ctl.offered,
+            raw.stored / raw.offered,
+            ctl.by_reason
+        );
+        let late: Vec<f64> = ctl
+            .by_reason
+            .keys()
+            .filter(|k| k.contains(" late @"))
+            .map(|k| k.rsplit('@').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(!late.is_empty(), "{:?}", ctl.by_reason);
+        assert!(
+            late.iter().all(|t| (2.0..6.5).contains(t)),
+            "late chunks only while starved: {late:?}"
+        );
+        // Before and after, the compressor takes what it can.
+        assert!(ctl.written < raw.written * 0.95, "{:?}", ctl.by_reason);
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod pipeline;
 pub mod recorder;
 pub mod report;
 pub mod retention;
+pub mod sequencer;
 pub mod staging;
 pub mod stats;
 pub mod writer;

@@ -73,6 +73,15 @@ impl LiveView {
         record
     }
 
+    /// The compressors' least share of a CPU over the streams, as the controllers measured
+    /// it; `None` until measured.
+    pub fn compressor_share(&self) -> Option<f64> {
+        self.streams
+            .iter()
+            .filter_map(|s| s.controller.view().compressor_cpu_share)
+            .reduce(f64::min)
+    }
+
     /// Each stream's staging pool fill, 0 to 1.
     pub fn staging_fill(&self) -> Vec<f64> {
         self.streams.iter().map(|s| s.pool.fill()).collect()

@@ -37,6 +37,8 @@ pub const DEFAULT_CODEC: &str = "zstd:3,zstd:1,lz4,raw";
 /// Seconds between handing a partly filled chunk on, and between stats records.
 pub const DEFAULT_FLUSH_INTERVAL_S: f64 = 2.0;
 pub const DEFAULT_STATS_INTERVAL_S: f64 = 5.0;
+/// The compressors' nice value while capturing live: they yield the CPU to everything else.
+pub const DEFAULT_COMPRESSOR_NICE: i32 = 19;
 
 /// Every option of `tapdeck record`: a flag, and the config file key of the same name.
 #[derive(Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,6 +182,13 @@ pub struct RecordOptions {
     /// Compressor threads (default: one per core beyond the first).
     #[arg(long, value_name = "N")]
     pub compressors: Option<usize>,
+
+    /// The compressors' nice value while capturing live: 19 (the default) yields the CPU to
+    /// everything else, an IDS beside the recorder included; 0 competes with it on equal
+    /// terms. Chunks the compressors are late with are written raw either way.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_COMPRESSOR_NICE,
+          allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub compressor_nice: i32,
 
     /// Pin capture threads to these CPUs, one each in turn (e.g. `1`, `0-1`, `2,3`).
     #[arg(long, value_name = "CPUS")]
@@ -435,7 +444,7 @@ impl RecordOptions {
         if let Some(n) = self.compressors {
             b = b.compressors(n);
         }
-        Ok(b)
+        Ok(b.compressor_nice(self.compressor_nice))
     }
 
     fn format(&self) -> Result<Format, OptionsError> {
@@ -537,6 +546,7 @@ impl RecordOptions {
             "pin_capture": self.pin_capture,
             "pin_writers": self.pin_writers,
             "pin_compressors": self.pin_compressors,
+            "compressor_nice": self.compressor_nice,
             "headers": self.headers,
         });
         if live {
@@ -628,6 +638,7 @@ impl RecorderConfig {
                 rotation: Rotation::default(),
                 retention: RetentionPolicy::default(),
                 compressors: cores.saturating_sub(1).max(1),
+                compressor_nice: DEFAULT_COMPRESSOR_NICE,
                 pinning: Pinning::default(),
                 direct: true,
                 flow_index: true,
@@ -668,6 +679,8 @@ impl RecorderConfigBuilder {
         rotation: Rotation,
         retention: RetentionPolicy,
         compressors: usize,
+        /// The compressors' nice value while capturing live (see `RecorderConfig`).
+        compressor_nice: i32,
         pinning: Pinning,
         direct: bool,
         /// Build a flow index per chunk (see `crate::flows`).

@@ -92,3 +92,63 @@ pub fn kernel_release() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
+
+/// How much runnable tasks waited for a CPU, from the kernel's pressure stall information
+/// (`/proc/pressure/cpu`, Linux 4.20+ with PSI on): the fraction of the last 10 and 60
+/// seconds in which some task waited, and the total time some task waited.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct CpuPressure {
+    pub some_avg10: f64,
+    pub some_avg60: f64,
+    pub some_total_s: f64,
+}
+
+/// The machine's CPU pressure now, `None` where the kernel does not report it.
+pub fn cpu_pressure() -> Option<CpuPressure> {
+    parse_cpu_pressure(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
+}
+
+/// The `some` line of `/proc/pressure/cpu`: `some avg10=2.42 avg60=3.01 avg300=3.13
+/// total=15273265465` (percentages, and microseconds).
+fn parse_cpu_pressure(text: &str) -> Option<CpuPressure> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    let field = |name: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    Some(CpuPressure {
+        some_avg10: field("avg10")? / 100.0,
+        some_avg60: field("avg60")? / 100.0,
+        some_total_s: field("total")? / 1e6,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_pressure_is_read_from_the_some_line() {
+        let text = "some avg10=2.42 avg60=3.01 avg300=3.13 total=15273265465\n\
+                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(
+            parse_cpu_pressure(text),
+            Some(CpuPressure {
+                some_avg10: 0.0242,
+                some_avg60: 0.0301,
+                some_total_s: 15273.265465,
+            })
+        );
+        assert_eq!(parse_cpu_pressure("some avg10=x avg60=1 total=2"), None);
+        assert_eq!(parse_cpu_pressure(""), None);
+    }
+
+    /// Where the kernel reports PSI, this machine's reads.
+    #[test]
+    fn this_machines_cpu_pressure_reads_when_the_kernel_reports_it() {
+        let reported = std::fs::read_to_string("/proc/pressure/cpu").is_ok();
+        assert_eq!(cpu_pressure().is_some(), reported);
+    }
+}

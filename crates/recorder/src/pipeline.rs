@@ -3,7 +3,12 @@
 //! Every item of a stream carries a sequence number. File opens and closes, and chunks to
 //! be stored raw, go from the capture loop straight to the stream's writer; chunks to be
 //! compressed go through the compressor pool, which finishes them out of order. The writer
-//! puts everything back in sequence before acting on it.
+//! puts everything back in sequence before acting on it (`crate::sequencer`).
+//!
+//! A chunk goes to the compressors as a [`Job`], and its writer gets a ticket to the same
+//! job ([`Done::Queued`]). When the compressors are late (starved of CPU by other
+//! processes), the writer takes the chunk and stores it raw rather than idle; a compressor
+//! that gets to it after skips it, or its frame is thrown away.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,7 +61,9 @@ pub struct OpenFile {
 
 /// A filled segment: whole records, ready to compress.
 pub struct Chunk {
-    pub segment: Segment,
+    /// Shared by a compressor and the writer's ticket while the chunk is with the
+    /// compressors; back to the pool when both let go.
+    pub segment: Arc<Segment>,
     pub min_ts_ns: u64,
     pub max_ts_ns: u64,
     pub packets: u32,
@@ -71,6 +78,87 @@ pub struct Chunk {
     pub linktypes: Arc<[u16]>,
     /// The chunk's flow index (`crate::chunk_filter`), once built; empty before.
     pub flows: Box<crate::chunk_filter::ChunkFlows>,
+}
+
+impl Chunk {
+    /// A copy sharing the segment, without flows (see [`Job`]).
+    fn ticket(&self) -> Chunk {
+        Chunk {
+            segment: Arc::clone(&self.segment),
+            min_ts_ns: self.min_ts_ns,
+            max_ts_ns: self.max_ts_ns,
+            packets: self.packets,
+            per_iface: self.per_iface.clone(),
+            source_waits: self.source_waits,
+            decision: self.decision,
+            linktypes: Arc::clone(&self.linktypes),
+            flows: Default::default(),
+        }
+    }
+}
+
+/// A chunk on its way to the compressors. Its writer holds a ticket to it (the same
+/// `Arc`), and whichever comes first has it: a compressor, or the writer, raw, when the
+/// compressors are late. A chunk the writer takes before any compressor starts it is the
+/// writer's alone (its segment goes back to the pool once written, whatever the
+/// compressors' queue holds); one a compressor has started is shared, and the compressor's
+/// frame is thrown away when it comes.
+pub struct Job {
+    /// The chunk's bytes, the codec planned for it and whether its source waits: what the
+    /// writer needs to judge whether the compressors are late.
+    pub bytes: usize,
+    pub decision: Decision,
+    pub source_waits: bool,
+    slot: Mutex<Slot>,
+}
+
+enum Slot {
+    /// No compressor has started: the chunk itself.
+    Queued(Chunk),
+    /// A compressor works on it: a copy sharing its segment, for the writer.
+    Compressing(Chunk),
+    Taken,
+}
+
+impl Job {
+    pub fn new(chunk: Chunk) -> Arc<Job> {
+        Arc::new(Job {
+            bytes: chunk.segment.data().len(),
+            decision: chunk.decision,
+            source_waits: chunk.source_waits,
+            slot: Mutex::new(Slot::Queued(chunk)),
+        })
+    }
+
+    /// A compressor starts on the chunk and gets it, leaving a copy for the writer; `None`
+    /// when the writer has taken it.
+    pub fn start(&self) -> Option<Chunk> {
+        let mut slot = self.slot.lock().unwrap();
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Queued(chunk) => {
+                *slot = Slot::Compressing(chunk.ticket());
+                Some(chunk)
+            }
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    /// Whether a compressor has started on the chunk.
+    pub fn started(&self) -> bool {
+        matches!(*self.slot.lock().unwrap(), Slot::Compressing(_))
+    }
+
+    /// The writer takes the chunk, to store it raw: the chunk itself, or the copy a
+    /// compressor left. `None` only if taken before.
+    pub fn take(&self) -> Option<Chunk> {
+        match std::mem::replace(&mut *self.slot.lock().unwrap(), Slot::Taken) {
+            Slot::Queued(chunk) | Slot::Compressing(chunk) => Some(chunk),
+            Slot::Taken => None,
+        }
+    }
 }
 
 /// Finish the current file; the counters go into its statistics block.
@@ -93,6 +181,9 @@ pub enum Done {
     Open(OpenFile),
     Chunk(Chunk, Encoded),
     Close(CloseFile),
+    /// The writer's ticket to a chunk sent to the compressors, with its sequence number:
+    /// the writer stores the chunk raw if they are late.
+    Queued(Arc<Job>),
 }
 
 /// Shared controls: stop, rotate-now (SIGHUP), new rotation limits, the first fatal

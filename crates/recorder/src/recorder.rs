@@ -25,8 +25,8 @@ use crate::error::{CaptureError, RecordError};
 use crate::ladder::CodecLadder;
 use crate::live::LiveView;
 use crate::os::{hostname, kernel_release, read_clock_sync, set_nice};
-use crate::pipeline::{Chunk, Control, Done, FrameBuffers, Sequenced, StreamStaging};
-use crate::report::{DropWarnings, RetentionLog};
+use crate::pipeline::{Control, Done, FrameBuffers, Job, Sequenced, StreamStaging};
+use crate::report::{DropWarnings, PressureWarnings, RetentionLog};
 use crate::retention::{Retention, RetentionPolicy};
 use crate::staging::StagingPool;
 use crate::stats::{StatsHub, StatsRecord};
@@ -61,6 +61,9 @@ pub struct RecorderConfig {
     pub rotation: Rotation,
     pub retention: RetentionPolicy,
     pub compressors: usize,
+    /// The compressors' nice value while capturing live: 19 yields the CPU to everything
+    /// else. Replaying files they run at 0 (nothing is lost by waiting for them).
+    pub compressor_nice: i32,
     /// CPUs per thread role.
     pub pinning: Pinning,
     pub direct: bool,
@@ -189,7 +192,7 @@ impl Recording {
         // 19 would then only make a replay crawl on a busy machine (24,000 packets took 18 s
         // under a load of 9), so compressors yield to capture only when capture is live.
         let nice = if sources.iter().any(|s| s.live()) {
-            19
+            rec.cfg.compressor_nice
         } else {
             0
         };
@@ -322,10 +325,10 @@ impl Recording {
         nice: i32,
         to_writers: &[Sender<Sequenced<Done>>],
         threads: &mut Vec<thread::JoinHandle<()>>,
-    ) -> (Sender<Sequenced<Chunk>>, Receiver<()>) {
+    ) -> (Sender<Sequenced<Arc<Job>>>, Receiver<()>) {
         let cfg = &self.cfg;
         let compressors = cfg.compressors.max(1);
-        let (work_tx, work_rx) = crossbeam_channel::unbounded::<Sequenced<Chunk>>();
+        let (work_tx, work_rx) = crossbeam_channel::unbounded::<Sequenced<Arc<Job>>>();
         let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(compressors);
         let pools = self.staging.iter().map(|s| &s.pool);
         // One buffer per chunk that can be in flight, and one per compressor at work.
@@ -372,7 +375,7 @@ impl Recording {
     fn start_captures<S: PacketSource + 'static>(
         &self,
         sources: Vec<S>,
-        to_compressors: &Sender<Sequenced<Chunk>>,
+        to_compressors: &Sender<Sequenced<Arc<Job>>>,
         to_writers: &[Sender<Sequenced<Done>>],
     ) -> Vec<thread::JoinHandle<Result<Vec<Interface>, CaptureError>>> {
         let cfg = &self.cfg;
@@ -525,6 +528,7 @@ impl Running {
         let mut next_report = Instant::now() + interval;
         let mut drops = DropWarnings::default();
         let mut deletions = RetentionLog::new(stats);
+        let mut pressure = PressureWarnings::default();
         while self.captures.iter().any(|t| !t.is_finished()) {
             thread::sleep(Duration::from_millis(50));
             if Instant::now() >= next_report {
@@ -532,6 +536,10 @@ impl Running {
                 next_report += interval;
             }
             drops.check(stats);
+            pressure.check(
+                || self.live.compressor_share(),
+                self.rec.cfg.compressor_nice,
+            );
             deletions.check(stats, retention, false);
         }
         drops.check_now(stats);

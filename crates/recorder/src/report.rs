@@ -1,6 +1,6 @@
 //! What a recording tells while it runs, besides its stats records: JSON lines of those
-//! records, a warning within a second of each drop, and a line a minute of what retention
-//! deleted.
+//! records, a warning within a second of each drop, a line a minute of what retention
+//! deleted, and a warning at most a minute while other processes take the CPU.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -74,6 +74,52 @@ impl DropWarnings {
             }
         }
         self.last = Some((Instant::now(), now));
+    }
+}
+
+/// Sustained CPU pressure (`/proc/pressure/cpu`): tasks waited for a CPU at least
+/// `THRESHOLD` of the last 10 s. Logged at most once a minute, with the compressors' share
+/// of a CPU, since they are the first to lose it.
+#[derive(Default)]
+pub(crate) struct PressureWarnings {
+    checked: Option<Instant>,
+    warned: Option<Instant>,
+}
+
+impl PressureWarnings {
+    const THRESHOLD: f64 = 0.25;
+    const CHECK: Duration = Duration::from_secs(1);
+    const INTERVAL: Duration = Duration::from_secs(60);
+
+    /// `compressor_share`: the compressors' least share of a CPU over the streams, as the
+    /// controllers measured it; `nice`: their priority.
+    pub(crate) fn check(&mut self, compressor_share: impl FnOnce() -> Option<f64>, nice: i32) {
+        if self.checked.is_some_and(|at| at.elapsed() < Self::CHECK) {
+            return;
+        }
+        self.checked = Some(Instant::now());
+        let Some(p) = crate::os::cpu_pressure() else {
+            return;
+        };
+        if p.some_avg10 < Self::THRESHOLD
+            || self.warned.is_some_and(|at| at.elapsed() < Self::INTERVAL)
+        {
+            return;
+        }
+        self.warned = Some(Instant::now());
+        let share = compressor_share().map_or("not measured yet".to_string(), |s| {
+            format!("{:.0} %", 100.0 * s)
+        });
+        let advice = if nice > 0 {
+            format!("; they run at nice {nice}: --compressor-nice 0 lets them compete (the IDS beside it then gets less)")
+        } else {
+            String::new()
+        };
+        tracing::warn!(
+            "CPU pressure: tasks waited for a CPU {:.0} % of the last 10 s (60 s: {:.0} %). The compressors get {share} of a CPU; chunks they are late with are written raw{advice}",
+            100.0 * p.some_avg10,
+            100.0 * p.some_avg60,
+        );
     }
 }
 

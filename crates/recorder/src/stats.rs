@@ -234,6 +234,7 @@ impl StatsHub {
             retention_refused: self.retention_refused.load(Ordering::Relaxed),
             codecs: self.codecs.lock().unwrap().clone(),
             cpu_seconds: self.cpu.lock().unwrap().clone(),
+            cpu_pressure: crate::os::cpu_pressure(),
             streams,
         }
     }
@@ -321,6 +322,9 @@ pub struct StatsRecord {
     /// CPU seconds per thread role (capture, compress, writer) of threads that finished;
     /// complete in the final record.
     pub cpu_seconds: BTreeMap<String, f64>,
+    /// The machine's CPU pressure (`/proc/pressure/cpu`); null where the kernel does not
+    /// report it. The compressors' own share of a CPU is in `controller`.
+    pub cpu_pressure: Option<crate::os::CpuPressure>,
     pub streams: Vec<StreamRecord>,
 }
 

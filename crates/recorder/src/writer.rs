@@ -3,7 +3,6 @@
 //! under a hidden name and renamed when complete. Data directories are used round-robin;
 //! one that fails is reported and skipped, and the chunk goes to the next.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,10 +14,11 @@ use tapdeck_pcap::container::{
 use tapdeck_pcap::{Format, Interface, InterfaceStats, SectionInfo};
 
 use crate::chunk_filter::{self, ChunkFlows, FileSummary};
-use crate::controller::SharedController;
+use crate::controller::{Reason, SharedController};
 use crate::direct::DirectFile;
-use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, OpenFile, Sequenced};
+use crate::pipeline::{Chunk, CloseFile, Control, Done, Encoded, Job, OpenFile, Sequenced};
 use crate::retention::Retention;
+use crate::sequencer::{Next, Sequencer};
 use crate::stats::{StatsHub, WriterCounts};
 use tapdeck_store::catalog;
 use tapdeck_store::finalize::finalize;
@@ -355,37 +355,65 @@ impl StreamWriter {
         if !self.cfg.discard {
             crate::direct::prepare_buffer(self.cfg.write_buffer);
         }
-        let mut pending = BTreeMap::new();
-        let mut next = 0u64;
+        let mut order = Sequencer::default();
+        let clock = std::time::Instant::now();
+        let now = || clock.elapsed().as_secs_f64();
+        let controller = self.controller.clone();
+        // A source that waits for the recorder (a file) has no backlog to shed.
+        let late_after = |job: &Job| match &controller {
+            Some(ctl) if !job.source_waits => ctl.late_after(job.bytes, job.decision.codec),
+            _ => f64::INFINITY,
+        };
         loop {
-            let done = match rx.recv_timeout(self.idle_wait()) {
-                Ok(done) => done,
+            let wait = order
+                .late_in(now(), late_after)
+                .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+                .map_or(self.idle_wait(), |late| self.idle_wait().min(late));
+            let mut busy = false;
+            match rx.recv_timeout(wait) {
+                Ok(done) => {
+                    busy = true;
+                    order.insert(now(), done.seq, done.item);
+                    // Everything already here first: a frame that has come is not late.
+                    while let Ok(done) = rx.try_recv() {
+                        order.insert(now(), done.seq, done.item);
+                    }
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     // A quiet link writes nothing that would find a failed directory
                     // writable again: probe it, so that health and metrics recover.
                     if self.dirs.probe_failed(self.cfg.stream) {
                         self.salvage_abandoned();
                     }
-                    self.sync_when_due();
-                    continue;
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            };
-            pending.insert(done.seq, done.item);
-            while let Some(item) = pending.remove(&next) {
-                next += 1;
-                match item {
-                    Done::Open(open) => self.open(open),
-                    Done::Chunk(chunk, encoded) => self.chunk(chunk, encoded),
-                    Done::Close(close) => self.close(close),
+            }
+            while let Some(next) = order.next(now(), late_after) {
+                busy = true;
+                match next {
+                    Next::Item(Done::Open(open)) => self.open(open),
+                    Next::Item(Done::Chunk(chunk, encoded)) => self.chunk(chunk, encoded),
+                    Next::Item(Done::Close(close)) => self.close(close),
+                    Next::Item(Done::Queued(_)) => unreachable!("tickets wait in the sequencer"),
+                    Next::Late { mut chunk, waited } => {
+                        if let Some(ctl) = &self.controller {
+                            ctl.taken_late(
+                                chunk.decision.codec,
+                                chunk.segment.data().len(),
+                                waited,
+                            );
+                        }
+                        chunk.decision.reason = Reason::Late;
+                        self.chunk(chunk, Encoded::Raw);
+                    }
                 }
             }
-            if rx.is_empty() {
+            if busy && rx.is_empty() {
                 self.flush_when_idle();
             }
             self.sync_when_due();
         }
-        debug_assert!(pending.is_empty(), "sequence gap at {next}");
+        debug_assert!(order.is_empty(), "sequence gap at {}", order.next_seq());
         if self.current.is_some() {
             // Only when a capture loop died without closing: keep what was written.
             self.close(CloseFile {

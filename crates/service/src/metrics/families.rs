@@ -39,6 +39,8 @@ const RECORDER: &[Collect<RecorderReading>] = &[
     codec_bytes_out,
     staging_fill_ratio,
     compressor_backlog_chunks,
+    compressor_cpu_share_ratio,
+    cpu_pressure_ratio,
     files_written,
     files_deleted,
     bytes_deleted,
@@ -287,6 +289,31 @@ fn compressor_backlog_chunks(r: &RecorderReading, e: &mut DescriptorEncoder) -> 
         "Chunks waiting for or in a compressor.",
     );
     gauges(e, f.one(r.compressor_backlog as f64))
+}
+
+fn compressor_cpu_share_ratio(r: &RecorderReading, e: &mut DescriptorEncoder) -> std::fmt::Result {
+    let mut f = Family::new(
+        "tapdeck_compressor_cpu_share_ratio",
+        "Share of a CPU each stream's compressors got while working, as its ladder controller measured it (low: other processes take the CPU; chunks the compressors are late with are written raw).",
+    );
+    for (i, c) in r.record.controller.iter().enumerate() {
+        if let Some(share) = c.compressor_cpu_share {
+            f.add(stream(i), share);
+        }
+    }
+    gauges(e, f)
+}
+
+fn cpu_pressure_ratio(r: &RecorderReading, e: &mut DescriptorEncoder) -> std::fmt::Result {
+    let mut f = Family::new(
+        "tapdeck_cpu_pressure_ratio",
+        "Fraction of the window in which some runnable task on the machine waited for a CPU (/proc/pressure/cpu); absent where the kernel does not report it.",
+    );
+    if let Some(p) = &r.record.cpu_pressure {
+        f.add(vec![("window", "10s".to_string())], p.some_avg10);
+        f.add(vec![("window", "60s".to_string())], p.some_avg60);
+    }
+    gauges(e, f)
 }
 
 // Files and retention.

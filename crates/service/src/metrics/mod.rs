@@ -80,7 +80,9 @@ impl Collector for Metrics {
 mod tests {
     use super::*;
 
+    use tapdeck_recorder::controller::ControllerView;
     use tapdeck_recorder::live::DirState;
+    use tapdeck_recorder::os::CpuPressure;
     use tapdeck_recorder::stats::{
         CaptureCounts, CodecBytes, Drops, StatsRecord, StreamRecord, Totals,
     };
@@ -149,8 +151,19 @@ mod tests {
             .into(),
             ladder: Default::default(),
             ladder_per_s: Default::default(),
-            controller: Vec::new(),
+            controller: vec![
+                ControllerView {
+                    compressor_cpu_share: Some(0.5),
+                    ..ControllerView::default()
+                },
+                ControllerView::default(),
+            ],
             cpu_seconds: Default::default(),
+            cpu_pressure: Some(CpuPressure {
+                some_avg10: 0.3,
+                some_avg60: 0.125,
+                some_total_s: 100.0,
+            }),
             streams: vec![
                 StreamRecord {
                     stream: 0,
