@@ -24,7 +24,9 @@ What it does (issue 3 "The benchmark harness"):
 
 Output: bench/results/capture-<UTC time>.{json,md,png}. Needs root. Usage:
     python3 bench/capture.py [--seconds 60] [--reps 3] [--quick] [--burst] [--kinds 64,1514,mix,64-trafgen]
-                             [--tools tapdeck-raw,tapdeck-adaptive,tapdeck-headers,tcpdump,dumpcap,netsniff-ng]
+                             [--tools tapdeck-raw,tapdeck-raw-noindex,tapdeck-adaptive,tapdeck-headers,tcpdump,
+                                      dumpcap,netsniff-ng]
+    (tapdeck-raw-noindex is tapdeck-raw with --no-flow-index: the flow index's cost per packet.)
 """
 
 import argparse
@@ -51,7 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("TAPDECK_BIN", ROOT / "target/release/tapdeck"))
 GEN_CPU, REC_CPU = "0", "1"
 BUFFER_MIB = 256  # kernel buffer / ring every recorder gets (tapdeck's default ring: 64 x 4 MiB)
-TOOLS = ["tapdeck-raw", "tapdeck-adaptive", "tapdeck-headers", "tcpdump", "dumpcap", "netsniff-ng"]
+TOOLS = ["tapdeck-raw", "tapdeck-raw-noindex", "tapdeck-adaptive", "tapdeck-headers", "tcpdump", "dumpcap",
+         "netsniff-ng"]
 KINDS = ["64", "1514", "mix", "64-trafgen"]  # the last: 64-byte frames from trafgen, not tcpreplay
 
 DATA_FILE = re.compile(r"\.pcap(ng)?(\.zst|\.lz4)?$")
@@ -156,6 +159,9 @@ def recorder_cmd(tool: str, iface: str, out: Path):
     if tool == "tapdeck-raw":
         return [BIN, "record", "-i", iface, "--store", out, "--codec", "none", "--stats", out.with_suffix(".stats"),
                 "--stats-interval", "1", "-q", "--log", "warn"], out, None
+    if tool == "tapdeck-raw-noindex":  # the flow index's cost: tapdeck-raw without it
+        return [BIN, "record", "-i", iface, "--store", out, "--codec", "none", "--no-flow-index", "--stats",
+                out.with_suffix(".stats"), "--stats-interval", "1", "-q", "--log", "warn"], out, None
     if tool == "tapdeck-adaptive":
         return [BIN, "record", "-i", iface, "--store", out, "--stats", out.with_suffix(".stats"),
                 "--stats-interval", "1", "-q", "--log", "warn"], out, None
@@ -390,7 +396,7 @@ def one_run(tool: str, kind: str, pcap: Path, veth: Veth, work: Path, seconds: f
     cmd, target, marker = recorder_cmd(tool, veth.cap, out)
     stats_file = out.with_suffix(".stats")
     log_path = work / f"{tool}-{kind}.log"
-    rx0, rxd0 = veth.stat("rx_packets"), veth.stat("rx_dropped")
+    rx0 = veth.stat("rx_packets")
     p = start(cmd, log_path)
     gens, windows = [], []
     try:
@@ -575,7 +581,7 @@ def markdown(res) -> str:
         info = res["traffic"][kind]
         title = (f"## {kind} frames (mean {info['mean_frame']:.0f} B, {info['packets']} distinct packets looped "
                  f"by tcpreplay)" if info.get("packets") else
-                 f"## 64-byte frames from trafgen (top speed, one core; counter + random payload)")
+                 "## 64-byte frames from trafgen (top speed, one core; counter + random payload)")
         m += [title, "",
               "| tool | offered | received | stored | stored/received | drops by cause | unaccounted | "
               "CPU s per Mpkt stored | same, whole process | start-up CPU s / s to ready | MB/s written |",

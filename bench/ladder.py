@@ -27,7 +27,13 @@ the CPU is not (some fixed rung stored everything on `discard` at that rate). Wh
 limits a higher ratio would cost packets; the verdict says so instead of calling it a miss.
 Results go to bench/results/ladder-<UTC time>.{json,md,png}.
 
-Usage: python3 bench/ladder.py [--quick] [--reps N] [--disks disk,throttled,discard]
+With --hog N, every point is measured twice: quiet, and with N busy loops at nice 0 running
+beside the recorder (another process taking the CPU: an IDS, a compile). With the hog the
+choices include `ladder-nice0` (the ladder with --compressor-nice 0, compressors at normal
+priority), and the target is the worst-day one: the ladder stores at least what raw writing
+(`none`) stores under the same hog, minus 0.02.
+
+Usage: python3 bench/ladder.py [--quick] [--reps N] [--disks disk,throttled,discard] [--hog N]
 """
 
 import argparse
@@ -58,6 +64,24 @@ def source_commit() -> str:
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+class Hog:
+    """`n` busy loops at nice 0 while in the `with` block (none for n = 0), each bounded by
+    `timeout` should the benchmark die without killing them."""
+
+    def __init__(self, n: int):
+        self.n, self.procs = n, []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen(["timeout", "3600", "sh", "-c", "while :; do :; done"])
+                      for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
 def record_bytes(frame: int) -> int:
     """The pcapng record of a frame: 32 bytes of EPB header and trailer, data padded to 4."""
     return 32 + (frame + 3) // 4 * 4
@@ -80,15 +104,19 @@ def one_run(work: Path, frame: int, schedule: str, disk: str, limit: str, extra)
         "ratio": t["staged_bytes"] / max(1, r["bytes_written"]) if disk != "discard" else None,
         "stored_mb_s": t["staged_bytes"] / max(1e-9, r["elapsed_s"]) / 1e6,
         "ladder": r.get("ladder", {}),
+        "cpu_pressure_10s": (r.get("cpu_pressure") or {}).get("some_avg10"),
     }
 
 
-def measure_point(work, frame, schedule, disk, limit, reps, label):
-    """Every choice `reps` times, taking turns; the medians and spreads per choice."""
-    runs = {name: [] for name in CHOICES}
+def measure_point(work, frame, schedule, disk, limit, reps, label, hog=0):
+    """Every choice `reps` times, taking turns, beside `hog` busy loops; the medians and
+    spreads per choice."""
+    choices_here = CHOICES | ({"ladder-nice0": ["--compressor-nice", "0"]} if hog else {})
+    runs = {name: [] for name in choices_here}
     for rep in range(reps):
-        for name, extra in CHOICES.items():
-            r = one_run(work, frame, schedule, disk, limit, extra)
+        for name, extra in choices_here.items():
+            with Hog(hog):
+                r = one_run(work, frame, schedule, disk, limit, extra)
             runs[name].append(r)
             ratio = "" if r["ratio"] is None else f", ratio {r['ratio']:.2f}"
             print(f"bench: {label} rep {rep + 1}/{reps} {name}: stored {r['stored_fraction']:.4f}{ratio}",
@@ -103,17 +131,20 @@ def measure_point(work, frame, schedule, disk, limit, reps, label):
             "stored_mb_s": spread(r["stored_mb_s"] for r in rs),
             "ratio": spread(r["ratio"] for r in rs) if rs[0]["ratio"] is not None else None,
             "ladder": sorted(rs, key=lambda r: r["stored"])[len(rs) // 2]["ladder"],
+            "cpu_pressure_10s": spread(r["cpu_pressure_10s"] for r in rs)
+            if all(r["cpu_pressure_10s"] is not None for r in rs) else None,
         }
     return choices
 
 
-def measure(work, frame, rates, seconds, disks, limit, reps):
+def measure(work, frame, rates, seconds, disks, limit, reps, hogs=(0,)):
     rows = []
     for disk in disks:
         for pps in rates:
-            label = f"{disk} {frame} B {pps / 1e6:.2f} Mpps"
-            choices = measure_point(work, frame, f"{int(pps)}:{seconds}", disk, limit, reps, label)
-            rows.append({"disk": disk, "frame": frame, "offered_pps": pps, "choices": choices})
+            for hog in hogs:
+                label = f"{disk} {frame} B {pps / 1e6:.2f} Mpps" + (f" hog {hog}" if hog else "")
+                choices = measure_point(work, frame, f"{int(pps)}:{seconds}", disk, limit, reps, label, hog)
+                rows.append({"disk": disk, "frame": frame, "offered_pps": pps, "hog": hog, "choices": choices})
     return rows
 
 
@@ -154,6 +185,11 @@ def verdict(row, rows) -> tuple[bool, str]:
     fewer than the best fixed choice) comes first. Such points say so in their verdict."""
     c = row["choices"]
     med = {n: c[n]["stored_fraction"]["median"] for n in c}
+    if row.get("hog"):
+        ok = med["ladder"] >= med["none"] - 0.02
+        text = (f"with {row['hog']} busy loops: ladder stored {med['ladder']:.4f}, none {med['none']:.4f}, "
+                f"ladder at nice 0 {med['ladder-nice0']:.4f}")
+        return ok, ("ok: " if ok else "MISS: ladder < none − 0.02; ") + text
     best_name = max((n for n in c if n != "ladder"), key=lambda n: med[n])
     ours, best = med["ladder"], med[best_name]
     problems = []
@@ -181,29 +217,35 @@ def markdown(res) -> str:
          f"{res['reps']}, choices taking turns; median (min..max). Binary: {res['binary']}, built from commit {res.get('commit', '?')}.", ""]
     oks = [verdict(r, res["rows"])[0] for r in res["rows"]]
     m += [f"**{sum(oks)} of {len(oks)} points meet the targets.**", "",
-          "| disk | frame | offered | ladder stored | best fixed (stored) | none stored | ladder ratio | verdict |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| disk | frame | offered | busy loops | ladder stored | best fixed (stored) | none stored | ladder ratio | "
+          "verdict |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for row in res["rows"]:
         c = row["choices"]
-        best = max((n for n in c if n not in ("ladder", "none")), key=lambda n: c[n]["stored_fraction"]["median"])
+        best = max((n for n in c if n not in ("ladder", "none", "ladder-nice0")),
+                   key=lambda n: c[n]["stored_fraction"]["median"])
         what = "burst " + row["schedule"] if row.get("burst") else f"{row['offered_pps'] / 1e6:.2f} Mpps"
         ratio = fmt(c["ladder"]["ratio"], 2) if c["ladder"]["ratio"] else "-"
-        m.append(f"| {row['disk']} | {row['frame']} B | {what} | {fmt(c['ladder']['stored_fraction'], 4)} | "
+        m.append(f"| {row['disk']} | {row['frame']} B | {what} | {row.get('hog', 0)} | "
+                 f"{fmt(c['ladder']['stored_fraction'], 4)} | "
                  f"{best} {fmt(c[best]['stored_fraction'], 4)} | {fmt(c['none']['stored_fraction'], 4)} | "
                  f"{ratio} | {verdict(row, res['rows'])[1]} |")
     m.append("")
     for row in res["rows"]:
         what = f"burst {row['schedule']}" if row.get("burst") else f"{row['offered_pps'] / 1e6:.3f} Mpps offered"
-        m += [f"## {row['disk']}, {row['frame']}-byte frames, {what}", "",
-              "| choice | offered | stored / offered | stored packets | ratio | stored MB/s | MB per rung (reasons) |",
-              "|---|---|---|---|---|---|---|"]
+        hog = f", {row['hog']} busy loops beside it" if row.get("hog") else ""
+        m += [f"## {row['disk']}, {row['frame']}-byte frames, {what}{hog}", "",
+              "| choice | offered | stored / offered | stored packets | ratio | stored MB/s | CPU pressure (10 s) | "
+              "MB per rung (reasons) |",
+              "|---|---|---|---|---|---|---|---|"]
         for name, c in row["choices"].items():
             mix = "; ".join(
                 f"{codec} {sum(r.values()) / 1e6:.0f} (" + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in r.items()) + ")"
                 for codec, r in c["ladder"].items())
             ratio = fmt(c["ratio"], 2) if c["ratio"] else "-"
             m.append(f"| {name} | {c['offered']} | {fmt(c['stored_fraction'], 4)} | {fmt(c['stored'], 0)} | {ratio} | "
-                     f"{fmt(c['stored_mb_s'])} | {mix} |")
+                     f"{fmt(c['stored_mb_s'])} | {fmt(c['cpu_pressure_10s'], 2) if c.get('cpu_pressure_10s') else '-'} | "
+                     f"{mix} |")
         m.append("")
     return "\n".join(m) + "\n"
 
@@ -216,12 +258,13 @@ def plot(res, path: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["disk"], r["frame"]) for r in res["rows"] if not r.get("burst")})
+    panels = sorted({(r["disk"], r["frame"]) for r in res["rows"] if not r.get("burst") and not r.get("hog")})
     if not panels:
         return
     fig, axes = plt.subplots(2, len(panels), figsize=(4.2 * len(panels), 6.5), squeeze=False)
     for col, (disk, frame) in enumerate(panels):
-        rows = sorted((r for r in res["rows"] if (r["disk"], r["frame"]) == (disk, frame) and not r.get("burst")),
+        rows = sorted((r for r in res["rows"]
+                       if (r["disk"], r["frame"]) == (disk, frame) and not r.get("burst") and not r.get("hog")),
                       key=lambda r: r["offered_pps"])
         x = [r["offered_pps"] / 1e6 for r in rows]
         for name in CHOICES:
@@ -259,6 +302,8 @@ def main():
     ap.add_argument("--rates", default="0.1,0.3,0.5,0.8,1.1,1.5",
                     help="Mpps of 1514-byte frames, comma-separated")
     ap.add_argument("--small-rates", default="1,2.5", help="Mpps of 64-byte frames")
+    ap.add_argument("--hog", type=int, default=0,
+                    help="also measure every point beside N busy loops at nice 0 (and the ladder at nice 0)")
     args = ap.parse_args()
     if not BIN.exists():
         raise SystemExit(f"bench: {BIN} missing; build it first")
@@ -271,16 +316,17 @@ def main():
         "binary": str(BIN), "commit": source_commit(), "command": " ".join(sys.argv),
         "reps": args.reps, "rows": [],
     }
+    hogs = (0, args.hog) if args.hog else (0,)
     if args.quick:
-        res["rows"] += measure(args.work, 1514, [0.2e6, 0.8e6], 2, disks, args.limit, args.reps)
+        res["rows"] += measure(args.work, 1514, [0.2e6, 0.8e6], 2, disks, args.limit, args.reps, hogs)
         if not args.no_burst:
             res["rows"].append(burst(args.work, args.limit, args.reps, 1, 2))
     else:
         mpps = lambda spec: [float(r) * 1e6 for r in spec.split(",")]  # noqa: E731
-        res["rows"] += measure(args.work, 1514, mpps(args.rates), args.seconds, disks, args.limit, args.reps)
+        res["rows"] += measure(args.work, 1514, mpps(args.rates), args.seconds, disks, args.limit, args.reps, hogs)
         if not args.no_small:
             res["rows"] += measure(args.work, 64, mpps(args.small_rates), args.seconds, disks, args.limit,
-                                   args.reps)
+                                   args.reps, hogs)
         if not args.no_burst:
             for factor in map(float, args.burst_factors.split(",")):
                 res["rows"].append(burst(args.work, args.limit, args.reps, 5, 10, factor))
