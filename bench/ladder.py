@@ -41,6 +41,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -72,13 +73,14 @@ class Hog:
         self.n, self.procs = n, []
 
     def __enter__(self):
-        self.procs = [subprocess.Popen(["timeout", "3600", "sh", "-c", "while :; do :; done"])
-                      for _ in range(self.n)]
+        # A process group each, killed whole: killing `timeout` alone leaves its shell spinning.
+        self.procs = [subprocess.Popen(["timeout", "-s", "KILL", "3600", "sh", "-c", "while :; do :; done"],
+                                       start_new_session=True) for _ in range(self.n)]
         return self
 
     def __exit__(self, *exc):
         for p in self.procs:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
 
 

@@ -14,6 +14,7 @@ stored less than half of what raw did here).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
 
@@ -28,8 +29,11 @@ MARGIN = 0.03
 
 
 def _hogs(n: int) -> list[subprocess.Popen]:
-    # Pure CPU loops at nice 0, killed by the test (bounded by `timeout` if it is not).
-    return [subprocess.Popen(["timeout", "120", "sh", "-c", "while :; do :; done"])
+    # Pure CPU loops at nice 0, each in a process group of its own that the test kills whole
+    # (killing `timeout` alone would leave its shell spinning); `timeout` bounds them should
+    # the test die first.
+    return [subprocess.Popen(["timeout", "-s", "KILL", "120", "sh", "-c", "while :; do :; done"],
+                             start_new_session=True)
             for _ in range(n)]
 
 
@@ -54,7 +58,7 @@ def test_the_ladder_stores_what_raw_stores_when_others_take_the_cpu(tapdeck, tmp
                 runs[name].append(_record(tapdeck, store, *extra))
     finally:
         for h in hogs:
-            h.kill()
+            os.killpg(h.pid, signal.SIGKILL)
             h.wait()
     ladder = [f for f, _ in runs["ladder"]]
     raw = [f for f, _ in runs["raw"]]

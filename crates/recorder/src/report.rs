@@ -116,7 +116,7 @@ impl PressureWarnings {
             String::new()
         };
         tracing::warn!(
-            "CPU pressure: tasks waited for a CPU {:.0} % of the last 10 s (60 s: {:.0} %). The compressors get {share} of a CPU; chunks they are late with are written raw{advice}",
+            "CPU pressure: tasks waited for a CPU {:.0} % of the last 10 s (60 s: {:.0} %). The compressors get {share}; chunks they are late with are written raw{advice}",
             100.0 * p.some_avg10,
             100.0 * p.some_avg60,
         );
