@@ -22,7 +22,7 @@ from pathlib import Path
 
 import netlab
 import pytest
-from conftest import QUICK, need, run
+from conftest import QUICK, need, run, wait_for
 from convtools import (
     convert_ok,
     direction,
@@ -59,15 +59,23 @@ def record_run(base: Path, mtu: int) -> tuple[Path, list[dict]]:
     pair = Pair(mtu)
     procs = []
     try:
-        dump = pair.popen("b", "tcpdump", "-i", "fragb", "-s", "0", "-U", "--immediate-mode", "-n",
-                          "-w", pcap,
-                          "udp or ip[6:2] & 0x3fff != 0 or ip6[6] == 44",
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        dump_log = base / f"tcpdump-mtu{mtu}.log"
+        with open(dump_log, "wb") as err:
+            dump = pair.popen("b", "tcpdump", "-i", "fragb", "-s", "0", "-U", "--immediate-mode", "-n",
+                              "-w", pcap,
+                              "udp or ip[6:2] & 0x3fff != 0 or ip6[6] == 44",
+                              stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
         procs.append(dump)
         for addr in (B4, B6):
             procs.append(pair.popen("b", sys.executable, HERE / "rpcudp.py", "server", addr,
                                     PORT, 60, stdout=None, stderr=None))  # fmt: skip
-        time.sleep(1.0)  # tcpdump and the servers listening
+        # Messages sent before tcpdump listens, or before a server is bound, would be missing
+        # from the capture or unanswered: wait for both (a fixed second was once too short).
+        wait_for(lambda: b"listening on" in dump_log.read_bytes() or dump.poll() is not None, 10,
+                 "tcpdump to listen")
+        assert dump.poll() is None, dump_log.read_text()
+        bound = lambda: netlab.run_in(pair.ns["b"], "ss", "-Hlun", f"sport = :{PORT}").stdout  # noqa: E731
+        wait_for(lambda: len(bound().splitlines()) >= 2, 10, "both RPC servers to be bound")
         for seed, addr in ((1, B4), (2, B6)):
             c = pair.popen("a", sys.executable, HERE / "rpcudp.py", "client", addr, PORT, CALLS,
                            seed, log, stdout=None, stderr=None)  # fmt: skip
