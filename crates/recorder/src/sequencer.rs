@@ -146,6 +146,17 @@ mod tests {
         })
     }
 
+    /// A sequencer holding the tickets of `n` chunks sent to the compressors at time 0, as
+    /// items 0 to n - 1, and their jobs.
+    fn queued(pool: &Arc<StagingPool>, n: usize) -> (Sequencer, Vec<Arc<Job>>) {
+        let mut s = Sequencer::default();
+        let jobs: Vec<Arc<Job>> = (0..n).map(|_| job(pool)).collect();
+        for (seq, j) in jobs.iter().enumerate() {
+            s.insert(0.0, seq as u64, Done::Queued(Arc::clone(j)));
+        }
+        (s, jobs)
+    }
+
     /// What the writer does at `now`: "item N" or "late N" (N its sequence number), until
     /// nothing is left to do.
     fn drain(s: &mut Sequencer, now: f64) -> Vec<String> {
@@ -199,11 +210,7 @@ mod tests {
     #[test]
     fn a_starved_compressor_holds_the_writer_up_for_one_deadline_only() {
         let pool = StagingPool::new(8 * 4096, 4096).unwrap();
-        let mut s = Sequencer::default();
-        let jobs: Vec<Arc<Job>> = (0..4).map(|_| job(&pool)).collect();
-        for (seq, j) in jobs.iter().enumerate() {
-            s.insert(0.0, seq as u64, Done::Queued(Arc::clone(j)));
-        }
+        let (mut s, jobs) = queued(&pool, 4);
         let raw = job(&pool).take().unwrap();
         s.insert(0.0, 4, Done::Chunk(raw, Encoded::Raw));
         // One compressor got the first chunk, then starved.
@@ -243,11 +250,7 @@ mod tests {
     #[test]
     fn a_chunk_delivered_in_time_ends_a_starved_spell() {
         let pool = StagingPool::new(8 * 4096, 4096).unwrap();
-        let mut s = Sequencer::default();
-        let jobs: Vec<Arc<Job>> = (0..3).map(|_| job(&pool)).collect();
-        for (seq, j) in jobs.iter().enumerate() {
-            s.insert(0.0, seq as u64, Done::Queued(Arc::clone(j)));
-        }
+        let (mut s, jobs) = queued(&pool, 3);
         assert!(drain(&mut s, 0.0).is_empty());
         let second = jobs[1].start().unwrap();
         assert_eq!(
